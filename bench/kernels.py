@@ -1,0 +1,81 @@
+"""Micro-benchmark: verinfer kernels vs torch.nn.functional.linear (MKL).
+
+Usage: python bench/kernels.py [--threads N] [--quick]
+Prints a table, then one JSON object (all timings in ms, best of a few repeats) as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from verinfer.engine import kernels
+
+SHAPES = [(2048, 640), (640, 2048), (1024, 640), (262144, 640)]  # [N, K] of Gemma 3 270M
+ROWS = [1, 4, 128, 600]
+
+
+def best_ms(fn: Callable[[], object], budget_s: float = 0.25, repeats: int = 3) -> float:
+    """Best-of-`repeats` mean time of `fn` in ms (each repeat runs for ~budget_s / repeats)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while n < 2 or time.perf_counter() - t0 < budget_s / repeats:
+            fn()
+            n += 1
+        best = min(best, (time.perf_counter() - t0) / n * 1e3)
+    return best
+
+
+def q8_0_bytes(w: torch.Tensor) -> torch.Tensor:
+    """Quantize fp32 [N, K] to GGUF Q8_0 bytes [N, K/32*34] (numpy-free, same layout as gguf)."""
+    n, k = w.shape
+    blocks = w.reshape(n, k // 32, 32)
+    d = blocks.abs().amax(dim=2, keepdim=True) / 127
+    q = torch.where(d == 0, 0.0, blocks / d).round().clamp(-127, 127).to(torch.int8)
+    dh = d.to(torch.float16).view(torch.uint8).reshape(n, k // 32, 2)
+    return torch.cat([dh, q.view(torch.uint8)], dim=2).reshape(n, k // 32 * 34).contiguous()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    ap.add_argument("--quick", action="store_true", help="skip M >= 128 on the LM-head shape")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    rows: list[dict[str, object]] = []
+    print(f"isa={kernels.isa()} threads={torch.get_num_threads()}")
+    print(f"{'N':>7} {'K':>5} {'M':>4} {'F.linear':>9} {'vi':>9} {'ratio':>6}")
+    for n, k in SHAPES:
+        w = torch.randn(n, k)
+        for m in ROWS:
+            if n == 262144 and m > 4 and args.quick:
+                continue
+            x = torch.randn(m, k)
+            ref = best_ms(lambda x=x, w=w: F.linear(x, w))
+            ours = best_ms(lambda x=x, w=w: kernels.linear(x, w))
+            rows.append({"op": "linear", "N": n, "K": k, "M": m, "torch_ms": ref, "vi_ms": ours})
+            print(f"{n:>7} {k:>5} {m:>4} {ref:9.3f} {ours:9.3f} {ref / ours:6.2f}")
+        if n == 262144:
+            wq = q8_0_bytes(w)
+            for m in (1, 4):
+                x = torch.randn(m, k)
+                ref = best_ms(lambda x=x, w=w: F.linear(x, w))
+                ours = best_ms(lambda x=x, wq=wq, k=k: kernels.linear_q8_0(x, wq, k))
+                rows.append(
+                    {"op": "linear_q8_0", "N": n, "K": k, "M": m, "torch_ms": ref, "vi_ms": ours}
+                )
+                print(f"q8_0 {n:>2} {k:>5} {m:>4} {ref:9.3f} {ours:9.3f} {ref / ours:6.2f}")
+    print(json.dumps({"isa": kernels.isa(), "threads": torch.get_num_threads(), "results": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,536 @@
+// verinfer._kernels: batch-invariant fp32 CPU kernels.
+//
+// Every reduction has ONE arithmetic order that depends only on its length K, never on the row
+// count, the row index, the tiling, the thread count or the ISA:
+//
+//   dot16(a, b, K): 16 lane accumulators (0.0f); lane[k % 16] = fmaf(a[k], b[k], lane[k % 16])
+//   for k < K16 = K - K % 16 in increasing k; fold the lanes with the fixed tree s = 8, 4, 2, 1
+//   (lane[j] += lane[j + s] for j < s); then acc = fmaf(a[k], b[k], acc) for the K % 16 tail.
+//
+// FMA is exactly rounded, so AVX-512 (one __m512 per accumulator), AVX2 (two __m256) and the
+// portable scalar path (16 floats + fmaf) produce the same bits; tests prove it. Tiles only
+// decide which independent accumulators share registers, so they never change a result.
+//
+// The ISA-generic kernels (the VI_BODY section at the end of this file) are compiled three times,
+// inside three `#pragma GCC target` regions, by including this very file again with VI_BODY
+// defined: GCC cannot give one template different target attributes per instantiation, and the
+// build must not use -mavx512f globally (the scalar path has to run on any x86-64).
+#ifndef VI_BODY
+
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace vi {
+
+// Function table of one ISA path. Block functions take pointers already offset to the block.
+struct Kern {
+  // y[m, n] = dot16(x[m], w[n], K) for m < M, n < N (row strides ldx, ldw, ldy in elements)
+  void (*linear_f32)(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t N,
+                     int64_t K, float* y, int64_t ldy);
+  // the same with Q8_0 weight rows of ldw bytes (K % 32 == 0)
+  void (*linear_q8)(const float* x, int64_t ldx, int64_t M, const uint8_t* w, int64_t ldw, int64_t N,
+                    int64_t K, float* y, int64_t ldy);
+  // out[n * K + k] = float(d) * float(q) for N Q8_0 rows of ldw bytes
+  void (*dequant_q8)(const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* out);
+  float (*dot)(const float* a, const float* b, int64_t K);                   // dot16
+  void (*scale_mul)(const float* x, float r, const float* w, float* y, int64_t n);  // (x*r)*w
+  void (*axpy)(float p, const float* v, float* out, int64_t n);  // out = fmaf(p, v, out)
+};
+
+static inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+}  // namespace vi
+
+#define VI_BODY
+// ------------------------------------------------------------------ AVX-512 (one __m512 / acc)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace vi::avx512 {
+struct V {
+  __m512 v;
+  static V zero() { return {_mm512_setzero_ps()}; }
+  static V set1(float f) { return {_mm512_set1_ps(f)}; }
+  static V load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static void store(float* p, V a) { _mm512_storeu_ps(p, a.v); }
+  static V fma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  static V mul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
+  static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  static V q8(const int8_t* q, float d) {  // float(q) * d, 16 weights
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(d))};
+  }
+};
+// Fold n <= 16 accumulators at once with the dot16 tree, transposed across registers (same
+// additions as folding each one alone, ~3x fewer instructions). out[i] = fold(acc[i]).
+static inline void reduce(const V* acc, int n, float* out) {
+  __m512 r[16], c[8], e[4], g[2];
+  for (int i = 0; i < 16; ++i) r[i] = i < n ? acc[i].v : _mm512_setzero_ps();
+  for (int i = 0; i < 8; ++i)  // s=8: chunks [A.lo8+A.hi8 | B.lo8+B.hi8]
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)  // s=4: 128-bit chunk c holds acc 4i+c
+    e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // s=2
+    g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // s=1: lane 4c+r holds acc 4r+c; permute back to acc order
+  __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                           _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, s));
+}
+// Tile shapes: rows x weight columns of accumulators (<= 16 accumulators of 32 zmm registers).
+constexpr int kNR[5] = {0, 16, 8, 4, 4};
+#include "verinfer_kernels.cpp"
+}  // namespace vi::avx512
+#pragma GCC pop_options
+
+// ------------------------------------------------------------------ AVX2 (two __m256 / acc)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace vi::avx2 {
+struct V {
+  __m256 lo, hi;  // lanes 0..7, 8..15
+  static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static V set1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+  static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static void store(float* p, V a) { _mm256_storeu_ps(p, a.lo), _mm256_storeu_ps(p + 8, a.hi); }
+  static V fma(V a, V b, V c) {
+    return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+  static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+  static V q8(const int8_t* q, float d) {
+    __m256 dv = _mm256_set1_ps(d);
+    __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+    __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8));
+    return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0)), dv),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1)), dv)};
+  }
+};
+static inline void reduce(const V* acc, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    __m256 t = _mm256_add_ps(acc[i].lo, acc[i].hi);                                    // s=8
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // s=4
+    u = _mm_add_ps(u, _mm_movehl_ps(u, u));                                          // s=2
+    out[i] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                       // s=1
+  }
+}
+constexpr int kNR[5] = {0, 4, 2, 1, 1};  // 16 ymm registers: at most ~6 ymm pairs of accs
+#include "verinfer_kernels.cpp"
+}  // namespace vi::avx2
+#pragma GCC pop_options
+
+// ------------------------------------------------------------------ portable scalar
+namespace vi::scalar {
+struct V {
+  float l[16];
+  static V zero() { return V{}; }
+  static V set1(float f) {
+    V r;
+    for (float& x : r.l) x = f;
+    return r;
+  }
+  static V load(const float* p) {
+    V r;
+    std::memcpy(r.l, p, sizeof r.l);
+    return r;
+  }
+  static void store(float* p, const V& a) { std::memcpy(p, a.l, sizeof a.l); }
+  static V fma(const V& a, const V& b, const V& c) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = std::fma(a.l[i], b.l[i], c.l[i]);
+    return r;
+  }
+  static V mul(const V& a, const V& b) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = a.l[i] * b.l[i];
+    return r;
+  }
+  static float h2f(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
+  static V q8(const int8_t* q, float d) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = static_cast<float>(q[i]) * d;
+    return r;
+  }
+};
+static inline void reduce(const V* acc, int n, float* out) {
+  for (int i = 0; i < n; ++i) {
+    float t[16];
+    std::memcpy(t, acc[i].l, sizeof t);
+    for (int s = 8; s >= 1; s >>= 1)
+      for (int j = 0; j < s; ++j) t[j] = t[j] + t[j + s];
+    out[i] = t[0];
+  }
+}
+constexpr int kNR[5] = {0, 1, 1, 1, 1};
+#include "verinfer_kernels.cpp"
+}  // namespace vi::scalar
+#undef VI_BODY
+
+// ------------------------------------------------------------------ dispatch + torch ops
+namespace vi {
+
+enum Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+static const char* const kIsaNames[3] = {"scalar", "avx2", "avx512"};
+static const Kern kKerns[3] = {scalar::kKern, avx2::kKern, avx512::kKern};
+
+static bool isa_supported(int isa) {
+  __builtin_cpu_init();
+  if (isa == kAvx512)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (isa == kAvx2)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  return true;
+}
+static int best_isa() { return isa_supported(kAvx512) ? kAvx512 : isa_supported(kAvx2) ? kAvx2 : kScalar; }
+static std::atomic<int> g_isa{best_isa()};
+static const Kern& kern() { return kKerns[g_isa.load(std::memory_order_relaxed)]; }
+
+std::string isa() { return kIsaNames[g_isa.load()]; }
+void set_isa(const std::string& name) {
+  if (name == "auto") return g_isa.store(best_isa());
+  for (int i = 0; i < 3; ++i)
+    if (name == kIsaNames[i]) {
+      TORCH_CHECK(isa_supported(i), "ISA path '", name, "' is not supported by this CPU");
+      return g_isa.store(i);
+    }
+  TORCH_CHECK(false, "unknown ISA path '", name, "' (auto, scalar, avx2, avx512)");
+}
+std::vector<std::string> supported_isas() {
+  std::vector<std::string> r;
+  for (int i = 0; i < 3; ++i)
+    if (isa_supported(i)) r.emplace_back(kIsaNames[i]);
+  return r;
+}
+
+static void check_f32(const at::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(dim < 0 || t.dim() == dim, name, " must have ", dim, " dims");
+}
+
+constexpr int64_t kColTile = 16;  // multiple of every kNR, so chunk edges never split a tile
+constexpr int64_t kRowChunk = 64;
+
+// Large M: tasks are (weight panel, row chunk) pairs, panel-major; a panel of ~256 KiB of fp32
+// weight rows stays in L2 while 4-row groups of x stream past it.
+static int64_t panel_rows(int64_t K) { return std::max<int64_t>(kColTile, (65536 / K) / kColTile * kColTile); }
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
+  check_f32(x, "x", 2), check_f32(w, "w", 2);
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(w.size(1) == K, "w has K=", w.size(1), " but x has K=", K);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const Kern& kn = kern();
+  if (M <= 4) {  // GEMV-like: every weight row is read once for all rows
+    at::parallel_for(0, (N + kColTile - 1) / kColTile, 1, [&](int64_t b, int64_t e) {
+      const int64_t n0 = b * kColTile, n1 = std::min(N, e * kColTile);
+      kn.linear_f32(xp, K, M, wp + n0 * K, K, n1 - n0, K, yp + n0, N);
+    });
+    return y;
+  }
+  const int64_t NB = panel_rows(K), np = (N + NB - 1) / NB, nm = (M + kRowChunk - 1) / kRowChunk;
+  at::parallel_for(0, np * nm, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t n0 = (t / nm) * NB, n1 = std::min(N, n0 + NB);
+      const int64_t m0 = (t % nm) * kRowChunk, m1 = std::min(M, m0 + kRowChunk);
+      kn.linear_f32(xp + m0 * K, K, m1 - m0, wp + n0 * K, K, n1 - n0, K, yp + m0 * N + n0, N);
+    }
+  });
+  return y;
+}
+
+at::Tensor linear_q8_0(const at::Tensor& x, const at::Tensor& wq, int64_t K) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
+              "wq must be a contiguous 2-D uint8 CPU tensor");
+  TORCH_CHECK(K > 0 && K % 32 == 0, "Q8_0 needs K % 32 == 0, got K=", K);
+  TORCH_CHECK(x.size(1) == K, "x has K=", x.size(1), " but K=", K);
+  const int64_t M = x.size(0), N = wq.size(0), ldw = K / 32 * 34;
+  TORCH_CHECK(wq.size(1) == ldw, "wq rows must be K/32*34=", ldw, " bytes, got ", wq.size(1));
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* wp = wq.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  const Kern& kn = kern();
+  if (M <= 4) {  // fused dequantize + dot: reads 34/128 of the fp32 bytes
+    at::parallel_for(0, (N + kColTile - 1) / kColTile, 1, [&](int64_t b, int64_t e) {
+      const int64_t n0 = b * kColTile, n1 = std::min(N, e * kColTile);
+      kn.linear_q8(xp, K, M, wp + n0 * ldw, ldw, n1 - n0, K, yp + n0, N);
+    });
+    return y;
+  }
+  // Large M: dequantize a panel into fp32 scratch (exact) and reuse the fp32 kernel: same bits.
+  const int64_t NB = panel_rows(K), np = (N + NB - 1) / NB, nm = (M + kRowChunk - 1) / kRowChunk;
+  at::parallel_for(0, np * nm, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> panel(NB * K);
+    int64_t have = -1;
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t p = t / nm, n0 = p * NB, n1 = std::min(N, n0 + NB);
+      const int64_t m0 = (t % nm) * kRowChunk, m1 = std::min(M, m0 + kRowChunk);
+      if (p != have) kn.dequant_q8(wp + n0 * ldw, ldw, n1 - n0, K, panel.data()), have = p;
+      kn.linear_f32(xp + m0 * K, K, m1 - m0, panel.data(), K, n1 - n0, K, yp + m0 * N + n0, N);
+    }
+  });
+  return y;
+}
+
+at::Tensor dequantize_q8_0(const at::Tensor& wq, int64_t K) {
+  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
+              "wq must be a contiguous 2-D uint8 CPU tensor");
+  TORCH_CHECK(K > 0 && K % 32 == 0 && wq.size(1) == K / 32 * 34, "bad Q8_0 row size for K=", K);
+  const int64_t N = wq.size(0), ldw = K / 32 * 34;
+  at::Tensor out = at::empty({N, K}, wq.options().dtype(at::kFloat));
+  const uint8_t* wp = wq.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  const Kern& kn = kern();
+  at::parallel_for(0, N, 256, [&](int64_t b, int64_t e) { kn.dequant_q8(wp + b * ldw, ldw, e - b, K, op + b * K); });
+  return out;
+}
+
+at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  check_f32(x, "x", 2), check_f32(w, "w", 1);
+  const int64_t M = x.size(0), n = x.size(1);
+  TORCH_CHECK(w.size(0) == n && n > 0, "w must have ", n, " elements");
+  at::Tensor y = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float feps = static_cast<float>(eps);
+  const Kern& kn = kern();
+  at::parallel_for(0, M, 16, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = xp + m * n;
+      const float r = 1.0f / std::sqrt(kn.dot(xr, xr, n) / static_cast<float>(n) + feps);
+      kn.scale_mul(xr, r, wp, yp + m * n, n);
+    }
+  });
+  return y;
+}
+
+// Elementwise and libm-bound (tanhf), so one plain-C path serves every ISA.
+at::Tensor gelu_tanh_mul(const at::Tensor& gate, const at::Tensor& up) {
+  check_f32(gate, "gate", -1), check_f32(up, "up", -1);
+  TORCH_CHECK(gate.sizes() == up.sizes(), "gate and up must have the same shape");
+  at::Tensor y = at::empty_like(gate);
+  const float* g = gate.data_ptr<float>();
+  const float* u = up.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, gate.numel(), 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = g[i];
+      const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
+      yp[i] = (0.5f * v * (1.0f + std::tanh(inner))) * u[i];
+    }
+  });
+  return y;
+}
+
+at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, const std::vector<at::Tensor>& vc,
+                     const at::Tensor& seq, const at::Tensor& pos, int64_t window, double scale) {
+  check_f32(q, "q", 3);
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  TORCH_CHECK(!kc.empty() && kc.size() == vc.size(), "k_caches and v_caches must be equal-length, non-empty");
+  const int64_t KV = kc[0].dim() == 3 ? kc[0].size(0) : -1, cap = KV > 0 ? kc[0].size(1) : 0;
+  TORCH_CHECK(KV > 0 && H % KV == 0, "caches must be [KV, cap, D] with H % KV == 0");
+  std::vector<const float*> kp, vp;
+  for (size_t i = 0; i < kc.size(); ++i) {
+    check_f32(kc[i], "k_cache", 3), check_f32(vc[i], "v_cache", 3);
+    TORCH_CHECK(kc[i].sizes() == at::IntArrayRef({KV, cap, D}) && vc[i].sizes() == kc[i].sizes(),
+                "every cache must be [", KV, ", ", cap, ", ", D, "]");
+    kp.push_back(kc[i].data_ptr<float>()), vp.push_back(vc[i].data_ptr<float>());
+  }
+  for (const at::Tensor* t : {&seq, &pos})
+    TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->dim() == 1 && t->size(0) == T,
+                "seq and pos must be contiguous int64 [T]");
+  const int64_t* sp = seq.data_ptr<int64_t>();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(sp[t] >= 0 && sp[t] < static_cast<int64_t>(kc.size()) && pp[t] >= 0 && pp[t] < cap,
+                "token ", t, ": seq/pos out of range");
+  at::Tensor out = at::empty_like(q);
+  const float* qp = q.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const float fscale = static_cast<float>(scale);
+  const int64_t group = H / KV;
+  const Kern& kn = kern();
+  at::parallel_for(0, T * H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> sc;
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t t = i / H, h = i % H, g = h / group, p = pp[t];
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, n = p - lo + 1;
+      const float* kb = kp[sp[t]] + (g * cap + lo) * D;
+      const float* vb = vp[sp[t]] + (g * cap + lo) * D;
+      sc.resize(n);
+      kn.linear_f32(qp + i * D, D, 1, kb, D, n, D, sc.data(), n);  // dot16(q, K[j], D)
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) sc[j] = sc[j] * fscale, mx = sc[j] > mx ? sc[j] : mx;
+      float den = 0.0f;
+      for (int64_t j = 0; j < n; ++j) sc[j] = std::exp(sc[j] - mx), den = den + sc[j];
+      float* o = op + i * D;
+      std::fill(o, o + D, 0.0f);
+      for (int64_t j = 0; j < n; ++j) kn.axpy(sc[j] / den, vb + j * D, o, D);
+    }
+  });
+  return out;
+}
+
+at::Tensor argmax(const at::Tensor& x) {
+  check_f32(x, "x", 2);
+  const int64_t M = x.size(0), N = x.size(1);
+  TORCH_CHECK(N > 0, "argmax over an empty row");
+  at::Tensor r = at::empty({M}, x.options().dtype(at::kLong));
+  const float* xp = x.data_ptr<float>();
+  int64_t* rp = r.data_ptr<int64_t>();
+  at::parallel_for(0, M, 1, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* row = xp + m * N;
+      int64_t best = 0;
+      for (int64_t n = 1; n < N; ++n) best = row[n] > row[best] ? n : best;
+      rp[m] = best;
+    }
+  });
+  return r;
+}
+
+}  // namespace vi
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  using rel = py::call_guard<py::gil_scoped_release>;  // the engine calls us from a worker thread
+  m.def("isa", &vi::isa, rel());
+  m.def("set_isa", &vi::set_isa, rel());
+  m.def("supported_isas", &vi::supported_isas, rel());
+  m.def("linear", &vi::linear, rel());
+  m.def("linear_q8_0", &vi::linear_q8_0, rel());
+  m.def("dequantize_q8_0", &vi::dequantize_q8_0, rel());
+  m.def("rmsnorm", &vi::rmsnorm, rel());
+  m.def("gelu_tanh_mul", &vi::gelu_tanh_mul, rel());
+  m.def("attention", &vi::attention, rel());
+  m.def("argmax", &vi::argmax, rel());
+}
+
+#else  // VI_BODY ------------------------------------------------- ISA-generic kernels
+// Compiled once per ISA namespace above; V, reduce() and kNR come from that namespace.
+
+struct WF32 {  // fp32 weight rows
+  const float* w;
+  int64_t ld;
+  V load(int64_t n, int64_t k) const { return V::load(w + n * ld + k); }
+  float at(int64_t n, int64_t k) const { return w[n * ld + k]; }
+};
+struct WQ8 {  // Q8_0 rows: per 32 weights an fp16 scale then 32 int8; W = float(d) * float(q)
+  const uint8_t* w;
+  int64_t ld;
+  V load(int64_t n, int64_t k) const {
+    const uint8_t* b = w + n * ld + (k >> 5) * 34;
+    return V::q8(reinterpret_cast<const int8_t*>(b + 2 + (k & 16)), V::h2f(load_u16(b)));
+  }
+  float at(int64_t n, int64_t k) const {
+    const uint8_t* b = w + n * ld + (k >> 5) * 34;
+    return static_cast<float>(static_cast<int8_t>(b[2 + (k & 31)])) * V::h2f(load_u16(b));
+  }
+};
+
+// MR x NR outputs, one 16-lane accumulator each: y[m, n] = dot16(x[m], w[n], K).
+template <int MR, int NR, class W>
+static inline void tile(const float* x, int64_t ldx, const W& w, int64_t n0, int64_t K, float* y, int64_t ldy) {
+  V acc[MR * NR];
+  for (int i = 0; i < MR * NR; ++i) acc[i] = V::zero();
+  const int64_t K16 = K & ~int64_t{15};
+  for (int64_t k = 0; k < K16; k += 16) {
+    V xv[MR];
+    for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + k);
+    for (int n = 0; n < NR; ++n) {
+      const V wv = w.load(n0 + n, k);
+      for (int m = 0; m < MR; ++m) acc[m * NR + n] = V::fma(xv[m], wv, acc[m * NR + n]);
+    }
+  }
+  float r[MR * NR > 16 ? MR * NR : 16];
+  reduce(acc, MR * NR, r);
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) {
+      float a = r[m * NR + n];
+      for (int64_t k = K16; k < K; ++k) a = std::fma(x[m * ldx + k], w.at(n0 + n, k), a);
+      y[m * ldy + n0 + n] = a;
+    }
+}
+
+template <int MR, class W>
+static void row_group(const float* x, int64_t ldx, const W& w, int64_t N, int64_t K, float* y, int64_t ldy) {
+  constexpr int NR = kNR[MR];
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR) tile<MR, NR>(x, ldx, w, n, K, y, ldy);
+  for (; n < N; ++n) tile<MR, 1>(x, ldx, w, n, K, y, ldy);
+}
+
+template <class W>
+static void linear_block(const float* x, int64_t ldx, int64_t M, const W& w, int64_t N, int64_t K, float* y,
+                         int64_t ldy) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) row_group<4>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy);
+  switch (M - m) {
+    case 1: row_group<1>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
+    case 2: row_group<2>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
+    case 3: row_group<3>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
+    default: break;
+  }
+}
+
+static void linear_f32(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t N, int64_t K,
+                       float* y, int64_t ldy) {
+  linear_block(x, ldx, M, WF32{w, ldw}, N, K, y, ldy);
+}
+static void linear_q8(const float* x, int64_t ldx, int64_t M, const uint8_t* w, int64_t ldw, int64_t N, int64_t K,
+                      float* y, int64_t ldy) {
+  linear_block(x, ldx, M, WQ8{w, ldw}, N, K, y, ldy);
+}
+static void dequant_q8(const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* out) {
+  const WQ8 q{w, ldw};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; k += 16) V::store(out + n * K + k, q.load(n, k));
+}
+static float dot(const float* a, const float* b, int64_t K) {
+  float r;
+  tile<1, 1>(a, 0, WF32{b, 0}, 0, K, &r, 0);
+  return r;
+}
+static void scale_mul(const float* x, float r, const float* w, float* y, int64_t n) {
+  const V rv = V::set1(r);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) V::store(y + i, V::mul(V::mul(V::load(x + i), rv), V::load(w + i)));
+  for (; i < n; ++i) y[i] = (x[i] * r) * w[i];
+}
+static void axpy(float p, const float* v, float* out, int64_t n) {
+  const V pv = V::set1(p);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) V::store(out + i, V::fma(pv, V::load(v + i), V::load(out + i)));
+  for (; i < n; ++i) out[i] = std::fma(p, v[i], out[i]);
+}
+
+static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, axpy};
+
+#endif  // VI_BODY

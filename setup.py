@@ -1,0 +1,19 @@
+"""Builds the fixed-order kernel library at install time (pip install --no-build-isolation -e .).
+
+Flags matter for determinism: no fast-math and no FMA contraction, so every float operation in
+csrc/ is exactly the one written there, on every ISA path.
+"""
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="verinfer._kernels",
+            sources=["csrc/verinfer_kernels.cpp"],
+            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math", "-std=c++17"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+)

@@ -1,0 +1,3 @@
+from verinfer.cli import app
+
+app()

@@ -1,0 +1,155 @@
+"""The `verinfer` command."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="verinfer: verifiable inference on a deterministic engine.",
+                  no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (run from the repository root).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", help="Path to a .gguf/.safetensors model (default: embedded Gemma 3 270M).")]
+KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]
+
+
+def _model_path(model: str | None) -> Path:
+    from verinfer.engine.loader import embedded_model_path
+
+    return Path(model) if model else embedded_model_path()
+
+
+def _kernels(mode: str) -> str:
+    if mode not in ("invariant", "fast"):
+        raise typer.BadParameter("--kernels must be 'invariant' or 'fast'")
+    return mode
+
+
+@app.command()
+def serve(
+    model: ModelOpt = None,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    kernels: KernelsOpt = "invariant",
+    max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
+    max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
+    name: Annotated[str | None, typer.Option(help="Model name clients send.")] = None,
+) -> None:
+    """Serve the OpenAI-compatible API."""
+    import uvicorn
+
+    from verinfer.engine.engine import Engine
+    from verinfer.engine.loader import load_model
+    from verinfer.errors import VerinferError
+    from verinfer.operator.app import create_app
+
+    try:
+        loaded = load_model(_model_path(model))
+    except VerinferError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        raise typer.Exit(2) from e
+    engine = Engine(loaded, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
+                    max_context=max_context)
+    served_name = name or _default_name(loaded.name)
+    typer.echo(f"serving {served_name} ({loaded.model_id[:18]}…) on http://{host}:{port}/v1 "
+               f"[{engine.fingerprint.system_fingerprint}]", err=True)
+    try:
+        uvicorn.run(create_app(engine, served_name), host=host, port=port, log_level="warning")
+    finally:
+        engine.close()
+
+
+def _default_name(model_name: str) -> str:
+    return model_name.lower().replace(" ", "-")
+
+
+@app.command()
+def demo(
+    model: ModelOpt = None,
+    prompt: Annotated[str, typer.Option()] = "Write one sentence about the sea.",
+    max_tokens: Annotated[int, typer.Option()] = 32,
+    port: Annotated[int, typer.Option(help="0 = pick a free port")] = 0,
+) -> None:
+    """The main job: start `verinfer serve` on the embedded model and complete one request
+    with the official openai SDK."""
+    from openai import OpenAI
+
+    port = port or _free_port()
+    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port), "--name", "default"]
+    if model:
+        cmd += ["--model", model]
+    server = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        _wait_ready(client, server)
+        t0 = time.perf_counter()
+        r = client.chat.completions.create(
+            model="default", messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens, temperature=0.0)
+        dt = time.perf_counter() - t0
+        extra = r.model_extra or {}
+        ev = extra.get("verinfer", {})
+        typer.echo(f"prompt:  {prompt}")
+        typer.echo(f"answer:  {r.choices[0].message.content!r}")
+        typer.echo(f"finish:  {r.choices[0].finish_reason}; usage: {r.usage}; {dt:.2f}s")
+        typer.echo(f"system_fingerprint: {r.system_fingerprint}")
+        typer.echo(f"model_id: {ev.get('model_id')}  logit_digest: {ev.get('logit_digest')}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(client: object, server: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    import httpx
+
+    base = str(client.base_url).rstrip("/").removesuffix("/v1")  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise typer.Exit(f"server exited with code {server.returncode}")  # type: ignore[arg-type]
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("server did not become ready")
+
+
+@app.command("tiny-model")
+def tiny_model(out: Path, seed: Annotated[int, typer.Option()] = 0) -> None:
+    """Write the tiny seeded-random Llama test model as a GGUF file."""
+    from verinfer.engine.tiny import write_tiny_llama
+
+    typer.echo(str(write_tiny_llama(out, seed)))
+
+
+@bench_app.command("engine")
+def bench_engine() -> None:
+    """Run bench/engine.py (Gemma 3 270M vs HF transformers)."""
+    script = Path("bench/engine.py")
+    if not script.exists():
+        typer.echo("run from the repository root: bench/engine.py not found", err=True)
+        raise typer.Exit(2)
+    sys.argv = [str(script)]
+    runpy.run_path(str(script), run_name="__main__")
+
+
+if __name__ == "__main__":
+    app()

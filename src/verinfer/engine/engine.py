@@ -1,0 +1,278 @@
+"""The engine: a continuous-batching scheduler over a batch-invariant model, plus replay.
+
+Requests join and leave between steps. Each step packs one decode token for every running
+sequence and then prefill chunks of waiting prompts into one flat batch. Because every kernel
+is batch invariant, how prompts are chunked and what shares a step never changes a bit.
+
+Replay runs prompt + claimed output through one forward pass and recomputes, for every
+generated step, the logits digest and the token the decode policy chooses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from verinfer.engine.fingerprint import EngineFingerprint, engine_fingerprint
+from verinfer.engine.loader import LoadedModel, load_model
+from verinfer.engine.models.common import Batch, KVCache, Segment
+from verinfer.engine.models.gemma3 import Gemma3
+from verinfer.engine.models.llama import Llama
+from verinfer.engine.ops import KernelMode, make_ops
+from verinfer.engine.sampling import SamplingParams, sample
+from verinfer.errors import ContextLengthExceededError, InvalidRequestError
+
+FinishReason = Literal["stop", "length"]
+DIGEST_DOMAIN = b"verinfer/logits/v1"
+
+
+def step_digest(logits_row: torch.Tensor) -> bytes:
+    """sha256 over the raw little-endian float32 logits of one step."""
+    return hashlib.sha256(logits_row.contiguous().numpy().tobytes()).digest()
+
+
+def roll_digest(steps: Sequence[bytes]) -> str:
+    return "0x" + hashlib.sha256(DIGEST_DOMAIN + b"".join(steps)).hexdigest()
+
+
+@dataclass
+class GenerationResult:
+    prompt_ids: list[int]
+    token_ids: list[int]  # every sampled token, including a final EOS
+    text: str  # decoded output, cut before any stop string, without special tokens
+    finish_reason: FinishReason
+    step_digests: list[bytes]
+    seed: int
+
+    @property
+    def logit_digest(self) -> str:
+        return roll_digest(self.step_digests)
+
+
+@dataclass
+class ReplayResult:
+    policy_ids: list[int]  # the tokens the decode policy chooses, up to where it stops
+    step_digests: list[bytes]  # for every claimed step that was checked
+    finish_reason: FinishReason | None
+    matches: bool  # the claim is exactly what the policy produces
+    first_mismatch: int | None
+
+    @property
+    def logit_digest(self) -> str:
+        return roll_digest(self.step_digests)
+
+
+@dataclass
+class _Seq:
+    prompt: list[int]
+    params: SamplingParams
+    future: Future[GenerationResult]
+    cache: KVCache
+    prefilled: int = 0
+    generated: list[int] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+    text: str = ""
+    finish: FinishReason | None = None
+
+
+class Engine:
+    """Thread-safe: ``submit`` from any thread; one worker thread runs the model."""
+
+    def __init__(self, model: LoadedModel, kernels: KernelMode = "invariant", *,
+                 max_seqs: int = 16, max_batch_tokens: int = 256,
+                 max_context: int | None = None) -> None:
+        self.loaded = model
+        self.config = model.config
+        self.tokenizer = model.tokenizer
+        self.kernel_mode: KernelMode = kernels
+        self.ops = make_ops(kernels)
+        family = {"gemma3": Gemma3, "llama": Llama}[model.config.arch]
+        self.model = family(model.config, model.weights, self.ops)
+        self.max_context = min(max_context or model.config.context_length,
+                               model.config.context_length)
+        self.max_seqs, self.max_batch_tokens = max_seqs, max_batch_tokens
+        isa = "none"
+        if kernels == "invariant":
+            from verinfer.engine import kernels as k
+
+            isa = k.isa()
+        self.fingerprint: EngineFingerprint = engine_fingerprint(kernels, isa)
+        self._lock = threading.Lock()  # one forward pass at a time
+        self._cv = threading.Condition()
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []
+        self._closed = False
+        self._worker = threading.Thread(target=self._loop, name="verinfer-engine", daemon=True)
+        self._worker.start()
+
+    @classmethod
+    def from_path(cls, path: str | Path, kernels: KernelMode = "invariant",
+                  **kw: int) -> Engine:
+        return cls(load_model(path), kernels, **kw)
+
+    @property
+    def model_id(self) -> str:
+        return self.loaded.model_id
+
+    # ---- requests ---------------------------------------------------------------------------
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        params.validate()
+        if not prompt_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        vocab = self.config.vocab_size
+        bad = [t for t in prompt_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequestError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})",
+                                      param="prompt")
+        need = len(prompt_ids) + params.max_tokens
+        if need > self.max_context:
+            raise ContextLengthExceededError(
+                f"this model's maximum context length is {self.max_context} tokens; the prompt "
+                f"has {len(prompt_ids)} and max_tokens asks for {params.max_tokens} more",
+                param="max_tokens" if len(prompt_ids) < self.max_context else "messages")
+
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams) -> Future[GenerationResult]:
+        self.check_request(prompt_ids, params)
+        fut: Future[GenerationResult] = Future()
+        cfg = self.config
+        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
+                        len(prompt_ids) + params.max_tokens)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self._waiting.append(_Seq(list(prompt_ids), params, fut, cache))
+            self._cv.notify()
+        return fut
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        return self.submit(prompt_ids, params).result()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._worker.join(timeout=30)
+
+    # ---- scheduler --------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and not self._waiting and not self._running:
+                    self._cv.wait()
+                if self._closed:
+                    break
+                while self._waiting and len(self._running) < self.max_seqs:
+                    self._running.append(self._waiting.popleft())
+                running = list(self._running)
+            try:
+                self._step(running)
+            except BaseException as e:  # fail the requests in flight, keep serving others
+                for s in running:
+                    if not s.future.done():
+                        s.future.set_exception(e)
+                    s.finish = s.finish or "stop"
+            with self._cv:
+                self._running = [s for s in self._running if s.finish is None]
+        for s in itertools.chain(self._running, self._waiting):
+            if not s.future.done():
+                s.future.set_exception(RuntimeError("engine closed"))
+
+    def _step(self, running: list[_Seq]) -> None:
+        toks: list[int] = []
+        segs: list[Segment] = []
+        caches: list[KVCache] = []
+        rows: list[int] = []
+        owners: list[_Seq] = []
+        budget = self.max_batch_tokens
+        for s in running:  # decode tokens first: they keep latency flat for running requests
+            if s.prefilled == len(s.prompt):
+                pos = len(s.prompt) + len(s.generated) - 1
+                segs.append(Segment(len(caches), pos, 1))
+                caches.append(s.cache)
+                toks.append(s.generated[-1])
+                rows.append(len(toks) - 1)
+                owners.append(s)
+                budget -= 1
+        for s in running:  # then prefill chunks, as many as the token budget allows
+            if s.prefilled < len(s.prompt) and budget > 0:
+                n = min(budget, len(s.prompt) - s.prefilled)
+                segs.append(Segment(len(caches), s.prefilled, n))
+                caches.append(s.cache)
+                toks.extend(s.prompt[s.prefilled:s.prefilled + n])
+                s.prefilled += n
+                budget -= n
+                if s.prefilled == len(s.prompt):
+                    rows.append(len(toks) - 1)
+                    owners.append(s)
+        batch = Batch(torch.tensor(toks, dtype=torch.int64), segs, caches,
+                      torch.tensor(rows, dtype=torch.int64))
+        with self._lock:
+            logits = self.model.forward(batch)
+        for i, s in enumerate(owners):
+            self._advance(s, logits[i])
+
+    def _advance(self, s: _Seq, row: torch.Tensor) -> None:
+        position = len(s.prompt) + len(s.generated)
+        tok = sample(row.numpy(), s.params, position)
+        s.digests.append(step_digest(row))
+        s.generated.append(tok)
+        s.finish, s.text = self._finish(s.generated, s.params)
+        if s.finish is not None:
+            s.future.set_result(GenerationResult(s.prompt, list(s.generated), s.text, s.finish,
+                                                 list(s.digests), s.params.seed))
+
+    def _finish(self, generated: list[int], params: SamplingParams
+                ) -> tuple[FinishReason | None, str]:
+        """Stop rule shared by decode and replay: EOS/EOT, a stop string, or max_tokens."""
+        ended = not params.ignore_eos and generated[-1] in self.tokenizer.spec.eot_ids
+        text = self.tokenizer.decode(generated[:-1] if ended else generated)
+        for stop in params.stop:
+            cut = text.find(stop)
+            if cut >= 0:
+                return "stop", text[:cut]
+        if ended:
+            return "stop", text
+        return ("length" if len(generated) >= params.max_tokens else None), text
+
+    # ---- replay -----------------------------------------------------------------------------
+    def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
+               params: SamplingParams) -> ReplayResult:
+        """One forward pass over prompt + claimed output; checks every step of the claim."""
+        if not claimed_ids:
+            raise InvalidRequestError("nothing to replay: the claimed output is empty")
+        self.check_request(prompt_ids, params)
+        if len(claimed_ids) > params.max_tokens:
+            raise InvalidRequestError("the claim is longer than max_tokens", param="max_tokens")
+        p, n = len(prompt_ids), len(claimed_ids)
+        cfg = self.config
+        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, p + n)
+        ids = list(prompt_ids) + list(claimed_ids[:-1])
+        batch = Batch(torch.tensor(ids, dtype=torch.int64), [Segment(0, 0, len(ids))], [cache],
+                      torch.arange(p - 1, p + n - 1, dtype=torch.int64))
+        with self._lock:
+            logits = self.model.forward(batch)
+        chosen: list[int] = []
+        digests: list[bytes] = []
+        finish: FinishReason | None = None
+        for i in range(n):
+            digests.append(step_digest(logits[i]))
+            chosen.append(sample(logits[i].numpy(), params, p + i))
+            finish, _ = self._finish(chosen, params)
+            if chosen[i] != claimed_ids[i] or finish is not None:
+                break
+        mismatch = next((i for i, (a, b) in enumerate(zip(chosen, claimed_ids, strict=False))
+                         if a != b), None)
+        if mismatch is None and len(chosen) != n:
+            mismatch = len(chosen)  # the policy stops earlier than the claim
+        if mismatch is None and finish is None:
+            mismatch = n  # the claim stops where the policy would go on
+        return ReplayResult(chosen, digests, finish, mismatch is None, mismatch)

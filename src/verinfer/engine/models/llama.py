@@ -1,0 +1,74 @@
+"""Llama family (Llama 2/3, Mistral-style GQA, no biases) in one file.
+
+GGUF llama weights store q/k permuted for rotating adjacent pairs (``rope_interleaved``);
+HF safetensors keep the half layout. Untied models carry ``output.weight``.
+
+Per layer (x: [T, dim]):
+    x = x + o_proj(attn(rope(q(norm(x))), rope(k(norm(x))), v(norm(x))))
+    x = x + down(silu(gate(norm(x))) * up(norm(x)))
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verinfer.engine.config import ModelConfig
+from verinfer.engine.loader import Weights
+from verinfer.engine.models.common import Batch, RopeTable, rope_half, rope_interleaved
+from verinfer.engine.ops import Matrix, Ops
+
+
+class Llama:
+    def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
+        self.cfg, self.ops = cfg, ops
+
+        def mat(name: str) -> Matrix:
+            return Matrix(weights.f32.get(name), weights.q8_0.get(name))
+
+        self.embed = mat("token_embd.weight")  # [V, dim]
+        has_head = "output.weight" in weights.f32 or "output.weight" in weights.q8_0
+        self.head = mat("output.weight") if has_head else self.embed  # [V, dim]
+        self.out_norm = weights["output_norm.weight"]
+        self.layers = []
+        for i in range(cfg.n_layers):
+            p = f"blk.{i}."
+            self.layers.append({
+                "attn_norm": weights[p + "attn_norm.weight"],
+                "q": mat(p + "attn_q.weight"),  # [H*D, dim]
+                "k": mat(p + "attn_k.weight"),  # [KV*D, dim]
+                "v": mat(p + "attn_v.weight"),  # [KV*D, dim]
+                "o": mat(p + "attn_output.weight"),  # [dim, H*D]
+                "ffn_norm": weights[p + "ffn_norm.weight"],
+                "gate": mat(p + "ffn_gate.weight"),  # [F, dim]
+                "up": mat(p + "ffn_up.weight"),  # [F, dim]
+                "down": mat(p + "ffn_down.weight"),  # [dim, F]
+            })
+        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
+        self.rotate = rope_interleaved if cfg.rope_interleaved else rope_half
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows."""
+        cfg, ops = self.cfg, self.ops
+        T, H, KV, D = batch.tokens.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        seq, pos = batch.seq, batch.pos
+        cos, sin = self.rope.get(pos)
+        x = self.embed.rows(batch.tokens)  # [T, dim]
+        for i, L in enumerate(self.layers):
+            h = ops.rmsnorm(x, L["attn_norm"], cfg.norm_eps)
+            q = self.rotate(ops.linear(h, L["q"]).view(T, H, D), cos, sin)
+            k = self.rotate(ops.linear(h, L["k"]).view(T, KV, D), cos, sin)
+            v = ops.linear(h, L["v"]).view(T, KV, D)
+            row = 0
+            for s in batch.segments:
+                batch.caches[s.slot].write(i, s.start, k[row:row + s.length],
+                                           v[row:row + s.length])
+                row += s.length
+            a = ops.attention(q.contiguous(), [c.k[i] for c in batch.caches],
+                              [c.v[i] for c in batch.caches], seq, pos, 0, cfg.attn_scale)
+            x = x + ops.linear(a.view(T, H * D), L["o"])
+            h = ops.rmsnorm(x, L["ffn_norm"], cfg.norm_eps)
+            m = ops.silu_mul(ops.linear(h, L["gate"]), ops.linear(h, L["up"]))
+            x = x + ops.linear(m, L["down"])
+        x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
+        return ops.linear(x, self.head)  # [R, V]

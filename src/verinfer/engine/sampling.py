@@ -1,0 +1,111 @@
+"""Decode policy: greedy or seeded sampling with a counter-based PRNG.
+
+The random number for the token at absolute position ``p`` is a pure function of
+``(seed, p)`` — there is no RNG stream to share, so a token's draw never depends on which other
+requests ran, on the order of steps, or on whether it is being replayed.
+
+Pipeline (fixed): temperature → top-k → top-p → draw.
+- ``temperature == 0``: argmax, first index on ties.
+- scaled logits ``z = logit / temperature`` in float64.
+- top-k keeps the k largest ``z`` (ties: lower token id first).
+- top-p keeps the shortest prefix of the survivors, ordered by probability (ties: lower id),
+  whose mass reaches ``top_p`` of the survivors' mass (at least one token).
+- draw: walk the kept tokens in token-id order, return the first whose running mass exceeds
+  ``u * kept_mass``, with ``u`` = uniform(seed, p) in [0, 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from verinfer.errors import InvalidRequestError
+
+PRNG_DOMAIN = b"verinfer/sampling/v1"
+MAX_SEED = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = no limit
+    top_p: float = 1.0
+    stop: tuple[str, ...] = field(default_factory=tuple)
+    seed: int = 0
+    ignore_eos: bool = False
+
+    def validate(self) -> SamplingParams:
+        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise InvalidRequestError(
+                f"max_tokens must be a positive integer, got {self.max_tokens!r}",
+                param="max_tokens")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise InvalidRequestError(
+                f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature")
+        if self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k!r}", param="top_k")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}",
+                                      param="top_p")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InvalidRequestError(f"seed must be in [0, 2^64), got {self.seed!r}",
+                                      param="seed")
+        if len(self.stop) > 4 or any(not s for s in self.stop):
+            raise InvalidRequestError("stop takes up to 4 non-empty strings", param="stop")
+        return self
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def uniform(seed: int, position: int) -> float:
+    """Counter-based PRNG: a uniform double in [0, 1) from (seed, absolute position)."""
+    msg = PRNG_DOMAIN + seed.to_bytes(8, "big") + position.to_bytes(8, "big")
+    word = int.from_bytes(hashlib.blake2b(msg, digest_size=8).digest(), "big")
+    return (word >> 11) * (1.0 / (1 << 53))
+
+
+def derive_seed(req_hash: bytes) -> int:
+    """Seed for a request that gave none: the first 8 bytes of its request hash."""
+    return int.from_bytes(hashlib.sha256(b"verinfer/seed/v1" + req_hash).digest()[:8], "big")
+
+
+def _desc_order(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` sorted descending, ties by ascending id (ids ascending on input)."""
+    return np.argsort(-values, kind="stable")
+
+
+def _top_k_ids(z: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest entries (ties: lower id), in ascending id order."""
+    if k >= z.shape[0]:
+        return np.arange(z.shape[0])
+    kth = np.partition(z, z.shape[0] - k)[z.shape[0] - k]  # the k-th largest value
+    above = np.flatnonzero(z > kth)
+    ties = np.flatnonzero(z == kth)[: k - above.shape[0]]
+    return np.sort(np.concatenate([above, ties]))
+
+
+def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
+    """Choose the token at ``position`` from one row of float32 logits."""
+    if params.greedy:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / params.temperature
+    ids = np.arange(z.shape[0])
+    if params.top_k:
+        ids = _top_k_ids(z, params.top_k)
+        z = z[ids]
+    p = np.exp(z - z.max())
+    if params.top_p < 1.0:
+        order = _desc_order(p, ids)
+        csum = np.cumsum(p[order])
+        n_keep = int(np.searchsorted(csum, params.top_p * csum[-1], side="left")) + 1
+        keep = np.sort(order[: min(n_keep, order.shape[0])])
+        ids, p = ids[keep], p[keep]
+    csum = np.cumsum(p)
+    u = uniform(params.seed, position)
+    j = int(np.searchsorted(csum, u * csum[-1], side="right"))
+    return int(ids[min(j, ids.shape[0] - 1)])

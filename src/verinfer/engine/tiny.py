@@ -1,0 +1,94 @@
+"""A tiny Llama-family model with seeded random weights, written as a real GGUF file.
+
+Tests (and `verinfer tiny-model`) write it so that the real loading path — GGUF parsing,
+dequantization, tokenizer from metadata — runs everywhere without any download. Different
+seeds give different models with the same shapes and tokenizer (a "wrong model" for audits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verinfer.engine.tokenizer import tiny_spm_vocab
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    ffn_dim: int = 128
+    context_length: int = 2048
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+    weight_std: float = 0.08  # large enough that logits are far from uniform
+
+
+def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec()) -> Path:
+    """Write the tiny model to ``path`` (a .gguf file) and return the path."""
+    import gguf
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tok = tiny_spm_vocab()
+    tokens = list(tok["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
+    vocab = len(tokens)
+    rng = np.random.default_rng(seed)
+    head_dim = spec.dim // spec.n_heads
+
+    def rand(*shape: int, std: float = spec.weight_std) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def norm_w(n: int) -> np.ndarray:
+        return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
+
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_name(f"verinfer-tiny-llama-seed{seed}")
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(spec.dim)
+    w.add_block_count(spec.n_layers)
+    w.add_feed_forward_length(spec.ffn_dim)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_layer_norm_rms_eps(spec.norm_eps)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_rope_dimension_count(head_dim)
+    w.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
+    w.add_token_list(tokens)
+    w.add_token_scores(list(tok["tokenizer.ggml.scores"]))  # type: ignore[call-overload]
+    w.add_token_types(list(tok["tokenizer.ggml.token_type"]))  # type: ignore[call-overload]
+    w.add_bos_token_id(int(tok["tokenizer.ggml.bos_token_id"]))  # type: ignore[call-overload]
+    w.add_eos_token_id(int(tok["tokenizer.ggml.eos_token_id"]))  # type: ignore[call-overload]
+    w.add_unk_token_id(int(tok["tokenizer.ggml.unknown_token_id"]))  # type: ignore[call-overload]
+    w.add_pad_token_id(int(tok["tokenizer.ggml.padding_token_id"]))  # type: ignore[call-overload]
+    w.add_add_bos_token(bool(tok["tokenizer.ggml.add_bos_token"]))
+    w.add_add_space_prefix(bool(tok.get("tokenizer.ggml.add_space_prefix", False)))
+
+    def q8(name: str, arr: np.ndarray) -> None:
+        # Stored as Q8_0 exactly as llama.cpp would, so the quantized path is exercised.
+        w.add_tensor(name, gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0),
+                     raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+
+    q8("token_embd.weight", rand(vocab, spec.dim, std=1.0))
+    w.add_tensor("output_norm.weight", norm_w(spec.dim))
+    w.add_tensor("output.weight", rand(vocab, spec.dim, std=0.3))
+    for i in range(spec.n_layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm_w(spec.dim))
+        w.add_tensor(p + "attn_q.weight", rand(spec.n_heads * head_dim, spec.dim, std=0.3))
+        w.add_tensor(p + "attn_k.weight", rand(spec.n_kv_heads * head_dim, spec.dim, std=0.3))
+        q8(p + "attn_v.weight", rand(spec.n_kv_heads * head_dim, spec.dim))
+        w.add_tensor(p + "attn_output.weight", rand(spec.dim, spec.n_heads * head_dim))
+        w.add_tensor(p + "ffn_norm.weight", norm_w(spec.dim))
+        w.add_tensor(p + "ffn_gate.weight", rand(spec.ffn_dim, spec.dim))
+        w.add_tensor(p + "ffn_up.weight", rand(spec.ffn_dim, spec.dim))
+        w.add_tensor(p + "ffn_down.weight", rand(spec.dim, spec.ffn_dim))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out

@@ -1,0 +1,1 @@
+"""The operator: an OpenAI-compatible API over the deterministic engine."""

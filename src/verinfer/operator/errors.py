@@ -1,0 +1,49 @@
+"""The one place where exceptions become HTTP responses in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from verinfer.errors import VerinferError
+from verinfer.operator.protocol import ErrorBody, ErrorResponse
+
+log = logging.getLogger(__name__)
+
+
+def error_response(status: int, message: str, type_: str, param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(message=message, type=type_, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(VerinferError)
+    async def _verinfer(_: Request, e: VerinferError) -> JSONResponse:
+        if e.status_code >= 500:
+            log.error("server error: %s", e.message)
+        return error_response(e.status_code, e.message, e.error_type, e.param, e.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        if first.get("type") == "json_invalid":
+            return error_response(400, "request body is not valid JSON", "invalid_request_error")
+        param = ".".join(loc) or None
+        msg = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
+        return error_response(400, msg, "invalid_request_error", param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        kind = "invalid_request_error" if e.status_code < 500 else "server_error"
+        return error_response(e.status_code, str(e.detail), kind)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, e: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return error_response(500, "internal server error", "server_error")

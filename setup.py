@@ -12,7 +12,15 @@ setup(
         CppExtension(
             name="verinfer._kernels",
             sources=["csrc/verinfer_kernels.cpp"],
-            extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math", "-std=c++17"],
+            # -fopenmp: at::parallel_for is an inline OpenMP region in ATen's headers; without it
+            # the kernels silently run on one thread. GOMP symbols resolve to torch's libgomp.
+            extra_compile_args=[
+                "-O3",
+                "-ffp-contract=off",
+                "-fno-fast-math",
+                "-std=c++17",
+                "-fopenmp",
+            ],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

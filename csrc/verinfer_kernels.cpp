@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace vi {
@@ -44,8 +45,12 @@ struct Kern {
   void (*dequant_q8)(const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* out);
   float (*dot)(const float* a, const float* b, int64_t K);                   // dot16
   void (*scale_mul)(const float* x, float r, const float* w, float* y, int64_t n);  // (x*r)*w
-  void (*axpy)(float p, const float* v, float* out, int64_t n);  // out = fmaf(p, v, out)
+  // out[d] = sum_j p[j] * v[j, d] for j < n in increasing j: a = fmaf(p[j], v[j*D + d], a), a0 = 0
+  void (*attn_pv)(const float* p, const float* v, int64_t n, int64_t D, float* out);
 };
+
+// Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
+constexpr int64_t kKBlock = 512, kKBlockAbove = 1536;  // measured: K=1024 is faster unblocked
 
 static inline uint16_t load_u16(const uint8_t* p) {
   uint16_t h;
@@ -55,6 +60,8 @@ static inline uint16_t load_u16(const uint8_t* p) {
 
 }  // namespace vi
 
+// Tiles must be fully unrolled or their accumulators spill to the stack.
+#define VI_UNROLL _Pragma("GCC unroll 32")
 #define VI_BODY
 // ------------------------------------------------------------------ AVX-512 (one __m512 / acc)
 #pragma GCC push_options
@@ -69,16 +76,16 @@ struct V {
   static V fma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   static V mul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
   static float h2f(uint16_t h) { return _cvtsh_ss(h); }
-  static V q8(const int8_t* q, float d) {  // float(q) * d, 16 weights
+  static V q8(const int8_t* q, V d) {  // float(q) * d, 16 weights
     __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-    return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(d))};
+    return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d.v)};
   }
 };
-// Fold n <= 16 accumulators at once with the dot16 tree, transposed across registers (same
-// additions as folding each one alone, ~3x fewer instructions). out[i] = fold(acc[i]).
-static inline void reduce(const V* acc, int n, float* out) {
+// Fold 16 accumulators at once with the dot16 tree, transposed across registers (the same
+// additions as folding each one alone, ~3x fewer instructions). out[i] = fold(acc[i]), i < n.
+static inline __attribute__((always_inline)) void reduce16(const V* acc, int n, float* out) {
   __m512 r[16], c[8], e[4], g[2];
-  for (int i = 0; i < 16; ++i) r[i] = i < n ? acc[i].v : _mm512_setzero_ps();
+  VI_UNROLL for (int i = 0; i < 16; ++i) r[i] = i < n ? acc[i].v : _mm512_setzero_ps();
   for (int i = 0; i < 8; ++i)  // s=8: chunks [A.lo8+A.hi8 | B.lo8+B.hi8]
     c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x44),
                          _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xEE));
@@ -94,8 +101,15 @@ static inline void reduce(const V* acc, int n, float* out) {
   const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, s));
 }
-// Tile shapes: rows x weight columns of accumulators (<= 16 accumulators of 32 zmm registers).
-constexpr int kNR[5] = {0, 16, 8, 4, 4};
+static inline __attribute__((always_inline)) void reduce(const V* acc, int n, float* out) {
+  for (int i = 0; i < n; i += 16) reduce16(acc + i, n - i < 16 ? n - i : 16, out + i);
+}
+// Tile shapes (32 zmm registers): kMR rows x kNR[rows] weight columns of accumulators, plus the
+// rows' x vectors and one weight vector in registers. Q8_0 tiles keep 2 x vectors per row.
+constexpr int kMR = 6;
+constexpr int kNR[7] = {0, 16, 8, 8, 4, 4, 4};
+constexpr int kNRq[5] = {0, 16, 8, 4, 4};
+constexpr int kPV = 16;  // attention: 16 zmm of output (D = 256) stay in registers
 #include "verinfer_kernels.cpp"
 }  // namespace vi::avx512
 #pragma GCC pop_options
@@ -115,15 +129,14 @@ struct V {
   }
   static V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
   static float h2f(uint16_t h) { return _cvtsh_ss(h); }
-  static V q8(const int8_t* q, float d) {
-    __m256 dv = _mm256_set1_ps(d);
+  static V q8(const int8_t* q, V d) {
     __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
     __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8));
-    return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0)), dv),
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1)), dv)};
+    return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0)), d.lo),
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1)), d.hi)};
   }
 };
-static inline void reduce(const V* acc, int n, float* out) {
+static inline __attribute__((always_inline)) void reduce(const V* acc, int n, float* out) {
   for (int i = 0; i < n; ++i) {
     __m256 t = _mm256_add_ps(acc[i].lo, acc[i].hi);                                    // s=8
     __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // s=4
@@ -131,7 +144,10 @@ static inline void reduce(const V* acc, int n, float* out) {
     out[i] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));                       // s=1
   }
 }
-constexpr int kNR[5] = {0, 4, 2, 1, 1};  // 16 ymm registers: at most ~6 ymm pairs of accs
+constexpr int kMR = 2;  // 16 ymm registers: at most 4 accumulators (8 ymm) per tile
+constexpr int kNR[7] = {0, 4, 2, 1, 1, 1, 1};
+constexpr int kNRq[5] = {0, 4, 2, 1, 1};
+constexpr int kPV = 4;
 #include "verinfer_kernels.cpp"
 }  // namespace vi::avx2
 #pragma GCC pop_options
@@ -163,9 +179,9 @@ struct V {
     return r;
   }
   static float h2f(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
-  static V q8(const int8_t* q, float d) {
+  static V q8(const int8_t* q, const V& d) {
     V r;
-    for (int i = 0; i < 16; ++i) r.l[i] = static_cast<float>(q[i]) * d;
+    for (int i = 0; i < 16; ++i) r.l[i] = static_cast<float>(q[i]) * d.l[i];
     return r;
   }
 };
@@ -178,7 +194,10 @@ static inline void reduce(const V* acc, int n, float* out) {
     out[i] = t[0];
   }
 }
-constexpr int kNR[5] = {0, 1, 1, 1, 1};
+constexpr int kMR = 4;
+constexpr int kNR[7] = {0, 1, 1, 1, 1, 1, 1};
+constexpr int kNRq[5] = {0, 1, 1, 1, 1};
+constexpr int kPV = 1;
 #include "verinfer_kernels.cpp"
 }  // namespace vi::scalar
 #undef VI_BODY
@@ -228,11 +247,15 @@ static void check_f32(const at::Tensor& t, const char* name, int64_t dim) {
 }
 
 constexpr int64_t kColTile = 16;  // multiple of every kNR, so chunk edges never split a tile
-constexpr int64_t kRowChunk = 64;
+constexpr int64_t kRowChunk = 48;  // a multiple of every ISA's row group (6, 4, 2)
 
 // Large M: tasks are (weight panel, row chunk) pairs, panel-major; a panel of ~256 KiB of fp32
-// weight rows stays in L2 while 4-row groups of x stream past it.
-static int64_t panel_rows(int64_t K) { return std::max<int64_t>(kColTile, (65536 / K) / kColTile * kColTile); }
+// weight rows stays in L2 while row groups of x stream past it.
+static int64_t panel_rows(int64_t K) {
+  // ~256 KiB of weights per panel; with K-blocking, 64 rows (a 128 KiB slice; measured best).
+  const int64_t rows = K > kKBlockAbove ? 64 : 65536 / K;
+  return std::max<int64_t>(kColTile, rows / kColTile * kColTile);
+}
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w) {
   check_f32(x, "x", 2), check_f32(w, "w", 2);
@@ -339,7 +362,7 @@ at::Tensor gelu_tanh_mul(const at::Tensor& gate, const at::Tensor& up) {
   const float* g = gate.data_ptr<float>();
   const float* u = up.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, gate.numel(), 4096, [&](int64_t b, int64_t e) {
+  at::parallel_for(0, gate.numel(), 1024, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const float v = g[i];
       const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
@@ -390,9 +413,8 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
       for (int64_t j = 0; j < n; ++j) sc[j] = sc[j] * fscale, mx = sc[j] > mx ? sc[j] : mx;
       float den = 0.0f;
       for (int64_t j = 0; j < n; ++j) sc[j] = std::exp(sc[j] - mx), den = den + sc[j];
-      float* o = op + i * D;
-      std::fill(o, o + D, 0.0f);
-      for (int64_t j = 0; j < n; ++j) kn.axpy(sc[j] / den, vb + j * D, o, D);
+      for (int64_t j = 0; j < n; ++j) sc[j] = sc[j] / den;
+      kn.attn_pv(sc.data(), vb, n, D, op + i * D);
     }
   });
   return out;
@@ -436,86 +458,173 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #else  // VI_BODY ------------------------------------------------- ISA-generic kernels
 // Compiled once per ISA namespace above; V, reduce() and kNR come from that namespace.
 
-struct WF32 {  // fp32 weight rows
-  const float* w;
-  int64_t ld;
-  V load(int64_t n, int64_t k) const { return V::load(w + n * ld + k); }
-  float at(int64_t n, int64_t k) const { return w[n * ld + k]; }
-};
-struct WQ8 {  // Q8_0 rows: per 32 weights an fp16 scale then 32 int8; W = float(d) * float(q)
-  const uint8_t* w;
-  int64_t ld;
-  V load(int64_t n, int64_t k) const {
-    const uint8_t* b = w + n * ld + (k >> 5) * 34;
-    return V::q8(reinterpret_cast<const int8_t*>(b + 2 + (k & 16)), V::h2f(load_u16(b)));
-  }
-  float at(int64_t n, int64_t k) const {
-    const uint8_t* b = w + n * ld + (k >> 5) * 34;
-    return static_cast<float>(static_cast<int8_t>(b[2 + (k & 31)])) * V::h2f(load_u16(b));
-  }
-};
-
-// MR x NR outputs, one 16-lane accumulator each: y[m, n] = dot16(x[m], w[n], K).
-template <int MR, int NR, class W>
-static inline void tile(const float* x, int64_t ldx, const W& w, int64_t n0, int64_t K, float* y, int64_t ldy) {
+// MR x NR outputs, one 16-lane accumulator each: y[m, n] = dot16(x[m], w[n], K), w row stride ldw.
+// K-blocking (large M only) runs k in [k0, k1): a block that does not finish K parks its lane
+// accumulators in `carry` and the next block resumes them, so every lane still sees the same
+// fmaf sequence as one pass. PF: prefetch the next tile's rows (GEMV paths stream weights once).
+template <int MR, int NR, bool PF = false>
+static inline void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t K, float* y, int64_t ldy,
+                        int64_t k0 = 0, int64_t k1 = INT64_MAX, float* carry = nullptr, bool pf = false,
+                        int64_t xoff = 0) {  // x holds columns xoff.. (a packed slice)
   V acc[MR * NR];
-  for (int i = 0; i < MR * NR; ++i) acc[i] = V::zero();
-  const int64_t K16 = K & ~int64_t{15};
-  for (int64_t k = 0; k < K16; k += 16) {
+  VI_UNROLL
+  for (int i = 0; i < MR * NR; ++i) acc[i] = k0 == 0 ? V::zero() : V::load(carry + 16 * i);
+  const int64_t K16 = K & ~int64_t{15}, kend = std::min(k1, K16);
+  for (int64_t k = k0; k < kend; k += 16) {
     V xv[MR];
-    for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + k);
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m) xv[m] = V::load(x + m * ldx + (k - xoff));
+    VI_UNROLL
     for (int n = 0; n < NR; ++n) {
-      const V wv = w.load(n0 + n, k);
+      if (PF && pf) __builtin_prefetch(w + (n + NR) * ldw + k + 64, 0, 2);
+      const V wv = V::load(w + n * ldw + k);
+      VI_UNROLL
       for (int m = 0; m < MR; ++m) acc[m * NR + n] = V::fma(xv[m], wv, acc[m * NR + n]);
+    }
+  }
+  if (k1 < K) {
+    VI_UNROLL
+    for (int i = 0; i < MR * NR; ++i) V::store(carry + 16 * i, acc[i]);
+    return;
+  }
+  float r[MR * NR > 16 ? MR * NR : 16];
+  reduce(acc, MR * NR, r);
+  VI_UNROLL
+  for (int m = 0; m < MR; ++m)
+    VI_UNROLL
+    for (int n = 0; n < NR; ++n) {
+      float a = r[m * NR + n];
+      for (int64_t k = K16; k < K; ++k) a = std::fma(x[m * ldx + (k - xoff)], w[n * ldw + k], a);
+      y[m * ldy + n] = a;
+    }
+}
+
+// The same for Q8_0 weight rows (K % 32 == 0, so no tail): per 32-weight block an fp16 scale d
+// then 32 int8 q; each weight is float(q) * d (exact), then FMA'd exactly like the fp32 tile.
+template <int MR, int NR>
+static inline void tile_q8(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, int64_t K, float* y,
+                           int64_t ldy, bool pf) {
+  V acc[MR * NR];
+  VI_UNROLL
+  for (int i = 0; i < MR * NR; ++i) acc[i] = V::zero();
+  for (int64_t k = 0; k < K; k += 32, w += 34) {
+    V x0[MR], x1[MR];
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m) x0[m] = V::load(x + m * ldx + k), x1[m] = V::load(x + m * ldx + k + 16);
+    VI_UNROLL
+    for (int n = 0; n < NR; ++n) {
+      const uint8_t* b = w + n * ldw;
+      if (pf) __builtin_prefetch(b + NR * ldw + 256, 0, 2);
+      const V d = V::set1(V::h2f(load_u16(b)));
+      const V w0 = V::q8(reinterpret_cast<const int8_t*>(b + 2), d);
+      const V w1 = V::q8(reinterpret_cast<const int8_t*>(b + 18), d);
+      VI_UNROLL
+      for (int m = 0; m < MR; ++m) acc[m * NR + n] = V::fma(x0[m], w0, acc[m * NR + n]);
+      VI_UNROLL
+      for (int m = 0; m < MR; ++m) acc[m * NR + n] = V::fma(x1[m], w1, acc[m * NR + n]);
     }
   }
   float r[MR * NR > 16 ? MR * NR : 16];
   reduce(acc, MR * NR, r);
+  VI_UNROLL
   for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < NR; ++n) {
-      float a = r[m * NR + n];
-      for (int64_t k = K16; k < K; ++k) a = std::fma(x[m * ldx + k], w.at(n0 + n, k), a);
-      y[m * ldy + n0 + n] = a;
-    }
+    VI_UNROLL
+    for (int n = 0; n < NR; ++n) y[m * ldy + n] = r[m * NR + n];
 }
 
-template <int MR, class W>
-static void row_group(const float* x, int64_t ldx, const W& w, int64_t N, int64_t K, float* y, int64_t ldy) {
+// MR rows against N weight rows (the GEMV paths, M <= 4): NR-column tiles, then single columns.
+template <int MR>
+static void row_group(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t N, int64_t K, float* y,
+                      int64_t ldy) {
   constexpr int NR = kNR[MR];
   int64_t n = 0;
-  for (; n + NR <= N; n += NR) tile<MR, NR>(x, ldx, w, n, K, y, ldy);
-  for (; n < N; ++n) tile<MR, 1>(x, ldx, w, n, K, y, ldy);
+  for (; n + NR <= N; n += NR) tile<MR, NR, true>(x, ldx, w + n * ldw, ldw, K, y + n, ldy, 0, INT64_MAX, nullptr, n + 2 * NR <= N);
+  for (; n < N; ++n) tile<MR, 1>(x, ldx, w + n * ldw, ldw, K, y + n, ldy);
+}
+template <int MR>
+static void row_group_q8(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* y,
+                         int64_t ldy) {
+  constexpr int NR = kNRq[MR];
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR) tile_q8<MR, NR>(x, ldx, w + n * ldw, ldw, K, y + n, ldy, n + 2 * NR <= N);
+  for (; n < N; ++n) tile_q8<MR, 1>(x, ldx, w + n * ldw, ldw, K, y + n, ldy, false);
+}
+// Runtime row count r (1..R) -> row_group<r>.
+template <int R, class W>
+static void rows_rem(int r, const float* x, int64_t ldx, const W* w, int64_t ldw, int64_t N, int64_t K, float* y,
+                     int64_t ldy) {
+  if (r == R) {
+    if constexpr (std::is_same_v<W, float>) row_group<R>(x, ldx, w, ldw, N, K, y, ldy);
+    else row_group_q8<R>(x, ldx, w, ldw, N, K, y, ldy);
+  } else if constexpr (R > 1) {
+    rows_rem<R - 1>(r, x, ldx, w, ldw, N, K, y, ldy);
+  }
 }
 
-template <class W>
-static void linear_block(const float* x, int64_t ldx, int64_t M, const W& w, int64_t N, int64_t K, float* y,
-                         int64_t ldy) {
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) row_group<4>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy);
-  switch (M - m) {
-    case 1: row_group<1>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
-    case 2: row_group<2>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
-    case 3: row_group<3>(x + m * ldx, ldx, w, N, K, y + m * ldy, ldy); break;
-    default: break;
-  }
+// Compute-bound path (M > 4): kMR x kNR[kMR] tiles. Per group of kMR rows, k is blocked by KB so
+// that group's x slice stays in L1 while the weight panel's KB-wide slice streams from L2;
+// carry holds the group's parked accumulators (one V per output).
+template <int MR>
+static void gemm_rows(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t N, int64_t K, float* y,
+                      int64_t ldy, int64_t k0, int64_t k1, float* carry, int64_t xoff) {
+  constexpr int NR = kNR[MR];
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR, carry += 16 * MR * NR)
+    tile<MR, NR>(x, ldx, w + n * ldw, ldw, K, y + n, ldy, k0, k1, carry, false, xoff);
+  for (; n < N; ++n, carry += 16 * MR) tile<MR, 1>(x, ldx, w + n * ldw, ldw, K, y + n, ldy, k0, k1, carry, false, xoff);
+}
+template <int R>
+static void gemm_rem(int r, const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t N, int64_t K, float* y,
+                     int64_t ldy, int64_t k0, int64_t k1, float* carry, int64_t xoff) {
+  if (r == R) gemm_rows<R>(x, ldx, w, ldw, N, K, y, ldy, k0, k1, carry, xoff);
+  else if constexpr (R > 1) gemm_rem<R - 1>(r, x, ldx, w, ldw, N, K, y, ldy, k0, k1, carry, xoff);
 }
 
 static void linear_f32(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t N, int64_t K,
                        float* y, int64_t ldy) {
-  linear_block(x, ldx, M, WF32{w, ldw}, N, K, y, ldy);
+  if (M <= 4) return rows_rem<4>(static_cast<int>(M), x, ldx, w, ldw, N, K, y, ldy);
+  const int64_t KB = K > kKBlockAbove ? kKBlock : K;  // multiple of 16
+  if (KB == K) {
+    int64_t m = 0;
+    for (; m + kMR <= M; m += kMR) gemm_rows<kMR>(x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy, 0, INT64_MAX, nullptr, 0);
+    if (M > m) gemm_rem<kMR>(static_cast<int>(M - m), x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy, 0, INT64_MAX, nullptr, 0);
+    return;
+  }
+  // k-slices outermost, so the panel's KB-wide weight slice stays in L2 for every row group;
+  // carry parks all M x N accumulators between slices. Each group's x slice is copied to a
+  // buffer with a padded row stride, as long power-of-two rows (K = 2048) would otherwise put
+  // all rows' lines into one L1 set. Copies never touch the arithmetic.
+  constexpr int64_t ldp = kKBlock + 16;
+  static thread_local std::vector<float> carry_buf, xbuf;  // 16 lanes per output (unaligned)
+  if (carry_buf.size() < static_cast<size_t>(16 * M * N)) carry_buf.resize(16 * M * N);
+  xbuf.resize(kMR * ldp);
+  for (int64_t k0 = 0; k0 < K; k0 += KB) {
+    const int64_t k1 = k0 + KB >= K ? INT64_MAX : k0 + KB, len = std::min(KB, K - k0);
+    for (int64_t m = 0; m < M; m += kMR) {
+      const int r = static_cast<int>(std::min<int64_t>(kMR, M - m));
+      for (int i = 0; i < r; ++i) std::memcpy(&xbuf[i * ldp], x + (m + i) * ldx + k0, len * sizeof(float));
+      gemm_rem<kMR>(r, xbuf.data(), ldp, w, ldw, N, K, y + m * ldy, ldy, k0, k1, &carry_buf[16 * m * N], k0);
+    }
+  }
 }
 static void linear_q8(const float* x, int64_t ldx, int64_t M, const uint8_t* w, int64_t ldw, int64_t N, int64_t K,
                       float* y, int64_t ldy) {
-  linear_block(x, ldx, M, WQ8{w, ldw}, N, K, y, ldy);
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) row_group_q8<4>(x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
+  if (M > m) rows_rem<4>(static_cast<int>(M - m), x + m * ldx, ldx, w, ldw, N, K, y + m * ldy, ldy);
 }
 static void dequant_q8(const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* out) {
-  const WQ8 q{w, ldw};
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; k += 16) V::store(out + n * K + k, q.load(n, k));
+    for (int64_t k = 0; k < K; k += 32) {
+      const uint8_t* b = w + n * ldw + k / 32 * 34;
+      const V d = V::set1(V::h2f(load_u16(b)));
+      V::store(out + n * K + k, V::q8(reinterpret_cast<const int8_t*>(b + 2), d));
+      V::store(out + n * K + k + 16, V::q8(reinterpret_cast<const int8_t*>(b + 18), d));
+    }
 }
 static float dot(const float* a, const float* b, int64_t K) {
   float r;
-  tile<1, 1>(a, 0, WF32{b, 0}, 0, K, &r, 0);
+  tile<1, 1>(a, 0, b, 0, K, &r, 0);
   return r;
 }
 static void scale_mul(const float* x, float r, const float* w, float* y, int64_t n) {
@@ -524,13 +633,31 @@ static void scale_mul(const float* x, float r, const float* w, float* y, int64_t
   for (; i + 16 <= n; i += 16) V::store(y + i, V::mul(V::mul(V::load(x + i), rv), V::load(w + i)));
   for (; i < n; ++i) y[i] = (x[i] * r) * w[i];
 }
-static void axpy(float p, const float* v, float* out, int64_t n) {
-  const V pv = V::set1(p);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) V::store(out + i, V::fma(pv, V::load(v + i), V::load(out + i)));
-  for (; i < n; ++i) out[i] = std::fma(p, v[i], out[i]);
+// NV vectors of the output stay in registers across all n keys (one fmaf per element per key).
+template <int NV>
+static inline void pv_block(const float* p, const float* v, int64_t n, int64_t D, float* out) {
+  V acc[NV];
+  VI_UNROLL
+  for (int i = 0; i < NV; ++i) acc[i] = V::zero();
+  for (int64_t j = 0; j < n; ++j) {
+    const V pj = V::set1(p[j]);
+    VI_UNROLL
+    for (int i = 0; i < NV; ++i) acc[i] = V::fma(pj, V::load(v + j * D + 16 * i), acc[i]);
+  }
+  VI_UNROLL
+  for (int i = 0; i < NV; ++i) V::store(out + 16 * i, acc[i]);
+}
+static void attn_pv(const float* p, const float* v, int64_t n, int64_t D, float* out) {
+  int64_t d = 0;
+  for (; d + 16 * kPV <= D; d += 16 * kPV) pv_block<kPV>(p, v + d, n, D, out + d);
+  for (; d + 16 <= D; d += 16) pv_block<1>(p, v + d, n, D, out + d);
+  for (; d < D; ++d) {
+    float a = 0.0f;
+    for (int64_t j = 0; j < n; ++j) a = std::fma(p[j], v[j * D + d], a);
+    out[d] = a;
+  }
 }
 
-static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, axpy};
+static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv};
 
 #endif  // VI_BODY

@@ -55,9 +55,9 @@ CASES: list[str] = [
     "3.14159265358979323846264338327950288419716939937510",
     "The year 2024 had 366 days; 1,000,000 people; -42 and +7.5e-3.",
     "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
-    "for (int i = 0; i < 10; ++i) { printf(\"%d\\n\", i); }",
+    'for (int i = 0; i < 10; ++i) { printf("%d\\n", i); }',
     '{"key": [1, 2, 3], "nested": {"a": null, "b": true}}',
-    "<div class=\"x\"><table><tr><td>cell</td></tr></table></div>",
+    '<div class="x"><table><tr><td>cell</td></tr></table></div>',
     "SELECT * FROM users WHERE name LIKE '%bob%';",
     "Emoji: 😀😃😄 👍🏽 🇫🇷 👨‍👩‍👧‍👦 🎉",
     "中文测试：你好，世界！",
@@ -160,3 +160,16 @@ def test_encode_speed(ours: Tokenizer) -> None:
     print(f"\nencode {n} tokens ({len(text)} chars): median {ms:.2f} ms")
     limit = float(os.environ.get("VERINFER_TOKENIZER_MS_LIMIT", "50"))
     assert ms < limit
+
+
+def test_tokenizer_json_delegate_matches(ours: Tokenizer, hf: Any, tmp_path: Path) -> None:
+    """HF's tokenizer, saved as tokenizer.json and loaded through `from_tokenizer_json`."""
+    path = tmp_path / "tokenizer.json"
+    hf.backend_tokenizer.save(str(path))
+    delegated = Tokenizer.from_tokenizer_json(path)
+    assert delegated.spec.bos_id == 2 and delegated.spec.eos_id == 1
+    assert 106 in delegated.spec.eot_ids
+    for text in CASES:
+        ids = delegated.encode(text, add_bos=True)
+        assert ids == ours.encode(text), repr(text)
+        assert delegated.decode(ids) == ours.decode(ids)

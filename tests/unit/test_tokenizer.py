@@ -447,3 +447,54 @@ def test_gguf_file_round_trip(tmp_path: object) -> None:
 
 def test_space_constant() -> None:
     assert SPACE == "\u2581"
+
+
+def test_from_tokenizer_json(tmp_path: object) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    import pathlib
+
+    assert isinstance(tmp_path, pathlib.Path)
+    f = tiny_spm_vocab()
+    tokens = list(f["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
+    types = list(f["tokenizer.ggml.token_type"])  # type: ignore[call-overload]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ours = Tokenizer.from_gguf_fields(f)
+    merges = []
+    for t in tokens[types.index(TOKEN_NORMAL) :]:  # normal tokens are in merge-priority order
+        for k in range(len(t) - 1, 0, -1):  # all splits, longer left piece first
+            if t[:k] in vocab and t[k:] in vocab:
+                merges.append((t[:k], t[k:]))
+    model = tokenizers.models.BPE(
+        vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True
+    )
+    backend = tokenizers.Tokenizer(model)
+    backend.normalizer = tokenizers.normalizers.Replace(" ", SPACE)
+    backend.decoder = tokenizers.decoders.Sequence(
+        [
+            tokenizers.decoders.Replace(SPACE, " "),
+            tokenizers.decoders.ByteFallback(),
+            tokenizers.decoders.Fuse(),
+        ]
+    )
+    specials = [t for t, ty in zip(tokens, types, strict=True) if ty == TOKEN_CONTROL]
+    backend.add_special_tokens(
+        [tokenizers.AddedToken(t, normalized=False, special=True) for t in specials]
+    )
+    backend.add_tokens([tokenizers.AddedToken("\n", normalized=False, special=False)])
+    path = tmp_path / "tokenizer.json"
+    backend.save(str(path))
+    t = Tokenizer.from_tokenizer_json(path)
+    assert t.spec.bos_id == 2 and t.spec.eos_id == 1 and t.spec.eot_ids == (1, 5)
+    assert t.hash.startswith("0x") and t.hash != ours.hash
+    assert t.spec.source_sha256 is not None
+    rng = random.Random(3)
+    for s in ["Hello the world", "<start_of_turn>user\nhi<end_of_turn>\n", "😀 café"] + [
+        _random_text(rng, 20) for _ in range(50)
+    ]:
+        ids = t.encode(s)
+        assert ids == ours.encode(s), repr(s)
+        assert t.decode(ids) == ours.decode(ids)
+        plain = t.encode(s, parse_special=False, add_bos=False)
+        assert plain == ours.encode(s, parse_special=False, add_bos=False), repr(s)
+    with pytest.raises(TokenizerError):
+        Tokenizer.from_tokenizer_json(tmp_path / "missing.json")

@@ -87,16 +87,6 @@ def load_model(path: str | Path) -> LoadedModel:
 
 
 # ---- GGUF ----------------------------------------------------------------------------------
-def _gguf_fields(reader: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        try:
-            out[key] = field.contents()
-        except Exception:  # a field type gguf cannot render; nothing we read needs it
-            continue
-    return out
-
-
 def _config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
     arch = f.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -137,51 +127,50 @@ def _config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
 def _load_gguf(path: Path) -> LoadedModel:
     import gguf
 
+    from verinfer.engine.gguf_file import GGUFFormatError, read_gguf
+
     try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as e:  # gguf raises ValueError/struct errors/IndexError on junk
+        g = read_gguf(path)
+    except (OSError, GGUFFormatError) as e:
         raise ModelLoadError(f"{str(path)!r} is not a readable GGUF file: {e}") from e
-    fields = _gguf_fields(reader)
     try:
-        tokenizer = Tokenizer.from_gguf_fields(fields)
+        tokenizer = Tokenizer.from_gguf_fields(g.fields)
     except TokenizerError as e:
         raise ModelLoadError(f"GGUF tokenizer metadata is unusable: {e.message}") from e
-    config = _config_from_gguf(fields, tokenizer.vocab_size)
+    config = _config_from_gguf(g.fields, tokenizer.vocab_size)
 
     f32: dict[str, torch.Tensor] = {}
     q8: dict[str, torch.Tensor] = {}
-    for t in reader.tensors:
-        qtype = gguf.GGMLQuantizationType(t.tensor_type)
-        shape = tuple(int(x) for x in reversed(t.shape))  # GGUF lists ne0 (the K axis) first
-        raw = np.asarray(t.data)
+    for t in g.tensors:
+        qtype = gguf.GGMLQuantizationType(t.qtype)
+        raw = g.raw(t)
+        if qtype == gguf.GGMLQuantizationType.Q8_0 and len(t.shape) == 2:
+            q8[t.name] = torch.from_numpy(np.array(raw))  # [N, K/32*34] uint8, owned copy
+            if t.name == "token_embd.weight":
+                # Only read by row lookup and as the LM head, both from the Q8_0 blocks: the
+                # 4x larger fp32 copy is never materialized.
+                continue
         try:
             if qtype == gguf.GGMLQuantizationType.F32:
-                arr = raw.astype(np.float32, copy=False).reshape(shape)
+                arr = raw.view(np.float32).reshape(t.shape)
             else:
-                arr = gguf.quants.dequantize(raw, qtype).astype(np.float32, copy=False)
-                arr = arr.reshape(shape)
+                arr = gguf.quants.dequantize(raw, qtype).reshape(t.shape)
         except Exception as e:
             raise ModelLoadError(f"tensor {t.name!r} ({qtype.name}) cannot be decoded: {e}") from e
-        if qtype == gguf.GGMLQuantizationType.Q8_0 and len(shape) == 2:
-            q8[t.name] = torch.from_numpy(np.ascontiguousarray(raw).reshape(shape[0], -1).copy())
-        if t.name == "token_embd.weight" and t.name in q8:
-            # The embedding is only read row by row (lookup) and as the LM head; both read the
-            # Q8_0 blocks, so the 4x larger fp32 copy is never materialized.
-            continue
-        f32[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32, copy=True))
+        f32[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32))
     _check_shapes(config, f32, q8)
-    name = str(fields.get("general.name") or path.stem)
+    name = str(g.fields.get("general.name") or path.stem)
     return LoadedModel(path, sha256_file(path), name, config, Weights(f32, q8), tokenizer)
 
 
-def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor], q8: dict[str, torch.Tensor]) -> None:
-    emb = f32.get("token_embd.weight")
-    rows = emb.shape[0] if emb is not None else (q8["token_embd.weight"].shape[0] if
-                                                 "token_embd.weight" in q8 else None)
-    if rows is None:
+def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor],
+                  q8: dict[str, torch.Tensor]) -> None:
+    emb = f32.get("token_embd.weight", q8.get("token_embd.weight"))
+    if emb is None:
         raise ModelLoadError("model has no token_embd.weight")
-    if rows != cfg.vocab_size:
-        raise ModelLoadError(f"embedding has {rows} rows but the tokenizer has {cfg.vocab_size}")
+    if emb.shape[0] != cfg.vocab_size:
+        raise ModelLoadError(f"embedding has {emb.shape[0]} rows but the tokenizer has "
+                             f"{cfg.vocab_size}")
     want = {
         "blk.0.attn_q.weight": (cfg.n_heads * cfg.head_dim, cfg.dim),
         "blk.0.attn_k.weight": (cfg.n_kv_heads * cfg.head_dim, cfg.dim),

@@ -20,6 +20,8 @@ from typing import Literal, Protocol
 import torch
 import torch.nn.functional as F
 
+from verinfer.errors import KernelError
+
 KernelMode = Literal["invariant", "fast"]
 
 
@@ -90,8 +92,10 @@ class InvariantOps:
     def __init__(self) -> None:
         from verinfer.engine import kernels
 
+        if not kernels.available():
+            raise KernelError("the invariant kernels are not built: run "
+                              "`pip install --no-build-isolation -e .` (see README)")
         self.k = kernels
-        kernels.ensure_available()
 
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor:
         if w.q8_0 is not None:

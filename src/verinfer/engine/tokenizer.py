@@ -24,13 +24,12 @@ Decoding maps byte tokens back to bytes and ``"▁"`` to ``" "``, drops control 
 
 from __future__ import annotations
 
+import array
 import codecs
 import hashlib
 import heapq
 import json
-import mmap
 import os
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -188,14 +187,11 @@ def _opt_bool(fields: Mapping[str, object], name: str, default: bool) -> bool:
 
 
 def _float32(values: Sequence[Any]) -> tuple[float, ...]:
-    out = []
-    pack, unpack = struct.Struct("<f").pack, struct.Struct("<f").unpack
-    for v in values:
-        try:
-            out.append(unpack(pack(float(v)))[0])
-        except (TypeError, ValueError, OverflowError) as e:
-            raise TokenizerError(f"bad score {v!r}") from e
-    return tuple(out)
+    """Round to float32, as GGUF stores scores (so a spec hashes the same before/after a file)."""
+    try:
+        return tuple(array.array("f", values).tolist())
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TokenizerError(f"bad score in 'tokenizer.ggml.scores': {e}") from e
 
 
 def spec_from_gguf_fields(
@@ -207,7 +203,11 @@ def spec_from_gguf_fields(
     model = _as_str(fields[_KEY + "model"], _KEY + "model")
     if _KEY + "tokens" not in fields:
         raise TokenizerError("GGUF has no tokenizer: missing key 'tokenizer.ggml.tokens'")
-    tokens = tuple(_as_str(t, _KEY + "tokens") for t in _as_list(fields[_KEY + "tokens"], "tokens"))
+    raw_tokens = _as_list(fields[_KEY + "tokens"], _KEY + "tokens")
+    if all(type(t) is str for t in raw_tokens):
+        tokens = tuple(raw_tokens)
+    else:
+        tokens = tuple(_as_str(t, _KEY + "tokens") for t in raw_tokens)
     n = len(tokens)
     if n == 0:
         raise TokenizerError("GGUF key 'tokenizer.ggml.tokens' is empty")
@@ -286,102 +286,18 @@ def spec_from_gguf_fields(
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# fast GGUF metadata reader (the KV section only)
-# ---------------------------------------------------------------------------------------------
-_SCALAR = {
-    0: "B",
-    1: "b",
-    2: "H",
-    3: "h",
-    4: "I",
-    5: "i",
-    6: "f",
-    7: "?",
-    10: "Q",
-    11: "q",
-    12: "d",
-}
-
-
 def read_gguf_tokenizer_fields(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The ``tokenizer.*`` and ``general.architecture`` key/values of a GGUF file.
+    """The ``tokenizer.*`` and ``general.architecture`` key/values of a GGUF file."""
+    from verinfer.engine.gguf_file import GGUFFormatError, read_gguf
 
-    Parses only the metadata section, directly (well under a second even for a 262k vocabulary,
-    where ``gguf.GGUFReader`` takes many seconds because it maps every tensor and array item).
-    """
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            return _parse_gguf_kv(mm)
+        fields = read_gguf(path, tensors=False).fields
     except OSError as e:
         raise TokenizerError(f"cannot read GGUF file {os.fspath(path)!r}: {e}") from e
-    except (struct.error, ValueError, IndexError) as e:
+    except GGUFFormatError as e:
         raise TokenizerError(f"corrupt GGUF metadata in {os.fspath(path)!r}: {e}") from e
-
-
-def _parse_gguf_kv(buf: mmap.mmap) -> dict[str, object]:
-    if buf[:4] != b"GGUF":
-        raise TokenizerError("not a GGUF file (bad magic)")
-    (version,) = struct.unpack_from("<I", buf, 4)
-    if version not in (2, 3):
-        raise TokenizerError(f"unsupported GGUF version {version}")
-    _n_tensors, n_kv = struct.unpack_from("<QQ", buf, 8)
-    pos = 24
-    u64 = struct.Struct("<Q").unpack_from
-    u32 = struct.Struct("<I").unpack_from
-
-    def read_str(p: int) -> tuple[str, int]:
-        (ln,) = u64(buf, p)
-        p += 8
-        return bytes(buf[p : p + ln]).decode("utf-8", errors="surrogateescape"), p + ln
-
-    def read_value(p: int, vtype: int, keep: bool) -> tuple[object, int]:
-        if vtype == 8:
-            if not keep:
-                (ln,) = u64(buf, p)
-                return None, p + 8 + ln
-            return read_str(p)
-        if vtype == 9:
-            (etype,) = u32(buf, p)
-            (count,) = u64(buf, p + 4)
-            p += 12
-            if etype == 8:
-                items: list[str] = []
-                for _ in range(count):
-                    (ln,) = u64(buf, p)
-                    p += 8
-                    if keep:
-                        items.append(bytes(buf[p : p + ln]).decode("utf-8", "surrogateescape"))
-                    p += ln
-                return (items if keep else None), p
-            if etype in _SCALAR:
-                code = _SCALAR[etype]
-                size = struct.calcsize(code)
-                val = list(struct.unpack_from(f"<{count}{code}", buf, p)) if keep else None
-                return val, p + size * count
-            if etype == 9:  # nested arrays: parse and keep as lists
-                out = []
-                for _ in range(count):
-                    v, p = read_value(p, 9, keep)
-                    out.append(v)
-                return (out if keep else None), p
-            raise TokenizerError(f"unknown GGUF array element type {etype}")
-        if vtype in _SCALAR:
-            code = _SCALAR[vtype]
-            (v,) = struct.unpack_from("<" + code, buf, p)
-            return v, p + struct.calcsize(code)
-        raise TokenizerError(f"unknown GGUF value type {vtype}")
-
-    out: dict[str, object] = {}
-    for _ in range(n_kv):
-        key, pos = read_str(pos)
-        (vtype,) = u32(buf, pos)
-        pos += 4
-        keep = key.startswith("tokenizer.") or key == "general.architecture"
-        value, pos = read_value(pos, vtype, keep)
-        if keep:
-            out[key] = value
-    return out
+    return {k: v for k, v in fields.items()
+            if k.startswith("tokenizer.") or k == "general.architecture"}
 
 
 def _fields_from_reader(reader: Any) -> dict[str, object]:
@@ -444,7 +360,7 @@ class Tokenizer:
                 continue
             self._piece_id[p] = i
             if gemma:
-                self._prio[p] = float(i)
+                self._prio[p] = float(i << 20)
             else:
                 self._prio[p] = -(scores[i] if scores is not None else 0.0)
         self._byte_ids: list[int] | None = []
@@ -676,51 +592,59 @@ class Tokenizer:
         return [self.spec.unk_id]
 
     def _bpe(self, text: str, out: list[int]) -> None:
-        """SentencePiece BPE of one normalized fragment, appended to ``out``."""
+        """SentencePiece BPE of one normalized fragment, appended to ``out``.
+
+        Heap entries are ``(priority, left, right, merged_len)``: the lowest priority pops first,
+        ties go to the leftmost pair; an entry is stale (skipped) once either side has changed.
+        """
         if not text:
             return
         piece_id = self._piece_id
         prio = self._prio
-        gemma = self.spec.variant == "gemma"
+        # gemma: priority = id * 2**20 - len(left piece); spm: priority = -score
+        wl = 1 if self.spec.variant == "gemma" else 0
         n = len(text)
         syms: list[str] = list(text)
         frozen: list[bool] = [ch not in piece_id for ch in syms]
         nxt = list(range(1, n + 1))
         nxt[-1] = -1
         prv = list(range(-1, n - 1))
-        heap: list[tuple[float, int, int, int, int]] = []
-        push = heapq.heappush
-
-        def add(left: int, right: int) -> None:
-            a, b = syms[left], syms[right]
-            merged = a + b
-            p = prio.get(merged)
-            if p is not None:
-                push(heap, (p, -len(a) if gemma else 0, left, right, len(merged)))
-
+        heap: list[tuple[float, int, int, int]] = []
+        get = prio.get
         for i in range(n - 1):
-            if not frozen[i] and not frozen[i + 1]:
-                add(i, i + 1)
+            a = syms[i]
+            p = get(a + syms[i + 1])
+            if p is not None and not frozen[i] and not frozen[i + 1]:
+                heap.append((p - wl * len(a), i, i + 1, len(a) + 1))
+        heapq.heapify(heap)
         pop = heapq.heappop
+        push = heapq.heappush
         while heap:
-            _p, _k, left, right, size = pop(heap)
+            _p, left, right, size = pop(heap)
             sl = syms[left]
             if not sl or nxt[left] != right:
                 continue
             sr = syms[right]
             if len(sl) + len(sr) != size:
                 continue
-            syms[left] = sl + sr
+            merged = sl + sr
+            syms[left] = merged
             syms[right] = ""
             r2 = nxt[right]
             nxt[left] = r2
+            pl = prv[left]
             if r2 >= 0:
                 prv[r2] = left
-            pl = prv[left]
+                if not frozen[r2]:
+                    b = syms[r2]
+                    p = get(merged + b)
+                    if p is not None:
+                        push(heap, (p - wl * size, left, r2, size + len(b)))
             if pl >= 0 and not frozen[pl]:
-                add(pl, left)
-            if r2 >= 0 and not frozen[r2]:
-                add(left, r2)
+                a = syms[pl]
+                p = get(a + merged)
+                if p is not None:
+                    push(heap, (p - wl * len(a), pl, left, len(a) + size))
         i = 0
         while i >= 0:
             if frozen[i]:
@@ -858,7 +782,7 @@ _TINY_PIECES = (
 
 
 def tiny_spm_vocab(extra_pieces: Sequence[str] = ()) -> dict[str, object]:
-    """GGUF-style ``tokenizer.ggml.*`` fields of a small SentencePiece vocabulary (~640 tokens).
+    """GGUF-style ``tokenizer.ggml.*`` fields of a small SentencePiece vocabulary (687 tokens).
 
     Layout: ``<pad>``=0, ``<eos>``=1, ``<bos>``=2, ``<unk>``=3 (control), ``<start_of_turn>``=4,
     ``<end_of_turn>``=5 (control), ``"\\n"``=6 (user-defined), 256 byte tokens ``<0x00>``..
@@ -900,8 +824,7 @@ def tiny_spm_vocab(extra_pieces: Sequence[str] = ()) -> dict[str, object]:
     n_fixed = len(tokens)
     tokens.extend(normal)
     types.extend([TOKEN_NORMAL] * len(normal))
-    # single characters score lowest among merges? No: SPM scores only rank merged pieces; give
-    # every normal token -(rank) so scores strictly decrease with the id.
+    # normal tokens score -(rank): strictly decreasing with the id (control/user -1000, bytes 0)
     scores.extend(-float(k) for k in range(len(normal)))
     scores[:n_fixed] = [-1000.0] * 6 + [-1000.0] + [0.0] * 256
     return {

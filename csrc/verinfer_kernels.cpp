@@ -45,8 +45,10 @@ struct Kern {
   void (*dequant_q8)(const uint8_t* w, int64_t ldw, int64_t N, int64_t K, float* out);
   float (*dot)(const float* a, const float* b, int64_t K);                   // dot16
   void (*scale_mul)(const float* x, float r, const float* w, float* y, int64_t n);  // (x*r)*w
-  // out[d] = sum_j p[j] * v[j, d] for j < n in increasing j: a = fmaf(p[j], v[j*D + d], a), a0 = 0
-  void (*attn_pv)(const float* p, const float* v, int64_t n, int64_t D, float* out);
+  // for R heads r: out[r*ldo + d] = sum over j < n, in increasing j, of p[r*ldp + j] * v[j*D + d]
+  // as a = fmaf(p, v, a) from a = 0 (the heads share one read of v)
+  void (*attn_pv)(const float* p, int64_t ldp, int64_t R, const float* v, int64_t n, int64_t D, float* out,
+                  int64_t ldo);
 };
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
@@ -372,19 +374,35 @@ at::Tensor gelu_tanh_mul(const at::Tensor& gate, const at::Tensor& up) {
   return y;
 }
 
+// Llama's MLP: y = (g / (1.0f + expf(-g))) * u, plain float32 ops in this order (libm expf).
+at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
+  check_f32(gate, "gate", -1), check_f32(up, "up", -1);
+  TORCH_CHECK(gate.sizes() == up.sizes(), "gate and up must have the same shape");
+  at::Tensor y = at::empty_like(gate);
+  const float* g = gate.data_ptr<float>();
+  const float* u = up.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, gate.numel(), 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) yp[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+  });
+  return y;
+}
+
 at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, const std::vector<at::Tensor>& vc,
                      const at::Tensor& seq, const at::Tensor& pos, int64_t window, double scale) {
   check_f32(q, "q", 3);
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   TORCH_CHECK(!kc.empty() && kc.size() == vc.size(), "k_caches and v_caches must be equal-length, non-empty");
-  const int64_t KV = kc[0].dim() == 3 ? kc[0].size(0) : -1, cap = KV > 0 ? kc[0].size(1) : 0;
+  const int64_t KV = kc[0].dim() == 3 ? kc[0].size(0) : -1;
   TORCH_CHECK(KV > 0 && H % KV == 0, "caches must be [KV, cap, D] with H % KV == 0");
   std::vector<const float*> kp, vp;
+  std::vector<int64_t> caps;  // capacities may differ per sequence
   for (size_t i = 0; i < kc.size(); ++i) {
     check_f32(kc[i], "k_cache", 3), check_f32(vc[i], "v_cache", 3);
-    TORCH_CHECK(kc[i].sizes() == at::IntArrayRef({KV, cap, D}) && vc[i].sizes() == kc[i].sizes(),
-                "every cache must be [", KV, ", ", cap, ", ", D, "]");
+    TORCH_CHECK(kc[i].size(0) == KV && kc[i].size(2) == D && vc[i].sizes() == kc[i].sizes(),
+                "cache ", i, " must be [", KV, ", cap, ", D, "] for both k and v");
     kp.push_back(kc[i].data_ptr<float>()), vp.push_back(vc[i].data_ptr<float>());
+    caps.push_back(kc[i].size(1));
   }
   for (const at::Tensor* t : {&seq, &pos})
     TORCH_CHECK(t->scalar_type() == at::kLong && t->is_contiguous() && t->dim() == 1 && t->size(0) == T,
@@ -392,7 +410,7 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
   const int64_t* sp = seq.data_ptr<int64_t>();
   const int64_t* pp = pos.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t)
-    TORCH_CHECK(sp[t] >= 0 && sp[t] < static_cast<int64_t>(kc.size()) && pp[t] >= 0 && pp[t] < cap,
+    TORCH_CHECK(sp[t] >= 0 && sp[t] < static_cast<int64_t>(kc.size()) && pp[t] >= 0 && pp[t] < caps[sp[t]],
                 "token ", t, ": seq/pos out of range");
   at::Tensor out = at::empty_like(q);
   const float* qp = q.data_ptr<float>();
@@ -400,21 +418,28 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
   const float fscale = static_cast<float>(scale);
   const int64_t group = H / KV;
   const Kern& kn = kern();
+  // Tasks are (t, h) pairs; consecutive heads of one token that share a KV head are done
+  // together so K and V are read once for them (per-head arithmetic is unchanged by this).
   at::parallel_for(0, T * H, 1, [&](int64_t b, int64_t e) {
     std::vector<float> sc;
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t t = i / H, h = i % H, g = h / group, p = pp[t];
+    for (int64_t i = b, i2; i < e; i = i2) {
+      const int64_t t = i / H, g = (i % H) / group, p = pp[t];
+      i2 = std::min(e, t * H + (g + 1) * group);  // heads i..i2-1 of token t use KV head g
+      const int64_t r = i2 - i;
       const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0, n = p - lo + 1;
-      const float* kb = kp[sp[t]] + (g * cap + lo) * D;
-      const float* vb = vp[sp[t]] + (g * cap + lo) * D;
-      sc.resize(n);
-      kn.linear_f32(qp + i * D, D, 1, kb, D, n, D, sc.data(), n);  // dot16(q, K[j], D)
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) sc[j] = sc[j] * fscale, mx = sc[j] > mx ? sc[j] : mx;
-      float den = 0.0f;
-      for (int64_t j = 0; j < n; ++j) sc[j] = std::exp(sc[j] - mx), den = den + sc[j];
-      for (int64_t j = 0; j < n; ++j) sc[j] = sc[j] / den;
-      kn.attn_pv(sc.data(), vb, n, D, op + i * D);
+      const float* kb = kp[sp[t]] + (g * caps[sp[t]] + lo) * D;
+      const float* vb = vp[sp[t]] + (g * caps[sp[t]] + lo) * D;
+      sc.resize(r * n);
+      kn.linear_f32(qp + i * D, D, r, kb, D, n, D, sc.data(), n);  // s[h][j] = dot16(q_h, K[j], D)
+      for (int64_t h = 0; h < r; ++h) {  // softmax of one head, sequential in j
+        float* s = sc.data() + h * n;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) s[j] = s[j] * fscale, mx = s[j] > mx ? s[j] : mx;
+        float den = 0.0f;
+        for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] - mx), den = den + s[j];
+        for (int64_t j = 0; j < n; ++j) s[j] = s[j] / den;
+      }
+      kn.attn_pv(sc.data(), n, r, vb, n, D, op + i * D, D);
     }
   });
   return out;
@@ -451,6 +476,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("dequantize_q8_0", &vi::dequantize_q8_0, rel());
   m.def("rmsnorm", &vi::rmsnorm, rel());
   m.def("gelu_tanh_mul", &vi::gelu_tanh_mul, rel());
+  m.def("silu_mul", &vi::silu_mul, rel());
   m.def("attention", &vi::attention, rel());
   m.def("argmax", &vi::argmax, rel());
 }
@@ -633,29 +659,49 @@ static void scale_mul(const float* x, float r, const float* w, float* y, int64_t
   for (; i + 16 <= n; i += 16) V::store(y + i, V::mul(V::mul(V::load(x + i), rv), V::load(w + i)));
   for (; i < n; ++i) y[i] = (x[i] * r) * w[i];
 }
-// NV vectors of the output stay in registers across all n keys (one fmaf per element per key).
-template <int NV>
-static inline void pv_block(const float* p, const float* v, int64_t n, int64_t D, float* out) {
-  V acc[NV];
+// R heads x NV vectors of the output stay in registers across all n keys; each V row slice is
+// loaded once for the R heads (GQA heads share their KV head). One fmaf per element per key.
+template <int R, int NV>
+static inline void pv_block(const float* p, int64_t ldp, const float* v, int64_t n, int64_t D, float* out,
+                            int64_t ldo) {
+  V acc[R * NV];
   VI_UNROLL
-  for (int i = 0; i < NV; ++i) acc[i] = V::zero();
+  for (int i = 0; i < R * NV; ++i) acc[i] = V::zero();
   for (int64_t j = 0; j < n; ++j) {
-    const V pj = V::set1(p[j]);
+    V pj[R];
     VI_UNROLL
-    for (int i = 0; i < NV; ++i) acc[i] = V::fma(pj, V::load(v + j * D + 16 * i), acc[i]);
+    for (int r = 0; r < R; ++r) pj[r] = V::set1(p[r * ldp + j]);
+    VI_UNROLL
+    for (int i = 0; i < NV; ++i) {
+      const V vv = V::load(v + j * D + 16 * i);
+      VI_UNROLL
+      for (int r = 0; r < R; ++r) acc[r * NV + i] = V::fma(pj[r], vv, acc[r * NV + i]);
+    }
   }
   VI_UNROLL
-  for (int i = 0; i < NV; ++i) V::store(out + 16 * i, acc[i]);
+  for (int r = 0; r < R; ++r)
+    VI_UNROLL
+    for (int i = 0; i < NV; ++i) V::store(out + r * ldo + 16 * i, acc[r * NV + i]);
 }
-static void attn_pv(const float* p, const float* v, int64_t n, int64_t D, float* out) {
+template <int R>
+static void pv_heads(const float* p, int64_t ldp, const float* v, int64_t n, int64_t D, float* out, int64_t ldo) {
+  constexpr int NV = kPV / R > 0 ? kPV / R : 1;
   int64_t d = 0;
-  for (; d + 16 * kPV <= D; d += 16 * kPV) pv_block<kPV>(p, v + d, n, D, out + d);
-  for (; d + 16 <= D; d += 16) pv_block<1>(p, v + d, n, D, out + d);
-  for (; d < D; ++d) {
-    float a = 0.0f;
-    for (int64_t j = 0; j < n; ++j) a = std::fma(p[j], v[j * D + d], a);
-    out[d] = a;
-  }
+  for (; d + 16 * NV <= D; d += 16 * NV) pv_block<R, NV>(p, ldp, v + d, n, D, out + d, ldo);
+  for (; d + 16 <= D; d += 16) pv_block<R, 1>(p, ldp, v + d, n, D, out + d, ldo);
+  for (; d < D; ++d)
+    for (int r = 0; r < R; ++r) {
+      float a = 0.0f;
+      for (int64_t j = 0; j < n; ++j) a = std::fma(p[r * ldp + j], v[j * D + d], a);
+      out[r * ldo + d] = a;
+    }
+}
+static void attn_pv(const float* p, int64_t ldp, int64_t R, const float* v, int64_t n, int64_t D, float* out,
+                    int64_t ldo) {
+  for (; R >= 4; R -= 4, p += 4 * ldp, out += 4 * ldo) pv_heads<4>(p, ldp, v, n, D, out, ldo);
+  if (R == 3) pv_heads<3>(p, ldp, v, n, D, out, ldo);
+  if (R == 2) pv_heads<2>(p, ldp, v, n, D, out, ldo);
+  if (R == 1) pv_heads<1>(p, ldp, v, n, D, out, ldo);
 }
 
 static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv};

@@ -221,6 +221,13 @@ def test_gelu_tanh_mul() -> None:
     assert same(vk.gelu_tanh_mul(g[3:4], u[3:4]), ref[3:4])
 
 
+def test_silu_mul() -> None:
+    g, u = torch.randn(5, 300) * 6, torch.randn(5, 300)
+    ref = assert_isas_agree(lambda: vk.silu_mul(g, u))
+    torch.testing.assert_close(ref, F.silu(g) * u, rtol=1e-5, atol=1e-6)
+    assert same(vk.silu_mul(g[1:2], u[1:2]), ref[1:2])
+
+
 def test_argmax() -> None:
     x = torch.randn(6, 1000)
     x[2, 10] = x[2, 500] = 1e9  # ties: first index wins
@@ -251,7 +258,7 @@ def attention_ref(
 @pytest.mark.parametrize("h,kv,d,window", [(4, 1, 256, 0), (4, 2, 32, 5), (2, 2, 16, 0)])
 def test_attention_batch_invariance(h: int, kv: int, d: int, window: int) -> None:
     cap, length, scale = 64, 23, d**-0.5
-    caches = [make_cache(kv, cap, d, seed=s) for s in range(3)]
+    caches = [make_cache(kv, c, d, seed=s) for s, c in enumerate((cap, 70, 48))]
     ks, vs = [c[0] for c in caches], [c[1] for c in caches]
     q = rand(length, h, d, seed=11)
     seq = torch.zeros(length, dtype=torch.int64)
@@ -266,7 +273,7 @@ def test_attention_batch_invariance(h: int, kv: int, d: int, window: int) -> Non
     qo = rand(9, h, d, seed=12)
     mixed_q = torch.cat([qo[:4], q, qo[4:]])
     mixed_seq = torch.cat([torch.tensor([1, 2, 1, 2]), seq, torch.tensor([2, 1, 2, 1, 2])])
-    mixed_pos = torch.cat([torch.tensor([3, 40, 63, 0]), pos, torch.tensor([7, 8, 9, 10, 11])])
+    mixed_pos = torch.cat([torch.tensor([3, 40, 69, 0]), pos, torch.tensor([7, 8, 9, 10, 11])])
     mixed = vk.attention(mixed_q, ks, vs, mixed_seq, mixed_pos, window, scale)
     assert same(mixed[4 : 4 + length], together)
     assert_isas_agree(lambda: vk.attention(mixed_q, ks, vs, mixed_seq, mixed_pos, window, scale))
@@ -305,6 +312,7 @@ def test_bad_inputs_raise_kernel_error() -> None:
         lambda: vk.linear_q8_0(x[:, :48].contiguous(), raw, 48),  # K not a multiple of 32
         lambda: vk.rmsnorm(x, torch.randn(63), 1e-6),
         lambda: vk.gelu_tanh_mul(x, w),
+        lambda: vk.silu_mul(x, x.double()),
         lambda: vk.argmax(torch.randn(2, 0)),
         lambda: vk.set_isa("avx9000"),
     ]
@@ -313,6 +321,15 @@ def test_bad_inputs_raise_kernel_error() -> None:
     i64 = torch.zeros(1, dtype=torch.int64)
     cases += [
         lambda: vk.attention(q, [kc], [vc], i64, torch.tensor([8]), 0, 1.0),  # pos >= cap
+        lambda: vk.attention(  # pos >= cap of ITS sequence (seq 1 has cap 4)
+            q,
+            [kc, kc[:, :4].contiguous()],
+            [vc, vc[:, :4].contiguous()],
+            torch.tensor([1]),
+            torch.tensor([5]),
+            0,
+            1.0,
+        ),
         lambda: vk.attention(q, [kc], [vc], torch.tensor([1]), i64, 0, 1.0),  # no such seq
         lambda: vk.attention(q, [kc], [vc], i64.int(), i64, 0, 1.0),  # int32 seq
         lambda: vk.attention(torch.randn(1, 4, 8), [kc], [vc], i64, i64, 0, 1.0),  # D mismatch

@@ -128,6 +128,11 @@ def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return _tensor("gelu_tanh_mul", gate, up)
 
 
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Elementwise (g / (1 + expf(-g))) * up in float32, in that order (Llama MLP); equal shapes."""
+    return _tensor("silu_mul", gate, up)
+
+
 def attention(
     q: torch.Tensor,
     k_caches: Sequence[torch.Tensor],
@@ -139,7 +144,8 @@ def attention(
 ) -> torch.Tensor:
     """Causal GQA attention of T tokens against per-sequence KV caches; returns [T, H, D].
 
-    q: [T, H, D]; k_caches[i], v_caches[i]: [KV, cap, D] (cache of sequence i, H % KV == 0);
+    q: [T, H, D]; k_caches[i], v_caches[i]: [KV, cap_i, D] (cache of sequence i; capacities
+    may differ per sequence; H % KV == 0);
     seq, pos: int64 [T]. Token t attends to positions lo..pos[t] of cache seq[t], where
     lo = max(0, pos[t] - window + 1) if window > 0 else 0; query head h uses KV head
     h // (H // KV). Each (t, h) result depends only on q[t, h], that cache and (pos, window):

@@ -66,3 +66,20 @@ def test_bad_parameters_raise_typed_errors(kw: dict[str, object]) -> None:
 
 def test_derived_seed_depends_on_the_request_hash() -> None:
     assert derive_seed(b"a" * 32) == derive_seed(b"a" * 32) != derive_seed(b"b" * 32)
+
+
+def test_nucleus_matches_a_full_sort_reference() -> None:
+    from verinfer.engine.sampling import _nucleus
+
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        n = int(rng.integers(2, 5000))
+        z = rng.standard_normal(n) * rng.uniform(0.1, 8)
+        if trial % 5 == 0:
+            z = np.round(z, 1)  # many ties
+        p = np.exp(z - z.max())
+        top_p = float(rng.uniform(0.05, 0.999))
+        order = np.argsort(-p, kind="stable")
+        csum = np.cumsum(p[order])
+        n_keep = min(int(np.searchsorted(csum, top_p * float(np.sum(p)), side="left")) + 1, n)
+        assert np.array_equal(_nucleus(p, top_p), np.sort(order[:n_keep]))

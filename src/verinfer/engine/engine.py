@@ -10,7 +10,6 @@ generated step, the logits digest and the token the decode policy chooses.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import threading
 from collections import deque
@@ -22,6 +21,7 @@ from typing import Literal
 
 import torch
 
+from verinfer.engine.digest import roll_up, step_digests
 from verinfer.engine.fingerprint import EngineFingerprint, engine_fingerprint
 from verinfer.engine.loader import LoadedModel, load_model
 from verinfer.engine.models.common import Batch, KVCache, Segment
@@ -32,16 +32,6 @@ from verinfer.engine.sampling import SamplingParams, sample
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 
 FinishReason = Literal["stop", "length"]
-DIGEST_DOMAIN = b"verinfer/logits/v1"
-
-
-def step_digest(logits_row: torch.Tensor) -> bytes:
-    """sha256 over the raw little-endian float32 logits of one step."""
-    return hashlib.sha256(logits_row.contiguous().numpy().tobytes()).digest()
-
-
-def roll_digest(steps: Sequence[bytes]) -> str:
-    return "0x" + hashlib.sha256(DIGEST_DOMAIN + b"".join(steps)).hexdigest()
 
 
 @dataclass
@@ -55,7 +45,7 @@ class GenerationResult:
 
     @property
     def logit_digest(self) -> str:
-        return roll_digest(self.step_digests)
+        return roll_up(self.step_digests)
 
 
 @dataclass
@@ -68,7 +58,7 @@ class ReplayResult:
 
     @property
     def logit_digest(self) -> str:
-        return roll_digest(self.step_digests)
+        return roll_up(self.step_digests)
 
 
 @dataclass
@@ -217,13 +207,14 @@ class Engine:
                       torch.tensor(rows, dtype=torch.int64))
         with self._lock:
             logits = self.model.forward(batch)
+        digests = step_digests(logits)
         for i, s in enumerate(owners):
-            self._advance(s, logits[i])
+            self._advance(s, logits[i], digests[i])
 
-    def _advance(self, s: _Seq, row: torch.Tensor) -> None:
+    def _advance(self, s: _Seq, row: torch.Tensor, digest: bytes) -> None:
         position = len(s.prompt) + len(s.generated)
         tok = sample(row.numpy(), s.params, position)
-        s.digests.append(step_digest(row))
+        s.digests.append(digest)
         s.generated.append(tok)
         s.finish, s.text = self._finish(s.generated, s.params)
         if s.finish is not None:
@@ -261,10 +252,11 @@ class Engine:
         with self._lock:
             logits = self.model.forward(batch)
         chosen: list[int] = []
+        all_digests = step_digests(logits)
         digests: list[bytes] = []
         finish: FinishReason | None = None
         for i in range(n):
-            digests.append(step_digest(logits[i]))
+            digests.append(all_digests[i])
             chosen.append(sample(logits[i].numpy(), params, p + i))
             finish, _ = self._finish(chosen, params)
             if chosen[i] != claimed_ids[i] or finish is not None:

@@ -9,7 +9,8 @@ Pipeline (fixed): temperature → top-k → top-p → draw.
 - scaled logits ``z = logit / temperature`` in float64.
 - top-k keeps the k largest ``z`` (ties: lower token id first).
 - top-p keeps the shortest prefix of the survivors, ordered by probability (ties: lower id),
-  whose mass reaches ``top_p`` of the survivors' mass (at least one token).
+  whose running mass (summed in that order) reaches ``top_p`` times the survivors' total mass
+  (``numpy.sum`` in token-id order); at least one token is kept.
 - draw: walk the kept tokens in token-id order, return the first whose running mass exceeds
   ``u * kept_mass``, with ``u`` = uniform(seed, p) in [0, 1).
 """
@@ -74,9 +75,29 @@ def derive_seed(req_hash: bytes) -> int:
     return int.from_bytes(hashlib.sha256(b"verinfer/seed/v1" + req_hash).digest()[:8], "big")
 
 
-def _desc_order(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Positions of ``values`` sorted descending, ties by ascending id (ids ascending on input)."""
-    return np.argsort(-values, kind="stable")
+def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """Positions (ascending) of the top-p nucleus of unnormalized probabilities ``p``.
+
+    Sorts only as many candidates as needed: the nucleus is a prefix of the total order
+    (probability descending, position ascending), so sorting a larger candidate set that
+    contains it gives the same prefix.
+    """
+    target = top_p * float(np.sum(p))
+    m = 256
+    while True:
+        if m >= p.shape[0]:
+            cand = np.arange(p.shape[0])
+        else:
+            kth = np.partition(p, p.shape[0] - m)[p.shape[0] - m]
+            cand = np.flatnonzero(p >= kth)  # ascending positions; ties at kth all included
+        order = cand[np.argsort(-p[cand], kind="stable")]
+        csum = np.cumsum(p[order])
+        n_keep = int(np.searchsorted(csum, target, side="left")) + 1
+        if n_keep <= order.shape[0] and (n_keep < order.shape[0] or cand.shape[0] == p.shape[0]):
+            return np.sort(order[:n_keep])
+        if cand.shape[0] == p.shape[0]:
+            return np.sort(order)
+        m *= 8
 
 
 def _top_k_ids(z: np.ndarray, k: int) -> np.ndarray:
@@ -100,10 +121,7 @@ def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
         z = z[ids]
     p = np.exp(z - z.max())
     if params.top_p < 1.0:
-        order = _desc_order(p, ids)
-        csum = np.cumsum(p[order])
-        n_keep = int(np.searchsorted(csum, params.top_p * csum[-1], side="left")) + 1
-        keep = np.sort(order[: min(n_keep, order.shape[0])])
+        keep = _nucleus(p, params.top_p)
         ids, p = ids[keep], p[keep]
     csum = np.cumsum(p)
     u = uniform(params.seed, position)

@@ -27,11 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hf_reference import hf_generate_tok_s, load_hf_model  # noqa: E402
-
-from verinfer.engine.engine import Engine  # noqa: E402
-from verinfer.engine.loader import embedded_model_path, load_model  # noqa: E402
-from verinfer.engine.sampling import SamplingParams  # noqa: E402
+from hf_reference import hf_generate_tok_s, load_hf_model
+from verinfer.engine.engine import Engine
+from verinfer.engine.loader import embedded_model_path, load_model
+from verinfer.engine.sampling import SamplingParams
 
 PROMPT_LEN, NEW_TOKENS, ROUNDS = 16, 64, int(os.environ.get("BENCH_ROUNDS", "3"))
 

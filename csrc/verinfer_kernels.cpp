@@ -49,7 +49,25 @@ struct Kern {
   // as a = fmaf(p, v, a) from a = 0 (the heads share one read of v)
   void (*attn_pv)(const float* p, int64_t ldp, int64_t R, const float* v, int64_t n, int64_t D, float* out,
                   int64_t ldo);
+  // ---- packed family (see "Packed outer-product GEMM" below) ----
+  int pmr;  // rows per packed x group of the GEMM path (M > 4)
+  // y[m, c] for rows [m0, m1) (m0 % pmr == 0) and the cw padded columns of the panels at wp
+  // (panel stride ps floats), of which nv < = cw are real; xpk: x packed in pmr-row groups.
+  void (*gemm_p)(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m1, const float* wp, int64_t ps,
+                 int64_t cw, int64_t nv, float* y, int64_t ldy);
+  // M <= 4 rows, x packed as [K][M]: the same outputs with GEMV-shaped tiles (full K per tile)
+  void (*gemv_p)(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
+                 float* y, int64_t ldy);
+  // the same on packed Q8_0 panels (panel stride psb bytes)
+  void (*gemv_q8p)(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+                   float* y, int64_t ldy);
+  // np packed Q8_0 panels -> np fp32 panels [np][K][32] (exact: float(d) * float(q))
+  void (*dequant_q8p)(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
 };
+
+// Packed panel geometry: kPNR output columns per panel; a Q8_0 panel block holds, for 32
+// consecutive k, kPNR fp16 scales (64 bytes) then 32 x kPNR int8 ([k][n]).
+constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
 constexpr int64_t kKBlock = 512, kKBlockAbove = 1536;  // measured: K=1024 is faster unblocked
@@ -82,6 +100,9 @@ struct V {
     __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
     return {_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), d.v)};
   }
+  static V h16(const uint8_t* p) {  // 16 fp16 -> fp32 (exact)
+    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
 };
 // Fold 16 accumulators at once with the dot16 tree, transposed across registers (the same
 // additions as folding each one alone, ~3x fewer instructions). out[i] = fold(acc[i]), i < n.
@@ -112,6 +133,12 @@ constexpr int kMR = 6;
 constexpr int kNR[7] = {0, 16, 8, 8, 4, 4, 4};
 constexpr int kNRq[5] = {0, 16, 8, 4, 4};
 constexpr int kPV = 16;  // attention: 16 zmm of output (D = 256) stay in registers
+// Packed GEMM: kPMR rows x kPNV vectors (12 x 32 = 24 zmm accumulators); GEMV tiles for M rows
+// use kGNV[M] vectors (enough independent chains to hide FMA latency), kGNVq[M] for Q8_0.
+constexpr int kPMR = 12, kPNV = 2;
+constexpr int64_t kPKC = 256;
+constexpr int kGNV[5] = {0, 16, 8, 6, 4};
+constexpr int kGNVq[5] = {0, 8, 6, 4, 4};
 #include "verinfer_kernels.cpp"
 }  // namespace vi::avx512
 #pragma GCC pop_options
@@ -137,6 +164,10 @@ struct V {
     return {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0)), d.lo),
             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1)), d.hi)};
   }
+  static V h16(const uint8_t* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
+  }
 };
 static inline __attribute__((always_inline)) void reduce(const V* acc, int n, float* out) {
   for (int i = 0; i < n; ++i) {
@@ -150,6 +181,10 @@ constexpr int kMR = 2;  // 16 ymm registers: at most 4 accumulators (8 ymm) per 
 constexpr int kNR[7] = {0, 4, 2, 1, 1, 1, 1};
 constexpr int kNRq[5] = {0, 4, 2, 1, 1};
 constexpr int kPV = 4;
+constexpr int kPMR = 6, kPNV = 1;  // 12 ymm accumulators
+constexpr int64_t kPKC = 256;
+constexpr int kGNV[5] = {0, 4, 2, 2, 1};
+constexpr int kGNVq[5] = {0, 2, 2, 1, 1};
 #include "verinfer_kernels.cpp"
 }  // namespace vi::avx2
 #pragma GCC pop_options
@@ -186,6 +221,11 @@ struct V {
     for (int i = 0; i < 16; ++i) r.l[i] = static_cast<float>(q[i]) * d.l[i];
     return r;
   }
+  static V h16(const uint8_t* p) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = h2f(load_u16(p + 2 * i));
+    return r;
+  }
 };
 static inline void reduce(const V* acc, int n, float* out) {
   for (int i = 0; i < n; ++i) {
@@ -200,6 +240,10 @@ constexpr int kMR = 4;
 constexpr int kNR[7] = {0, 1, 1, 1, 1, 1, 1};
 constexpr int kNRq[5] = {0, 1, 1, 1, 1};
 constexpr int kPV = 1;
+constexpr int kPMR = 4, kPNV = 1;
+constexpr int64_t kPKC = 256;
+constexpr int kGNV[5] = {0, 1, 1, 1, 1};
+constexpr int kGNVq[5] = {0, 1, 1, 1, 1};
 #include "verinfer_kernels.cpp"
 }  // namespace vi::scalar
 #undef VI_BODY

@@ -15,12 +15,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from hf_reference import hf_logits, load_hf_model  # noqa: E402
-
-from verinfer.engine.loader import LoadedModel, embedded_model_path, load_model  # noqa: E402
-from verinfer.engine.models.common import Batch, KVCache, Segment  # noqa: E402
-from verinfer.engine.models.gemma3 import Gemma3  # noqa: E402
-from verinfer.engine.ops import make_ops  # noqa: E402
+from hf_reference import hf_logits, load_hf_model
+from verinfer.engine.loader import LoadedModel, embedded_model_path, load_model
+from verinfer.engine.models.common import Batch, KVCache, Segment
+from verinfer.engine.models.gemma3 import Gemma3
+from verinfer.engine.ops import make_ops
 
 pytestmark = pytest.mark.slow
 

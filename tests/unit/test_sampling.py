@@ -15,7 +15,7 @@ def test_uniform_is_a_pure_function_of_seed_and_position() -> None:
     assert uniform(1, 5) == uniform(1, 5)
     assert uniform(1, 5) != uniform(1, 6) != uniform(2, 5)
     draws = [uniform(42, p) for p in range(20000)]
-    assert 0.0 <= min(draws) and max(draws) < 1.0
+    assert min(draws) >= 0.0 and max(draws) < 1.0
     assert abs(float(np.mean(draws)) - 0.5) < 0.01
 
 

@@ -32,7 +32,7 @@ def step_digests(logits: torch.Tensor) -> list[bytes]:
     arr = logits.contiguous().numpy()
     rows, vocab = arr.shape
     n_leaves = (vocab + LEAF_FLOATS - 1) // LEAF_FLOATS
-    views = [memoryview(arr[r, i * LEAF_FLOATS:(i + 1) * LEAF_FLOATS]).cast("B")
+    views = [memoryview(arr[r, i * LEAF_FLOATS:(i + 1) * LEAF_FLOATS].data).cast("B")
              for r in range(rows) for i in range(n_leaves)]
     leaves = list(_POOL.map(_leaf, views)) if len(views) > 1 else [_leaf(v) for v in views]
     head = DOMAIN + n_leaves.to_bytes(4, "big")

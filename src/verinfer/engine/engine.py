@@ -85,8 +85,8 @@ class Engine:
         self.tokenizer = model.tokenizer
         self.kernel_mode: KernelMode = kernels
         self.ops = make_ops(kernels)
-        family = {"gemma3": Gemma3, "llama": Llama}[model.config.arch]
-        self.model = family(model.config, model.weights, self.ops)
+        self.model: Gemma3 | Llama = (Gemma3 if model.config.arch == "gemma3" else Llama)(
+            model.config, model.weights, self.ops)
         self.max_context = min(max_context or model.config.context_length,
                                model.config.context_length)
         self.max_seqs, self.max_batch_tokens = max_seqs, max_batch_tokens

@@ -13,12 +13,31 @@ local rope base; the others attend to the full prefix with the global base.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from verinfer.engine.config import ModelConfig
 from verinfer.engine.loader import Weights
 from verinfer.engine.models.common import Batch, RopeTable, embed_scale, rope_half
 from verinfer.engine.ops import Matrix, Ops
+
+
+@dataclass
+class Gemma3Layer:
+    attn_norm: torch.Tensor  # [dim]
+    q: Matrix  # [H*D, dim]
+    k: Matrix  # [KV*D, dim]
+    v: Matrix  # [KV*D, dim]
+    q_norm: torch.Tensor  # [D]
+    k_norm: torch.Tensor  # [D]
+    o: Matrix  # [dim, H*D]
+    post_attn_norm: torch.Tensor  # [dim]
+    ffn_norm: torch.Tensor  # [dim]
+    gate: Matrix  # [F, dim]
+    up: Matrix  # [F, dim]
+    down: Matrix  # [dim, F]
+    post_ffw_norm: torch.Tensor  # [dim]
 
 
 class Gemma3:
@@ -30,24 +49,24 @@ class Gemma3:
 
         self.embed = mat("token_embd.weight")  # [V, dim], also the LM head
         self.out_norm = weights["output_norm.weight"]
-        self.layers = []
-        for i in range(cfg.n_layers):
-            p = f"blk.{i}."
-            self.layers.append({
-                "attn_norm": weights[p + "attn_norm.weight"],
-                "q": mat(p + "attn_q.weight"),  # [H*D, dim]
-                "k": mat(p + "attn_k.weight"),  # [KV*D, dim]
-                "v": mat(p + "attn_v.weight"),  # [KV*D, dim]
-                "q_norm": weights[p + "attn_q_norm.weight"],  # [D]
-                "k_norm": weights[p + "attn_k_norm.weight"],  # [D]
-                "o": mat(p + "attn_output.weight"),  # [dim, H*D]
-                "post_attn_norm": weights[p + "post_attention_norm.weight"],
-                "ffn_norm": weights[p + "ffn_norm.weight"],
-                "gate": mat(p + "ffn_gate.weight"),  # [F, dim]
-                "up": mat(p + "ffn_up.weight"),  # [F, dim]
-                "down": mat(p + "ffn_down.weight"),  # [dim, F]
-                "post_ffw_norm": weights[p + "post_ffw_norm.weight"],
-            })
+        self.layers = [
+            Gemma3Layer(
+                attn_norm=weights[f"blk.{i}.attn_norm.weight"],
+                q=mat(f"blk.{i}.attn_q.weight"),
+                k=mat(f"blk.{i}.attn_k.weight"),
+                v=mat(f"blk.{i}.attn_v.weight"),
+                q_norm=weights[f"blk.{i}.attn_q_norm.weight"],
+                k_norm=weights[f"blk.{i}.attn_k_norm.weight"],
+                o=mat(f"blk.{i}.attn_output.weight"),
+                post_attn_norm=weights[f"blk.{i}.post_attention_norm.weight"],
+                ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
+                gate=mat(f"blk.{i}.ffn_gate.weight"),
+                up=mat(f"blk.{i}.ffn_up.weight"),
+                down=mat(f"blk.{i}.ffn_down.weight"),
+                post_ffw_norm=weights[f"blk.{i}.post_ffw_norm.weight"],
+            )
+            for i in range(cfg.n_layers)
+        ]
         self.rope_global = RopeTable(cfg.head_dim, cfg.rope_theta)
         self.rope_local = RopeTable(cfg.head_dim, cfg.rope_local_theta)
         self.scale = embed_scale(cfg.dim)
@@ -64,12 +83,12 @@ class Gemma3:
         for i, L in enumerate(self.layers):
             sliding = cfg.is_sliding(i)
             cos, sin = (cos_l, sin_l) if sliding else (cos_g, sin_g)
-            h = ops.rmsnorm(x, L["attn_norm"], cfg.norm_eps)
-            q = ops.linear(h, L["q"]).view(T * H, D)
-            k = ops.linear(h, L["k"]).view(T * KV, D)
-            v = ops.linear(h, L["v"]).view(T, KV, D)
-            q = rope_half(ops.rmsnorm(q, L["q_norm"], cfg.norm_eps).view(T, H, D), cos, sin)
-            k = rope_half(ops.rmsnorm(k, L["k_norm"], cfg.norm_eps).view(T, KV, D), cos, sin)
+            h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
+            q = ops.linear(h, L.q).view(T * H, D)
+            k = ops.linear(h, L.k).view(T * KV, D)
+            v = ops.linear(h, L.v).view(T, KV, D)
+            q = rope_half(ops.rmsnorm(q, L.q_norm, cfg.norm_eps).view(T, H, D), cos, sin)
+            k = rope_half(ops.rmsnorm(k, L.k_norm, cfg.norm_eps).view(T, KV, D), cos, sin)
             row = 0
             for s in batch.segments:
                 batch.caches[s.slot].write(i, s.start, k[row:row + s.length],
@@ -78,10 +97,10 @@ class Gemma3:
             window = (cfg.sliding_window or 0) if sliding else 0
             a = ops.attention(q.contiguous(), [c.k[i] for c in batch.caches],
                               [c.v[i] for c in batch.caches], seq, pos, window, cfg.attn_scale)
-            o = ops.linear(a.view(T, H * D), L["o"])
-            x = x + ops.rmsnorm(o, L["post_attn_norm"], cfg.norm_eps)
-            h = ops.rmsnorm(x, L["ffn_norm"], cfg.norm_eps)
-            m = ops.gelu_tanh_mul(ops.linear(h, L["gate"]), ops.linear(h, L["up"]))
-            x = x + ops.rmsnorm(ops.linear(m, L["down"]), L["post_ffw_norm"], cfg.norm_eps)
+            o = ops.linear(a.view(T, H * D), L.o)
+            x = x + ops.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
+            h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
+            m = ops.gelu_tanh_mul(ops.linear(h, L.gate), ops.linear(h, L.up))
+            x = x + ops.rmsnorm(ops.linear(m, L.down), L.post_ffw_norm, cfg.norm_eps)
         x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
         return ops.linear(x, self.embed)  # [R, V]

@@ -10,12 +10,27 @@ Per layer (x: [T, dim]):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from verinfer.engine.config import ModelConfig
 from verinfer.engine.loader import Weights
 from verinfer.engine.models.common import Batch, RopeTable, rope_half, rope_interleaved
 from verinfer.engine.ops import Matrix, Ops
+
+
+@dataclass
+class LlamaLayer:
+    attn_norm: torch.Tensor  # [dim]
+    q: Matrix  # [H*D, dim]
+    k: Matrix  # [KV*D, dim]
+    v: Matrix  # [KV*D, dim]
+    o: Matrix  # [dim, H*D]
+    ffn_norm: torch.Tensor  # [dim]
+    gate: Matrix  # [F, dim]
+    up: Matrix  # [F, dim]
+    down: Matrix  # [dim, F]
 
 
 class Llama:
@@ -29,20 +44,20 @@ class Llama:
         has_head = "output.weight" in weights.f32 or "output.weight" in weights.q8_0
         self.head = mat("output.weight") if has_head else self.embed  # [V, dim]
         self.out_norm = weights["output_norm.weight"]
-        self.layers = []
-        for i in range(cfg.n_layers):
-            p = f"blk.{i}."
-            self.layers.append({
-                "attn_norm": weights[p + "attn_norm.weight"],
-                "q": mat(p + "attn_q.weight"),  # [H*D, dim]
-                "k": mat(p + "attn_k.weight"),  # [KV*D, dim]
-                "v": mat(p + "attn_v.weight"),  # [KV*D, dim]
-                "o": mat(p + "attn_output.weight"),  # [dim, H*D]
-                "ffn_norm": weights[p + "ffn_norm.weight"],
-                "gate": mat(p + "ffn_gate.weight"),  # [F, dim]
-                "up": mat(p + "ffn_up.weight"),  # [F, dim]
-                "down": mat(p + "ffn_down.weight"),  # [dim, F]
-            })
+        self.layers = [
+            LlamaLayer(
+                attn_norm=weights[f"blk.{i}.attn_norm.weight"],
+                q=mat(f"blk.{i}.attn_q.weight"),
+                k=mat(f"blk.{i}.attn_k.weight"),
+                v=mat(f"blk.{i}.attn_v.weight"),
+                o=mat(f"blk.{i}.attn_output.weight"),
+                ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
+                gate=mat(f"blk.{i}.ffn_gate.weight"),
+                up=mat(f"blk.{i}.ffn_up.weight"),
+                down=mat(f"blk.{i}.ffn_down.weight"),
+            )
+            for i in range(cfg.n_layers)
+        ]
         self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
         self.rotate = rope_interleaved if cfg.rope_interleaved else rope_half
 
@@ -55,10 +70,10 @@ class Llama:
         cos, sin = self.rope.get(pos)
         x = self.embed.rows(batch.tokens)  # [T, dim]
         for i, L in enumerate(self.layers):
-            h = ops.rmsnorm(x, L["attn_norm"], cfg.norm_eps)
-            q = self.rotate(ops.linear(h, L["q"]).view(T, H, D), cos, sin)
-            k = self.rotate(ops.linear(h, L["k"]).view(T, KV, D), cos, sin)
-            v = ops.linear(h, L["v"]).view(T, KV, D)
+            h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
+            q = self.rotate(ops.linear(h, L.q).view(T, H, D), cos, sin)
+            k = self.rotate(ops.linear(h, L.k).view(T, KV, D), cos, sin)
+            v = ops.linear(h, L.v).view(T, KV, D)
             row = 0
             for s in batch.segments:
                 batch.caches[s.slot].write(i, s.start, k[row:row + s.length],
@@ -66,9 +81,9 @@ class Llama:
                 row += s.length
             a = ops.attention(q.contiguous(), [c.k[i] for c in batch.caches],
                               [c.v[i] for c in batch.caches], seq, pos, 0, cfg.attn_scale)
-            x = x + ops.linear(a.view(T, H * D), L["o"])
-            h = ops.rmsnorm(x, L["ffn_norm"], cfg.norm_eps)
-            m = ops.silu_mul(ops.linear(h, L["gate"]), ops.linear(h, L["up"]))
-            x = x + ops.linear(m, L["down"])
+            x = x + ops.linear(a.view(T, H * D), L.o)
+            h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
+            m = ops.silu_mul(ops.linear(h, L.gate), ops.linear(h, L.up))
+            x = x + ops.linear(m, L.down)
         x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
         return ops.linear(x, self.head)  # [R, V]

@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -52,7 +53,7 @@ struct Kern {
   // ---- packed family (see "Packed outer-product GEMM" below) ----
   int pmr;  // rows per packed x group of the GEMM path (M > 4)
   // y[m, c] for rows [m0, m1) (m0 % pmr == 0) and the cw padded columns of the panels at wp
-  // (panel stride ps floats), of which nv < = cw are real; xpk: x packed in pmr-row groups.
+  // (panel stride ps floats), of which nv <= cw are real; xpk: x packed in pmr-row groups.
   void (*gemm_p)(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m1, const float* wp, int64_t ps,
                  int64_t cw, int64_t nv, float* y, int64_t ldy);
   // M <= 4 rows, x packed as [K][M]: the same outputs with GEMV-shaped tiles (full K per tile)
@@ -67,6 +68,12 @@ struct Kern {
 
 // Packed panel geometry: kPNR output columns per panel; a Q8_0 panel block holds, for 32
 // consecutive k, kPNR fp16 scales (64 bytes) then 32 x kPNR int8 ([k][n]).
+static inline int64_t tune(const char* n, int64_t d) {  // TEMP tuning knobs
+  const char* v = std::getenv(n);
+  return v ? std::atoll(v) : d;
+}
+static const int64_t g_kc = tune("VI_KC", 256), g_ord = tune("VI_ORD", 0), g_mb = tune("VI_MB", 16),
+                     g_g = tune("VI_G", 4);
 constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
@@ -489,6 +496,175 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
   return out;
 }
 
+// ---------------------------------------------------------------- packed family (torch ops)
+// pack_f32: w [N, K] -> [P = ceil(N/32)][K][32] fp32, wp[p][k][i] = w[32p + i][k] (0 for
+// 32p + i >= N). pack_q8_0: GGUF Q8_0 rows [N][K/32*34] -> uint8 [P][K/32][1088]: per panel and
+// 32-k block, 32 fp16 scales d[i] (64 bytes), then q[kk][i] (32 x 32 int8, k-major); padding
+// rows have d = 0, q = 0. linear_packed / linear_q8_0_packed: y[m, n] = fmaf chain over k.
+static constexpr int64_t kGemvMaxRows = 4;
+
+at::Tensor pack_f32(const at::Tensor& w) {
+  check_f32(w, "w", 2);
+  const int64_t N = w.size(0), K = w.size(1), P = (N + kPNR - 1) / kPNR;
+  TORCH_CHECK(N > 0 && K > 0, "w must be non-empty");
+  at::Tensor out = at::empty({P, K, kPNR}, w.options());
+  const float* src = w.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      float* o = dst + p * K * kPNR;
+      for (int64_t i = 0; i < kPNR; ++i) {
+        const int64_t n = p * kPNR + i;
+        if (n >= N)
+          for (int64_t k = 0; k < K; ++k) o[k * kPNR + i] = 0.0f;
+        else
+          for (int64_t k = 0; k < K; ++k) o[k * kPNR + i] = src[n * K + k];
+      }
+    }
+  });
+  return out;
+}
+
+static void check_q8_rows(const at::Tensor& wq, int64_t K) {
+  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
+              "wq must be a contiguous 2-D uint8 CPU tensor");
+  TORCH_CHECK(K > 0 && K % 32 == 0, "Q8_0 needs K % 32 == 0, got K=", K);
+  TORCH_CHECK(wq.size(1) == K / 32 * 34, "wq rows must be K/32*34=", K / 32 * 34, " bytes, got ", wq.size(1));
+}
+
+at::Tensor pack_q8_0(const at::Tensor& wq, int64_t K) {
+  check_q8_rows(wq, K);
+  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, ldw = nb * 34;
+  TORCH_CHECK(N > 0, "wq must be non-empty");
+  at::Tensor out = at::zeros({P, nb, kQBlk}, wq.options());
+  const uint8_t* src = wq.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p)
+      for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i) {
+        const uint8_t* row = src + (p * kPNR + i) * ldw;
+        for (int64_t j = 0; j < nb; ++j) {
+          uint8_t* blk = dst + (p * nb + j) * kQBlk;
+          std::memcpy(blk + 2 * i, row + j * 34, 2);
+          for (int64_t kk = 0; kk < 32; ++kk) blk[2 * kPNR + kk * kPNR + i] = row[j * 34 + 2 + kk];
+        }
+      }
+  });
+  return out;
+}
+
+// x [M, K] -> groups of g rows (the last one r = M % g rows), each packed [k][rows].
+static at::Tensor pack_x(const at::Tensor& x, int64_t g) {
+  const int64_t M = x.size(0), K = x.size(1);
+  at::Tensor out = at::empty({M * K}, x.options());
+  const float* src = x.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, (M + g - 1) / g, 1, [&](int64_t b, int64_t e) {
+    for (int64_t grp = b; grp < e; ++grp) {
+      const int64_t m0 = grp * g, r = std::min(g, M - m0);
+      float* o = dst + m0 * K;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t i = 0; i < r; ++i) o[k * r + i] = src[(m0 + i) * K + k];
+    }
+  });
+  return out;
+}
+
+static int64_t check_packed_n(int64_t n, int64_t P) {
+  TORCH_CHECK(n > 0 && (n + kPNR - 1) / kPNR == P, "n=", n, " does not match ", P, " packed panels of ", kPNR);
+  return n;
+}
+
+// Large M: tasks are (group of G panels, block of MB rows), panel-major; G shrinks until there
+// are enough tasks for the threads. Tiling decides only where outputs are computed, never how.
+struct Tasks {
+  int64_t G, ng, MB, nmb;
+};
+static Tasks gemm_tasks(int64_t M, int64_t P, int pmr) {
+  Tasks t;
+  t.MB = pmr * g_mb;
+  t.nmb = (M + t.MB - 1) / t.MB;
+  t.G = g_g;
+  const int64_t want = 4 * at::get_num_threads();
+  while (t.G > 1 && (P + t.G - 1) / t.G * t.nmb < want) t.G /= 2;
+  t.ng = (P + t.G - 1) / t.G;
+  return t;
+}
+
+at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
+  check_f32(x, "x", 2), check_f32(wp, "wp", 3);
+  TORCH_CHECK(wp.size(2) == kPNR, "wp must be [P, K, ", kPNR, "] (from pack_f32)");
+  const int64_t M = x.size(0), K = x.size(1), P = wp.size(0), N = check_packed_n(n, P);
+  TORCH_CHECK(wp.size(1) == K && K > 0, "wp has K=", wp.size(1), " but x has K=", K);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const Kern& kn = kern();
+  const float* w = wp.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const int64_t ps = K * kPNR;
+  if (M <= kGemvMaxRows) {
+    at::Tensor xt = M == 1 ? x : pack_x(x, M);
+    const float* xp = xt.data_ptr<float>();
+    at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+      kn.gemv_p(xp, M, K, w + b * ps, ps, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
+    });
+    return y;
+  }
+  at::Tensor xt = pack_x(x, kn.pmr);
+  const float* xp = xt.data_ptr<float>();
+  const Tasks t = gemm_tasks(M, P, kn.pmr);
+  at::parallel_for(0, t.ng * t.nmb, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t p0 = (i / t.nmb) * t.G, p1 = std::min(P, p0 + t.G);
+      const int64_t m0 = (i % t.nmb) * t.MB, m1 = std::min(M, m0 + t.MB);
+      kn.gemm_p(xp, M, K, m0, m1, w + p0 * ps, ps, (p1 - p0) * kPNR, std::min(N, p1 * kPNR) - p0 * kPNR,
+                yp + p0 * kPNR, N);
+    }
+  });
+  return y;
+}
+
+at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
+                  wqp.size(2) == kQBlk,
+              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", kQBlk, "] (from pack_q8_0)");
+  TORCH_CHECK(K > 0 && K % 32 == 0, "Q8_0 needs K % 32 == 0, got K=", K);
+  TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / 32, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * 32,
+              ", K=", K);
+  const int64_t M = x.size(0), P = wqp.size(0), N = check_packed_n(n, P);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const Kern& kn = kern();
+  const uint8_t* w = wqp.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  const int64_t psb = K / 32 * kQBlk, ps = K * kPNR;
+  if (M <= kGemvMaxRows) {  // fused dequantize + FMA: streams int8 + fp16 scales
+    at::Tensor xt = M == 1 ? x : pack_x(x, M);
+    const float* xp = xt.data_ptr<float>();
+    at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+      kn.gemv_q8p(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
+    });
+    return y;
+  }
+  // Large M: dequantize a panel group into fp32 scratch (exact) and run the fp32 GEMM: same bits.
+  at::Tensor xt = pack_x(x, kn.pmr);
+  const float* xp = xt.data_ptr<float>();
+  const Tasks t = gemm_tasks(M, P, kn.pmr);
+  at::parallel_for(0, t.ng * t.nmb, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(t.G * ps);
+    int64_t have = -1;
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t g = i / t.nmb, p0 = g * t.G, p1 = std::min(P, p0 + t.G);
+      const int64_t m0 = (i % t.nmb) * t.MB, m1 = std::min(M, m0 + t.MB);
+      if (g != have) kn.dequant_q8p(w + p0 * psb, psb, p1 - p0, K, scratch.data()), have = g;
+      kn.gemm_p(xp, M, K, m0, m1, scratch.data(), ps, (p1 - p0) * kPNR, std::min(N, p1 * kPNR) - p0 * kPNR,
+                yp + p0 * kPNR, N);
+    }
+  });
+  return y;
+}
+
 at::Tensor argmax(const at::Tensor& x) {
   check_f32(x, "x", 2);
   const int64_t M = x.size(0), N = x.size(1);
@@ -523,6 +699,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &vi::silu_mul, rel());
   m.def("attention", &vi::attention, rel());
   m.def("argmax", &vi::argmax, rel());
+  m.def("pack_f32", &vi::pack_f32, rel());
+  m.def("pack_q8_0", &vi::pack_q8_0, rel());
+  m.def("linear_packed", &vi::linear_packed, rel());
+  m.def("linear_q8_0_packed", &vi::linear_q8_0_packed, rel());
 }
 
 #else  // VI_BODY ------------------------------------------------- ISA-generic kernels
@@ -748,6 +928,189 @@ static void attn_pv(const float* p, int64_t ldp, int64_t R, const float* v, int6
   if (R == 1) pv_heads<1>(p, ldp, v, n, D, out, ldo);
 }
 
-static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv};
+// ---------------------------------------------------------------- packed outer-product GEMM
+// One accumulator per output, y[m, n] = fmaf chain over k = 0..K-1 in increasing k from 0.0f;
+// the 16 vector lanes run over n, never over k. A tile holds MR rows x NV vectors of outputs.
+// xp: x packed as [k][MR] (already at the tile's first k); w: the tile's first weights at that k;
+// vector j lives at w + (j >> 1) * ps + (j & 1) * 16 (+ 32 per k): NV is 1 (half a panel) or
+// even (whole panels). K-blocking parks each accumulator in y between blocks; a float stored and
+// reloaded is exact, so blocking never changes a bit. cols < 16 * NV: only the first cols
+// columns of y exist (the panel's zero padding is computed but never stored).
+template <int MR, int NV>
+static inline __attribute__((always_inline)) void acc_in(V* acc, const float* y, int64_t ldy, int64_t cols,
+                                                         bool load) {
+  VI_UNROLL
+  for (int i = 0; i < MR * NV; ++i) acc[i] = V::zero();
+  if (!load) return;
+  if (cols == 16 * NV) {
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m)
+      VI_UNROLL
+      for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::load(y + m * ldy + 16 * j);
+    return;
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NV; ++j) {
+      float t[16] = {};
+      for (int64_t i = 0; i < 16 && 16 * j + i < cols; ++i) t[i] = y[m * ldy + 16 * j + i];
+      acc[m * NV + j] = V::load(t);
+    }
+}
+template <int MR, int NV>
+static inline __attribute__((always_inline)) void acc_out(const V* acc, float* y, int64_t ldy, int64_t cols) {
+  if (cols == 16 * NV) {
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m)
+      VI_UNROLL
+      for (int j = 0; j < NV; ++j) V::store(y + m * ldy + 16 * j, acc[m * NV + j]);
+    return;
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NV; ++j) {
+      float t[16];
+      V::store(t, acc[m * NV + j]);
+      for (int64_t i = 0; i < 16 && 16 * j + i < cols; ++i) y[m * ldy + 16 * j + i] = t[i];
+    }
+}
+template <int MR, int NV>
+static void ptile(const float* xp, const float* w, int64_t ps, int64_t kc, float* y, int64_t ldy, int64_t cols,
+                  bool load) {
+  V acc[MR * NV];
+  acc_in<MR, NV>(acc, y, ldy, cols, load);
+  for (int64_t k = 0; k < kc; ++k, xp += MR, w += kPNR) {
+    V wv[NV];
+    VI_UNROLL
+    for (int j = 0; j < NV; ++j) wv[j] = V::load(w + (j >> 1) * ps + (j & 1) * 16);
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m) {
+      const V xb = V::set1(xp[m]);
+      VI_UNROLL
+      for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
+    }
+  }
+  acc_out<MR, NV>(acc, y, ldy, cols);
+}
+// The same on packed Q8_0 panels (K % 32 == 0, full K): each weight is float(q) * d (exact),
+// then FMA'd exactly as above. w: the panel's first block; off: column offset in the panel.
+template <int MR, int NV>
+static void qtile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, int64_t K, float* y, int64_t ldy,
+                  int64_t cols) {
+  V acc[MR * NV];
+  acc_in<MR, NV>(acc, y, ldy, cols, false);
+  for (int64_t b = 0; b < K; b += 32, w += kQBlk) {
+    V sc[NV];
+    VI_UNROLL
+    for (int j = 0; j < NV; ++j) sc[j] = V::h16(w + (j >> 1) * psb + 2 * (off + (j & 1) * 16));
+    const uint8_t* q = w + 2 * kPNR + off;
+    for (int kk = 0; kk < 32; ++kk, xp += MR, q += kPNR) {
+      V wv[NV];
+      VI_UNROLL
+      for (int j = 0; j < NV; ++j)
+        wv[j] = V::q8(reinterpret_cast<const int8_t*>(q + (j >> 1) * psb + (j & 1) * 16), sc[j]);
+      VI_UNROLL
+      for (int m = 0; m < MR; ++m) {
+        const V xb = V::set1(xp[m]);
+        VI_UNROLL
+        for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
+      }
+    }
+  }
+  acc_out<MR, NV>(acc, y, ldy, cols);
+}
+// Runtime row count r (1..R) of the last packed x group -> ptile<r, NV>.
+template <int R, int NV>
+static void ptile_rows(int r, const float* xp, const float* w, int64_t ps, int64_t kc, float* y, int64_t ldy,
+                       int64_t cols, bool load) {
+  if (r == R) ptile<R, NV>(xp, w, ps, kc, y, ldy, cols, load);
+  else if constexpr (R > 1) ptile_rows<R - 1, NV>(r, xp, w, ps, kc, y, ldy, cols, load);
+}
+// GEMM (M > 4): k blocks of kPKC outermost, then column tiles (a kPKC x 32 weight slice stays
+// in L1), then the rows' x groups (streamed from L2). Row group g starts at xpk + g*kPMR*K and
+// is packed [k][r] with r = its row count.
+static void gemm_p(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m1, const float* wp, int64_t ps,
+                   int64_t cw, int64_t nv, float* y, int64_t ldy) {
+  constexpr int64_t CW = 16 * kPNV;
+  const int64_t KC = g_kc;
+  if (g_ord == 1) {
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+      const int64_t kc = std::min(KC, K - k0);
+      for (int64_t m = m0; m < m1; m += kPMR) {
+        const int r = static_cast<int>(std::min<int64_t>(kPMR, M - m));
+        for (int64_t c = 0; c < cw && c < nv; c += CW) {
+          const float* w = wp + (c / kPNR) * ps + c % kPNR + k0 * kPNR;
+          const int64_t cols = std::min(CW, nv - c);
+          ptile_rows<kPMR, kPNV>(r, xpk + m * K + k0 * r, w, ps, kc, y + m * ldy + c, ldy, cols, k0 > 0);
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t k0 = 0; k0 < K; k0 += KC) {
+    const int64_t kc = std::min(KC, K - k0);
+    for (int64_t c = 0; c < cw && c < nv; c += CW) {
+      const float* w = wp + (c / kPNR) * ps + c % kPNR + k0 * kPNR;
+      const int64_t cols = std::min(CW, nv - c);
+      for (int64_t m = m0; m < m1; m += kPMR) {
+        const int r = static_cast<int>(std::min<int64_t>(kPMR, M - m));
+        ptile_rows<kPMR, kPNV>(r, xpk + m * K + k0 * r, w, ps, kc, y + m * ldy + c, ldy, cols, k0 > 0);
+      }
+    }
+  }
+}
+// GEMV (M <= 4): full-K tiles of kGNV[M] vectors, then narrower tiles for the range's end.
+template <int MR, int NV, bool Q>
+static void gemv_run(int64_t& c, const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
+                     float* y, int64_t ldy) {
+  for (; c + 16 * NV <= cw; c += 16 * NV) {
+    const int64_t cols = std::min<int64_t>(16 * NV, nv - c);
+    if (cols <= 0) continue;
+    if constexpr (Q)
+      qtile<MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
+    else
+      ptile<MR, NV>(xp, static_cast<const float*>(wp) + (c / kPNR) * ps + c % kPNR, ps, K, y + c, ldy, cols,
+                    false);
+  }
+}
+template <int MR, bool Q>
+static void gemv_rows(const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv, float* y,
+                      int64_t ldy) {
+  constexpr int NV = Q ? kGNVq[MR] : kGNV[MR];
+  int64_t c = 0;
+  gemv_run<MR, NV, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 4) gemv_run<MR, 4, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 2) gemv_run<MR, 2, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 1) gemv_run<MR, 1, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
+}
+template <bool Q>
+static void gemv_any(const float* xp, int64_t M, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
+                     float* y, int64_t ldy) {
+  if (M == 1) gemv_rows<1, Q>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 2) gemv_rows<2, Q>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 3) gemv_rows<3, Q>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 4) gemv_rows<4, Q>(xp, K, wp, ps, cw, nv, y, ldy);
+}
+static void gemv_p(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
+                   float* y, int64_t ldy) {
+  gemv_any<false>(xp, M, K, wp, ps, cw, nv, y, ldy);
+}
+static void gemv_q8p(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+                     float* y, int64_t ldy) {
+  gemv_any<true>(xp, M, K, wp, psb, cw, nv, y, ldy);
+}
+static void dequant_q8p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
+  for (int64_t p = 0; p < np; ++p, wp += psb)
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* blk = wp + b * kQBlk;
+      const V s0 = V::h16(blk), s1 = V::h16(blk + 32);
+      for (int kk = 0; kk < 32; ++kk, out += kPNR) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2 * kPNR + kk * kPNR);
+        V::store(out, V::q8(q, s0));
+        V::store(out + 16, V::q8(q + 16, s1));
+      }
+    }
+}
+
+static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv,
+                           kPMR, gemm_p, gemv_p, gemv_q8p, dequant_q8p};
 
 #endif  // VI_BODY

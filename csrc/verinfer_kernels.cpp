@@ -72,7 +72,7 @@ static inline int64_t tune(const char* n, int64_t d) {  // TEMP tuning knobs
   const char* v = std::getenv(n);
   return v ? std::atoll(v) : d;
 }
-static const int64_t g_kc = tune("VI_KC", 256), g_ord = tune("VI_ORD", 0), g_mb = tune("VI_MB", 16),
+static int64_t g_kc = tune("VI_KC", 256), g_ord = tune("VI_ORD", 0), g_mb = tune("VI_MB", 16),
                      g_g = tune("VI_G", 4);
 constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
 
@@ -699,6 +699,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &vi::silu_mul, rel());
   m.def("attention", &vi::attention, rel());
   m.def("argmax", &vi::argmax, rel());
+  m.def("_tune", [](int64_t kc, int64_t ord, int64_t mb, int64_t g) { vi::g_kc = kc, vi::g_ord = ord, vi::g_mb = mb, vi::g_g = g; });
   m.def("pack_f32", &vi::pack_f32, rel());
   m.def("pack_q8_0", &vi::pack_q8_0, rel());
   m.def("linear_packed", &vi::linear_packed, rel());

@@ -296,6 +296,156 @@ def test_attention_long_cache() -> None:
         assert same(alone[0], out[2])
 
 
+# ---- packed outer-product family ------------------------------------------------------------
+PK_SHAPES = [(1, 37, 45), (3, 19, 16), (4, 70, 64), (5, 33, 640), (7, 70, 48), (13, 21, 2048), (50, 36, 1700)]
+
+
+def seq_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """One sequential accumulator per output: acc = fmaf(x[m, k], w[n, k], acc), k increasing.
+    fmaf is emulated as round_f32(a*b + c) in float64: the product is exact there, and the one
+    rounding of a*b + c to float64 can differ from fmaf only in rare double-rounding ties, so
+    this is a sanity check (compared loosely); the exact check is scalar-vs-SIMD bit equality."""
+    xd, wd = x.double(), w.double()
+    acc = torch.zeros(x.shape[0], w.shape[0])
+    for i in range(x.shape[1]):
+        acc = (xd[:, i, None] * wd[None, :, i] + acc.double()).float()
+    return acc
+
+
+def test_pack_f32_layout() -> None:
+    w = rand(70, 9, seed=20)
+    wp = vk.pack_f32(w)
+    assert wp.shape == (3, 9, 32)
+    for p in range(3):
+        for i in range(32):
+            n = 32 * p + i
+            want = w[n] if n < 70 else torch.zeros(9)
+            assert same(wp[p, :, i].contiguous(), want)
+
+
+@pytest.mark.parametrize("m,n,k", PK_SHAPES)
+def test_linear_packed_isa_paths_identical(m: int, n: int, k: int) -> None:
+    x, w = rand(m, k, seed=21), rand(n, k, seed=22)
+    wp = vk.pack_f32(w)
+    ref = assert_isas_agree(lambda: vk.linear_packed(x, wp, n))
+    # the documented order, emulated in float64: agrees to (almost always) the last bit
+    emu = seq_ref(x, w)
+    assert (bits(ref) != bits(emu)).float().mean().item() < 1e-3
+    torch.testing.assert_close(ref, emu, rtol=1e-6, atol=1e-6)
+
+
+def test_linear_packed_big_m_isa_paths_identical() -> None:
+    x, w = rand(333, 300, seed=23), rand(97, 300, seed=24)  # K blocks, row remainder, half panel
+    wp = vk.pack_f32(w)
+    assert_isas_agree(lambda: vk.linear_packed(x, wp, 97))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k", [200, 2048])
+def test_linear_packed_row_invariance(isa: str, k: int) -> None:
+    vk.set_isa(isa)
+    n = 70
+    wp = vk.pack_f32(rand(n, k, seed=25))
+    for m in ROWS if k < 1000 and isa != "scalar" else [5, 17, 64]:
+        x = rand(m, k, seed=m)
+        y = vk.linear_packed(x, wp, n)
+        for i in range(m):
+            assert same(y[i : i + 1], vk.linear_packed(x[i : i + 1], wp, n)), (m, i)
+
+
+def test_linear_packed_thread_invariance() -> None:
+    w = rand(300, 640, seed=26)
+    wp = vk.pack_f32(w)
+    for m in (1, 4, 70, 333):
+        x = rand(m, 640, seed=m)
+        torch.set_num_threads(1)
+        one = vk.linear_packed(x, wp, 300)
+        torch.set_num_threads(2)
+        assert same(one, vk.linear_packed(x, wp, 300)), m
+
+
+def test_linear_packed_close_to_torch() -> None:
+    for m, n, k in PK_SHAPES + [(600, 640, 2048)]:
+        x, w = torch.randn(m, k), torch.randn(n, k)
+        tol = 1e-4 * max(1.0, k / 256)  # one sequential chain: error grows ~ with K
+        torch.testing.assert_close(
+            vk.linear_packed(x, vk.pack_f32(w), n), F.linear(x, w), rtol=1e-4, atol=tol
+        )
+
+
+def test_pack_q8_0_layout() -> None:
+    n, k = 40, 64
+    raw, _ = q8_0(torch.randn(n, k))
+    p = vk.pack_q8_0(raw, k)
+    assert p.shape == (2, 2, 1088) and p.dtype == torch.uint8
+    rows = raw.view(n, 2, 34)
+    for r in (0, 31, 32, 39):
+        for b in range(2):
+            blk = p[r // 32, b]
+            i = r % 32
+            assert torch.equal(blk[2 * i : 2 * i + 2], rows[r, b, :2])
+            assert torch.equal(blk[64 + i :: 32][:32], rows[r, b, 2:])
+    assert not p[1, :, 2 * 8 : 64].any() and not p[1, :, 64:].view(2, 32, 32)[:, :, 8:].any()
+
+
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 37, 64), (2, 70, 96), (3, 33, 32), (4, 20, 640), (5, 19, 96), (70, 40, 2048), (333, 97, 128)]
+)
+def test_linear_q8_0_packed_equals_linear_packed_on_dequantized(m: int, n: int, k: int) -> None:
+    raw, deq = q8_0(torch.randn(n, k))
+    wqp, wp = vk.pack_q8_0(raw, k), vk.pack_f32(deq)
+    x = rand(m, k, seed=27)
+    for isa in ISAS:
+        with vk.forced_isa(isa):
+            assert same(vk.linear_q8_0_packed(x, wqp, n, k), vk.linear_packed(x, wp, n)), isa
+
+
+def test_linear_q8_0_packed_isa_rows_threads() -> None:
+    k, n = 640, 70
+    raw, _ = q8_0(torch.randn(n, k))
+    wqp = vk.pack_q8_0(raw, k)
+    x = rand(17, k, seed=28)
+    ref = assert_isas_agree(lambda: vk.linear_q8_0_packed(x, wqp, n, k))
+    for m in ROWS:
+        xm = rand(m, k, seed=m)
+        y = vk.linear_q8_0_packed(xm, wqp, n, k)
+        for i in range(m):
+            assert same(y[i : i + 1], vk.linear_q8_0_packed(xm[i : i + 1], wqp, n, k)), (m, i)
+    torch.set_num_threads(1)
+    assert same(vk.linear_q8_0_packed(x, wqp, n, k), ref)
+
+
+def test_packed_bad_inputs_raise_kernel_error() -> None:
+    x, w = torch.randn(3, 64), torch.randn(40, 64)
+    wp = vk.pack_f32(w)
+    raw, _ = q8_0(torch.randn(40, 64))
+    wqp = vk.pack_q8_0(raw, 64)
+    cases: list[Callable[[], object]] = [
+        lambda: vk.pack_f32(w.double()),
+        lambda: vk.pack_f32(w.t()),
+        lambda: vk.pack_f32(torch.randn(0, 64)),
+        lambda: vk.linear_packed(x, wp, 65),  # n does not match the panel count
+        lambda: vk.linear_packed(x, wp, 0),
+        lambda: vk.linear_packed(x, wp, 32),
+        lambda: vk.linear_packed(x[:, :32].contiguous(), wp, 40),  # K mismatch
+        lambda: vk.linear_packed(x, w, 40),  # not packed
+        lambda: vk.linear_packed(x.double(), wp, 40),
+        lambda: vk.linear_packed(x, wp[:, :, :16].contiguous(), 40),
+        lambda: vk.pack_q8_0(raw, 32),
+        lambda: vk.pack_q8_0(raw.view(torch.int8), 64),
+        lambda: vk.pack_q8_0(raw[:, :60].contiguous(), 64),
+        lambda: vk.linear_q8_0_packed(x, wqp, 40, 32),
+        lambda: vk.linear_q8_0_packed(x, wqp, 70, 64),
+        lambda: vk.linear_q8_0_packed(x, raw, 40, 64),  # not packed
+        lambda: vk.linear_q8_0_packed(x, wp, 40, 64),  # fp32 panels
+        lambda: vk.linear_q8_0_packed(x[:, :48].contiguous(), wqp, 40, 48),
+    ]
+    for i, case in enumerate(cases):
+        with pytest.raises(KernelError):
+            case()
+            pytest.fail(f"case {i} did not raise")
+
+
 # ---- misuse ---------------------------------------------------------------------------------
 def test_bad_inputs_raise_kernel_error() -> None:
     x, w = torch.randn(3, 64), torch.randn(8, 64)

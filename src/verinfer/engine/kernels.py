@@ -33,6 +33,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without a build
 
 ISAS = ("scalar", "avx2", "avx512")
 Q8_0_BLOCK = 32  # weights per Q8_0 block: fp16 scale + 32 int8 = 34 bytes
+PANEL = 32  # output columns per packed panel (pack_f32 / pack_q8_0)
+Q8_0_PANEL_BLOCK_BYTES = 2 * PANEL + Q8_0_BLOCK * PANEL  # 32 fp16 scales + 32 x 32 int8 = 1088
 
 
 def _lib() -> ModuleType:
@@ -114,6 +116,52 @@ def linear_q8_0(x: torch.Tensor, wq: torch.Tensor, k: int) -> torch.Tensor:
 def dequantize_q8_0(wq: torch.Tensor, k: int) -> torch.Tensor:
     """fp32 [N, K] with W[n, k] = float(d) * float(q), bit-equal to gguf.quants.dequantize."""
     return _tensor("dequantize_q8_0", wq, int(k))
+
+
+# ---- packed outer-product family ------------------------------------------------------------
+# A second fixed order, chosen because it is easy to make fast at large M: every output has ONE
+# sequential accumulator, y[m, n] = fmaf(x[m, k], W[n, k], acc) for k = 0..K-1 in increasing
+# order from acc = 0.0f. SIMD lanes run over n (never over k) and nothing is split over k, so
+# the result depends only on x[m], W[n] and K: not on M, the row's position, tiling, threads or
+# the ISA path. It is NOT the same order as ``linear`` (dot16): the two families give different
+# bits, and a model must use one family for decode and replay alike.
+
+
+def pack_f32(w: torch.Tensor) -> torch.Tensor:
+    """Repack fp32 weights [N, K] (nn.Linear layout) once, at model load, into panels.
+
+    Layout: float32 [P, K, 32] with P = ceil(N / 32) and ``wp[p, k, i] = w[32 p + i, k]``;
+    rows 32 p + i >= N are zero (computed, never returned). The microkernel streams each panel
+    contiguously. Pass N again to :func:`linear_packed`.
+    """
+    return _tensor("pack_f32", w)
+
+
+def linear_packed(x: torch.Tensor, wp: torch.Tensor, n: int) -> torch.Tensor:
+    """y [M, n]: y[m, j] = sequential fmaf chain over k of x[m, k] * w[j, k] (see above).
+
+    x: [M, K] float32; wp: ``pack_f32(w)`` of w [n, K]; n: the original row count of w.
+    """
+    return _tensor("linear_packed", x, wp, int(n))
+
+
+def pack_q8_0(wq: torch.Tensor, k: int) -> torch.Tensor:
+    """Repack GGUF Q8_0 rows (uint8 [N, K/32*34]) once into panels for
+    :func:`linear_q8_0_packed`.
+
+    Layout: uint8 [P, K/32, 1088], P = ceil(N / 32). Block [p, b] covers rows 32 p .. 32 p + 31
+    and k = 32 b .. 32 b + 31: first the 32 rows' fp16 scales d (64 bytes, row order), then
+    32 x 32 int8 q, k-major (byte 64 + 32 kk + i is row 32 p + i, k = 32 b + kk). Padding rows
+    have d = 0, q = 0. Values are unchanged: weight = float(d) * float(q), one exact multiply.
+    """
+    return _tensor("pack_q8_0", wq, int(k))
+
+
+def linear_q8_0_packed(x: torch.Tensor, wqp: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Exactly ``linear_packed(x, pack_f32(dequantize_q8_0(wq, k)), n)`` bit for bit, with
+    wqp = ``pack_q8_0(wq, k)``. M <= 4 streams int8 + fp16 scales (memory-bound LM head);
+    larger M dequantizes panels into fp32 scratch and runs the fp32 microkernel."""
+    return _tensor("linear_q8_0_packed", x, wqp, int(n), int(k))
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

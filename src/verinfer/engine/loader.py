@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from verinfer.engine.config import ModelConfig
+from verinfer.engine.ops import Matrix
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import ModelLoadError, TokenizerError
 
@@ -32,6 +33,11 @@ class Weights:
 
     f32: dict[str, torch.Tensor]
     q8_0: dict[str, torch.Tensor]
+
+    def matrix(self, name: str) -> Matrix:
+        if name not in self.f32 and name not in self.q8_0:
+            raise ModelLoadError(f"weight {name!r} is missing from the model file")
+        return Matrix(self.f32.get(name), self.q8_0.get(name))
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:

@@ -43,9 +43,7 @@ class Gemma3Layer:
 class Gemma3:
     def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
         self.cfg, self.ops = cfg, ops
-
-        def mat(name: str) -> Matrix:
-            return Matrix(weights.f32.get(name), weights.q8_0.get(name))
+        mat = weights.matrix
 
         self.embed = mat("token_embd.weight")  # [V, dim], also the LM head
         self.out_norm = weights["output_norm.weight"]
@@ -89,14 +87,9 @@ class Gemma3:
             v = ops.linear(h, L.v).view(T, KV, D)
             q = rope_half(ops.rmsnorm(q, L.q_norm, cfg.norm_eps).view(T, H, D), cos, sin)
             k = rope_half(ops.rmsnorm(k, L.k_norm, cfg.norm_eps).view(T, KV, D), cos, sin)
-            row = 0
-            for s in batch.segments:
-                batch.caches[s.slot].write(i, s.start, k[row:row + s.length],
-                                           v[row:row + s.length])
-                row += s.length
+            batch.write_kv(i, k, v)
             window = (cfg.sliding_window or 0) if sliding else 0
-            a = ops.attention(q.contiguous(), [c.k[i] for c in batch.caches],
-                              [c.v[i] for c in batch.caches], seq, pos, window, cfg.attn_scale)
+            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, window, cfg.attn_scale)
             o = ops.linear(a.view(T, H * D), L.o)
             x = x + ops.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
             h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)

@@ -36,9 +36,7 @@ class LlamaLayer:
 class Llama:
     def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
         self.cfg, self.ops = cfg, ops
-
-        def mat(name: str) -> Matrix:
-            return Matrix(weights.f32.get(name), weights.q8_0.get(name))
+        mat = weights.matrix
 
         self.embed = mat("token_embd.weight")  # [V, dim]
         has_head = "output.weight" in weights.f32 or "output.weight" in weights.q8_0
@@ -74,13 +72,8 @@ class Llama:
             q = self.rotate(ops.linear(h, L.q).view(T, H, D), cos, sin)
             k = self.rotate(ops.linear(h, L.k).view(T, KV, D), cos, sin)
             v = ops.linear(h, L.v).view(T, KV, D)
-            row = 0
-            for s in batch.segments:
-                batch.caches[s.slot].write(i, s.start, k[row:row + s.length],
-                                           v[row:row + s.length])
-                row += s.length
-            a = ops.attention(q.contiguous(), [c.k[i] for c in batch.caches],
-                              [c.v[i] for c in batch.caches], seq, pos, 0, cfg.attn_scale)
+            batch.write_kv(i, k, v)
+            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, 0, cfg.attn_scale)
             x = x + ops.linear(a.view(T, H * D), L.o)
             h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
             m = ops.silu_mul(ops.linear(h, L.gate), ops.linear(h, L.up))

@@ -2,6 +2,8 @@
 
 Usage: python bench/kernels.py [--threads N] [--quick]
 Prints a table, then one JSON object (all timings in ms, best of a few repeats) as the last line.
+Per shape, F.linear (MKL), linear (dot16 family) and linear_packed (packed outer-product family)
+are timed interleaved; for the LM-head shape also linear_q8_0 and linear_q8_0_packed.
 """
 
 from __future__ import annotations
@@ -61,32 +63,54 @@ def main() -> None:
     torch.manual_seed(0)
     rows: list[dict[str, object]] = []
     print(f"isa={kernels.isa()} threads={torch.get_num_threads()}")
-    print(f"{'N':>7} {'K':>5} {'M':>4} {'F.linear':>9} {'vi':>9} {'ratio':>6}")
+    print(
+        f"{'op':>6} {'N':>7} {'K':>5} {'M':>4} {'F.linear':>9} {'vi':>9} {'packed':>9}"
+        f" {'F/vi':>5} {'F/pk':>5} {'vi/pk':>6}"
+    )
+
+    def report(op: str, n: int, k: int, m: int, ref: float, ours: float, pk: float) -> None:
+        rows.append(
+            {"op": op, "N": n, "K": k, "M": m, "torch_ms": ref, "vi_ms": ours, "packed_ms": pk}
+        )
+        print(
+            f"{op:>6} {n:>7} {k:>5} {m:>4} {ref:9.3f} {ours:9.3f} {pk:9.3f}"
+            f" {ref / ours:5.2f} {ref / pk:5.2f} {ours / pk:6.2f}",
+            flush=True,
+        )
+
     for n, k in SHAPES:
         w = torch.randn(n, k)
+        wp = kernels.pack_f32(w)
+        big = n == 262144
         for m in ROWS:
-            if n == 262144 and m > 4 and args.quick:
+            if big and m > 4 and args.quick:
                 continue
             x = torch.randn(m, k)
-            ref, ours = best_ms(
-                [lambda x=x, w=w: F.linear(x, w), lambda x=x, w=w: kernels.linear(x, w)]
+            ref, ours, pk = best_ms(
+                [
+                    lambda x=x, w=w: F.linear(x, w),
+                    lambda x=x, w=w: kernels.linear(x, w),
+                    lambda x=x, wp=wp, n=n: kernels.linear_packed(x, wp, n),
+                ],
+                rounds=4 if big and m > 4 else 12,
             )
-            rows.append({"op": "linear", "N": n, "K": k, "M": m, "torch_ms": ref, "vi_ms": ours})
-            print(f"{n:>7} {k:>5} {m:>4} {ref:9.3f} {ours:9.3f} {ref / ours:6.2f}")
-        if n == 262144:
+            report("fp32", n, k, m, ref, ours, pk)
+        if big:
             wq = q8_0_bytes(w)
-            for m in (1, 4):
+            wqp = kernels.pack_q8_0(wq, k)
+            for m in ROWS:
+                if m > 4 and args.quick:
+                    continue
                 x = torch.randn(m, k)
-                ref, ours = best_ms(
+                ref, ours, pk = best_ms(
                     [
                         lambda x=x, w=w: F.linear(x, w),
                         lambda x=x, wq=wq, k=k: kernels.linear_q8_0(x, wq, k),
-                    ]
+                        lambda x=x, wqp=wqp, n=n, k=k: kernels.linear_q8_0_packed(x, wqp, n, k),
+                    ],
+                    rounds=4 if m > 4 else 12,
                 )
-                rows.append(
-                    {"op": "linear_q8_0", "N": n, "K": k, "M": m, "torch_ms": ref, "vi_ms": ours}
-                )
-                print(f"q8_0 {n:>2} {k:>5} {m:>4} {ref:9.3f} {ours:9.3f} {ref / ours:6.2f}")
+                report("q8_0", n, k, m, ref, ours, pk)
     print(json.dumps({"isa": kernels.isa(), "threads": torch.get_num_threads(), "results": rows}))
 
 

@@ -7,6 +7,12 @@
 //   for k < K16 = K - K % 16 in increasing k; fold the lanes with the fixed tree s = 8, 4, 2, 1
 //   (lane[j] += lane[j + s] for j < s); then acc = fmaf(a[k], b[k], acc) for the K % 16 tail.
 //
+// A second family, the packed outer-product GEMM (linear_packed, linear_q8_0_packed; see
+// "packed outer-product GEMM" below), has a different fixed order that is easier to make fast at
+// large M: ONE sequential accumulator per output, acc = fmaf(x[m,k], W[n,k], acc) for k = 0..K-1
+// from acc = 0.0f, with the vector lanes over n (never over k) and no split-K. Weights are
+// repacked once into 32-column panels. The two families give different bits by design.
+//
 // FMA is exactly rounded, so AVX-512 (one __m512 per accumulator), AVX2 (two __m256) and the
 // portable scalar path (16 floats + fmaf) produce the same bits; tests prove it. Tiles only
 // decide which independent accumulators share registers, so they never change a result.
@@ -27,7 +33,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <cstdlib>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -68,12 +73,6 @@ struct Kern {
 
 // Packed panel geometry: kPNR output columns per panel; a Q8_0 panel block holds, for 32
 // consecutive k, kPNR fp16 scales (64 bytes) then 32 x kPNR int8 ([k][n]).
-static inline int64_t tune(const char* n, int64_t d) {  // TEMP tuning knobs
-  const char* v = std::getenv(n);
-  return v ? std::atoll(v) : d;
-}
-static int64_t g_kc = tune("VI_KC", 256), g_ord = tune("VI_ORD", 0), g_mb = tune("VI_MB", 16),
-                     g_g = tune("VI_G", 4);
 constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
@@ -140,10 +139,11 @@ constexpr int kMR = 6;
 constexpr int kNR[7] = {0, 16, 8, 8, 4, 4, 4};
 constexpr int kNRq[5] = {0, 16, 8, 4, 4};
 constexpr int kPV = 16;  // attention: 16 zmm of output (D = 256) stay in registers
-// Packed GEMM: kPMR rows x kPNV vectors (12 x 32 = 24 zmm accumulators); GEMV tiles for M rows
+// Packed GEMM: kPMR rows x kPNV vectors (14 x 32 = 28 zmm accumulators, no spills; 12 x 32 and
+// 6 x 64 measured the same or slower); GEMV tiles for M rows
 // use kGNV[M] vectors (enough independent chains to hide FMA latency), kGNVq[M] for Q8_0.
-constexpr int kPMR = 12, kPNV = 2;
-constexpr int64_t kPKC = 256;
+constexpr int kPMR = 14, kPNV = 2;
+constexpr int64_t kPKC = 512;
 constexpr int kGNV[5] = {0, 16, 8, 6, 4};
 constexpr int kGNVq[5] = {0, 8, 6, 4, 4};
 #include "verinfer_kernels.cpp"
@@ -582,9 +582,9 @@ struct Tasks {
 };
 static Tasks gemm_tasks(int64_t M, int64_t P, int pmr) {
   Tasks t;
-  t.MB = pmr * g_mb;
+  t.MB = pmr * 16;
   t.nmb = (M + t.MB - 1) / t.MB;
-  t.G = g_g;
+  t.G = 4;
   const int64_t want = 4 * at::get_num_threads();
   while (t.G > 1 && (P + t.G - 1) / t.G * t.nmb < want) t.G /= 2;
   t.ng = (P + t.G - 1) / t.G;
@@ -699,7 +699,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &vi::silu_mul, rel());
   m.def("attention", &vi::attention, rel());
   m.def("argmax", &vi::argmax, rel());
-  m.def("_tune", [](int64_t kc, int64_t ord, int64_t mb, int64_t g) { vi::g_kc = kc, vi::g_ord = ord, vi::g_mb = mb, vi::g_g = g; });
   m.def("pack_f32", &vi::pack_f32, rel());
   m.def("pack_q8_0", &vi::pack_q8_0, rel());
   m.def("linear_packed", &vi::linear_packed, rel());
@@ -978,6 +977,7 @@ static void ptile(const float* xp, const float* w, int64_t ps, int64_t kc, float
                   bool load) {
   V acc[MR * NV];
   acc_in<MR, NV>(acc, y, ldy, cols, load);
+#pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k, xp += MR, w += kPNR) {
     V wv[NV];
     VI_UNROLL
@@ -1025,35 +1025,21 @@ static void ptile_rows(int r, const float* xp, const float* w, int64_t ps, int64
   if (r == R) ptile<R, NV>(xp, w, ps, kc, y, ldy, cols, load);
   else if constexpr (R > 1) ptile_rows<R - 1, NV>(r, xp, w, ps, kc, y, ldy, cols, load);
 }
-// GEMM (M > 4): k blocks of kPKC outermost, then column tiles (a kPKC x 32 weight slice stays
-// in L1), then the rows' x groups (streamed from L2). Row group g starts at xpk + g*kPMR*K and
-// is packed [k][r] with r = its row count.
+// GEMM (M > 4): k blocks of kPKC outermost, then the rows' x groups (a group's kPKC-wide x slice
+// is reused from L1 across the task's column tiles), then column tiles (the task's weight slices
+// stay in L2 across all row groups). Row group g starts at xpk + g*kPMR*K, packed [k][r] with r
+// = its row count. Measured (1 and 2 threads): kPKC = 512 and this order were best or tied.
 static void gemm_p(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m1, const float* wp, int64_t ps,
                    int64_t cw, int64_t nv, float* y, int64_t ldy) {
   constexpr int64_t CW = 16 * kPNV;
-  const int64_t KC = g_kc;
-  if (g_ord == 1) {
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-      const int64_t kc = std::min(KC, K - k0);
-      for (int64_t m = m0; m < m1; m += kPMR) {
-        const int r = static_cast<int>(std::min<int64_t>(kPMR, M - m));
-        for (int64_t c = 0; c < cw && c < nv; c += CW) {
-          const float* w = wp + (c / kPNR) * ps + c % kPNR + k0 * kPNR;
-          const int64_t cols = std::min(CW, nv - c);
-          ptile_rows<kPMR, kPNV>(r, xpk + m * K + k0 * r, w, ps, kc, y + m * ldy + c, ldy, cols, k0 > 0);
-        }
-      }
-    }
-    return;
-  }
-  for (int64_t k0 = 0; k0 < K; k0 += KC) {
-    const int64_t kc = std::min(KC, K - k0);
-    for (int64_t c = 0; c < cw && c < nv; c += CW) {
-      const float* w = wp + (c / kPNR) * ps + c % kPNR + k0 * kPNR;
-      const int64_t cols = std::min(CW, nv - c);
-      for (int64_t m = m0; m < m1; m += kPMR) {
-        const int r = static_cast<int>(std::min<int64_t>(kPMR, M - m));
-        ptile_rows<kPMR, kPNV>(r, xpk + m * K + k0 * r, w, ps, kc, y + m * ldy + c, ldy, cols, k0 > 0);
+  for (int64_t k0 = 0; k0 < K; k0 += kPKC) {
+    const int64_t kc = std::min(kPKC, K - k0);
+    for (int64_t m = m0; m < m1; m += kPMR) {
+      const int r = static_cast<int>(std::min<int64_t>(kPMR, M - m));
+      const float* x = xpk + m * K + k0 * r;
+      for (int64_t c = 0; c < cw && c < nv; c += CW) {
+        const float* w = wp + (c / kPNR) * ps + c % kPNR + k0 * kPNR;
+        ptile_rows<kPMR, kPNV>(r, x, w, ps, kc, y + m * ldy + c, ldy, std::min(CW, nv - c), k0 > 0);
       }
     }
   }

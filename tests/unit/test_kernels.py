@@ -297,7 +297,15 @@ def test_attention_long_cache() -> None:
 
 
 # ---- packed outer-product family ------------------------------------------------------------
-PK_SHAPES = [(1, 37, 45), (3, 19, 16), (4, 70, 64), (5, 33, 640), (7, 70, 48), (13, 21, 2048), (50, 36, 1700)]
+PK_SHAPES = [
+    (1, 37, 45),
+    (3, 19, 16),
+    (4, 70, 64),
+    (5, 33, 640),
+    (7, 70, 48),
+    (13, 21, 2048),
+    (50, 36, 1700),
+]
 
 
 def seq_ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -365,7 +373,7 @@ def test_linear_packed_thread_invariance() -> None:
 
 
 def test_linear_packed_close_to_torch() -> None:
-    for m, n, k in PK_SHAPES + [(600, 640, 2048)]:
+    for m, n, k in [*PK_SHAPES, (600, 640, 2048)]:
         x, w = torch.randn(m, k), torch.randn(n, k)
         tol = 1e-4 * max(1.0, k / 256)  # one sequential chain: error grows ~ with K
         torch.testing.assert_close(
@@ -389,7 +397,16 @@ def test_pack_q8_0_layout() -> None:
 
 
 @pytest.mark.parametrize(
-    "m,n,k", [(1, 37, 64), (2, 70, 96), (3, 33, 32), (4, 20, 640), (5, 19, 96), (70, 40, 2048), (333, 97, 128)]
+    "m,n,k",
+    [
+        (1, 37, 64),
+        (2, 70, 96),
+        (3, 33, 32),
+        (4, 20, 640),
+        (5, 19, 96),
+        (70, 40, 2048),
+        (333, 97, 128),
+    ],
 )
 def test_linear_q8_0_packed_equals_linear_packed_on_dequantized(m: int, n: int, k: int) -> None:
     raw, deq = q8_0(torch.randn(n, k))

@@ -18,6 +18,35 @@ app = typer.Typer(help="verinfer: verifiable inference on a deterministic engine
 bench_app = typer.Typer(help="Benchmarks (run from the repository root).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
+# Each part owns its sub-commands in `<part>/cli.py` exposing a typer app named `app`.
+# Parts are registered here as they land; a part listed but not yet present is skipped.
+_SUBCOMMANDS = {
+    "da": "verinfer.da_client.cli",
+    "kms": "verinfer.kms.cli",
+    "enclave": "verinfer.enclave.cli",
+    "chain": "verinfer.chain.cli",
+    "receipts": "verinfer.receipts.cli",
+}
+
+
+def _register_subcommands() -> None:
+    import importlib
+    import importlib.util
+
+    for name, module in _SUBCOMMANDS.items():
+        if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None:
+            continue
+        app.add_typer(importlib.import_module(module).app, name=name)
+
+
+_register_subcommands()
+
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="Path to a .gguf/.safetensors model (default: embedded Gemma 3 270M).")]
 KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]

@@ -95,7 +95,8 @@ class Engine:
             from verinfer.engine import kernels as k
 
             isa = k.isa()
-        self.fingerprint: EngineFingerprint = engine_fingerprint(kernels, isa)
+        self.fingerprint: EngineFingerprint = engine_fingerprint(
+            kernels, isa, self.ops.linear_order)
         self._lock = threading.Lock()  # one forward pass at a time
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()

@@ -44,6 +44,7 @@ class EngineFingerprint:
     backend: str
     kernels: str  # invariant | fast
     kernel_isa: str  # code path of the compiled kernels (avx512 | avx2 | scalar | none)
+    linear_order: str  # summation order of every matmul (Ops.linear_order)
     device: str
     cpu_flags: tuple[str, ...]
     dtype: str
@@ -64,16 +65,17 @@ class EngineFingerprint:
         return f"vi-{self.kernels}-{self.hash[2:18]}"
 
 
-def engine_fingerprint(kernel_mode: str, kernel_isa: str,
+def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
                        container_digest: str | None = None) -> EngineFingerprint:
     name, flags = cpu_description()
     digest = container_digest if container_digest is not None else os.environ.get(
         "VERINFER_CONTAINER_DIGEST", "")
     return EngineFingerprint(
-        version=1,
+        version=2,
         backend="torch-cpu",
         kernels=kernel_mode,
         kernel_isa=kernel_isa,
+        linear_order=linear_order,
         device=name,
         cpu_flags=tuple(flags),
         dtype="float32",

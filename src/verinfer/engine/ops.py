@@ -27,10 +27,16 @@ KernelMode = Literal["invariant", "fast"]
 
 @dataclass
 class Matrix:
-    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, plus Q8_0 blocks if stored so."""
+    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, plus Q8_0 blocks if stored so.
+
+    ``packed`` is the kernel-ready copy that :meth:`Ops.prepare` builds once at model load
+    (panels of 32 output rows; fp32 or Q8_0 as stored). The values are the same; only the
+    memory layout differs, so the matrix still means exactly the stored weights.
+    """
 
     f32: torch.Tensor | None
     q8_0: torch.Tensor | None = None
+    packed: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -65,6 +71,11 @@ def dequantize_q8_0_rows(blocks: torch.Tensor) -> torch.Tensor:
 
 class Ops(Protocol):
     mode: KernelMode
+    linear_order: str  # names the summation order of every matmul; part of the fingerprint
+
+    def prepare(self, w: Matrix) -> Matrix:
+        """The matrix in the layout this mode's ``linear`` wants (called once per weight)."""
+        ...
 
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor: ...
 
@@ -87,7 +98,12 @@ class Ops(Protocol):
 
 
 class InvariantOps:
+    """Every matmul (projections, FFN, LM head) is the packed family: one sequential fmaf
+    chain over k per output, lanes over n (see kernels.py). Fast at large M (prefill, replay)
+    and memory-bound at M=1 (decode), with the same bits for any row count."""
+
     mode: KernelMode = "invariant"
+    linear_order = "seqfma-k-ascending-v1"
 
     def __init__(self) -> None:
         from verinfer.engine import kernels
@@ -97,11 +113,20 @@ class InvariantOps:
                               "`pip install --no-build-isolation -e .` (see README)")
         self.k = kernels
 
+    def prepare(self, w: Matrix) -> Matrix:
+        if w.packed is None:
+            k = w.shape[1]
+            w.packed = (self.k.pack_q8_0(w.q8_0, k) if w.q8_0 is not None
+                        else self.k.pack_f32(w.dense()))
+        return w
+
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor:
+        if w.packed is None:
+            raise KernelError("weight matrix used before Ops.prepare packed it")
+        n, k = w.shape
         if w.q8_0 is not None:
-            return self.k.linear_q8_0(x, w.q8_0, w.shape[1])
-        assert w.f32 is not None
-        return self.k.linear(x, w.f32)
+            return self.k.linear_q8_0_packed(x, w.packed, n, k)
+        return self.k.linear_packed(x, w.packed, n)
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return self.k.rmsnorm(x, w, eps)
@@ -120,6 +145,10 @@ class InvariantOps:
 
 class TorchOps:
     mode: KernelMode = "fast"
+    linear_order = "torch-default"
+
+    def prepare(self, w: Matrix) -> Matrix:
+        return w
 
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor:
         return F.linear(x, w.dense())

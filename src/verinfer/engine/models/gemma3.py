@@ -43,7 +43,9 @@ class Gemma3Layer:
 class Gemma3:
     def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
         self.cfg, self.ops = cfg, ops
-        mat = weights.matrix
+
+        def mat(name: str) -> Matrix:  # packed once here, in the layout ops.linear wants
+            return ops.prepare(weights.matrix(name))
 
         self.embed = mat("token_embd.weight")  # [V, dim], also the LM head
         self.out_norm = weights["output_norm.weight"]

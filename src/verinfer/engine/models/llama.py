@@ -36,7 +36,9 @@ class LlamaLayer:
 class Llama:
     def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
         self.cfg, self.ops = cfg, ops
-        mat = weights.matrix
+
+        def mat(name: str) -> Matrix:  # packed once here, in the layout ops.linear wants
+            return ops.prepare(weights.matrix(name))
 
         self.embed = mat("token_embd.weight")  # [V, dim]
         has_head = "output.weight" in weights.f32 or "output.weight" in weights.q8_0

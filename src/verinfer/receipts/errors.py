@@ -1,0 +1,45 @@
+"""Typed errors of the receipts part. Each carries the offending value in its message."""
+
+from __future__ import annotations
+
+from verinfer.errors import ClientError
+
+
+class ReceiptFormatError(ClientError):
+    """A receipt, encoding or proof field is malformed (bad hex, wrong length, bad type/range)."""
+
+    code = "receipt_format_error"
+
+
+class NonCanonicalEncodingError(ReceiptFormatError):
+    """Bytes decode, but re-encoding them does not give the same bytes."""
+
+    code = "non_canonical_encoding"
+
+
+class UnsupportedVersionError(ReceiptFormatError):
+    """A structure names a version this implementation does not know."""
+
+    code = "unsupported_version"
+
+
+class SignatureError(ClientError):
+    """A signature is malformed, does not recover, or recovers to the wrong signer."""
+
+    code = "invalid_signature"
+
+
+class MerkleError(ClientError):
+    """A Merkle batch or proof is invalid (empty batch, index out of range, bad siblings)."""
+
+    code = "invalid_merkle_proof"
+
+
+class EnvelopeDecryptionError(ClientError):
+    """The envelope could not be opened. Deliberately opaque: wrong key, wrong receipt binding,
+    truncation and tampering all look the same, so the error is no decryption oracle."""
+
+    code = "envelope_decryption_failed"
+
+    def __init__(self) -> None:
+        super().__init__("the envelope could not be opened")

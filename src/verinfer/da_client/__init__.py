@@ -1,0 +1,42 @@
+"""Data availability: one DAClient interface (local, redis, eigenda-proxy backends), batch
+manifests with Merkle inclusion proofs, and the durable publication outbox."""
+
+from verinfer.da_client.base import DAClient
+from verinfer.da_client.errors import (
+    BlobNotFoundError,
+    BlobTooLargeError,
+    CommitmentMismatchError,
+    DAUnavailableError,
+    MalformedPointerError,
+    ManifestError,
+)
+from verinfer.da_client.manifest import (
+    BatchManifest,
+    ManifestEntry,
+    SignedReceipt,
+    build_manifest,
+    inclusion_proof,
+    parse_manifest,
+)
+from verinfer.da_client.pointer import Pointer
+from verinfer.da_client.sinks import BatchCommitment, BatchSink, InMemoryBatchSink
+
+__all__ = [
+    "BatchCommitment",
+    "BatchManifest",
+    "BatchSink",
+    "BlobNotFoundError",
+    "BlobTooLargeError",
+    "CommitmentMismatchError",
+    "DAClient",
+    "DAUnavailableError",
+    "InMemoryBatchSink",
+    "MalformedPointerError",
+    "ManifestEntry",
+    "ManifestError",
+    "Pointer",
+    "SignedReceipt",
+    "build_manifest",
+    "inclusion_proof",
+    "parse_manifest",
+]

@@ -1,0 +1,148 @@
+"""A loopback stand-in for the EigenDA proxy, for tests and the benchmark only.
+
+It is NOT EigenDA: no dispersal, no KZG, nothing leaves the process. It follows the proxy's
+documented routes and status codes (``POST /put?commitment_mode=standard`` -> raw commitment,
+``GET /get/0x<hex>?commitment_mode=standard`` -> blob, 404 when unknown, 413 over the body
+limit, 503 when dispersal fails, ``GET /health``) and can be told to fail puts with 503 or to
+corrupt answers, so the client's retry and verification paths run against real HTTP.
+Commitments imitate the standard mode's shape (version byte 0x01 + opaque certificate) and are
+deliberately not sha256 of the blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+PROXY_MAX_BODY_BYTES = 32 * 1024 * 1024
+CERT_VERSION_V2 = b"\x01"
+
+
+class FakeEigenDAProxy:
+    """Start with ``start()`` (binds 127.0.0.1 on a free port), stop with ``stop()``."""
+
+    def __init__(self, *, max_body_bytes: int = PROXY_MAX_BODY_BYTES) -> None:
+        self.max_body_bytes = max_body_bytes
+        self.blobs: dict[bytes, bytes] = {}
+        self.fail_next_puts = 0  # answer 503 to this many puts
+        self.corrupt_gets = False  # flip a bit in every blob served
+        self.puts = 0
+        self.gets = 0
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "proxy not started"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeEigenDAProxy:
+        proxy = self
+
+        class Handler(_Handler):
+            state = proxy
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name="fake-eigenda-proxy")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeEigenDAProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _store(self, blob: bytes) -> bytes | None:
+        with self._lock:
+            self.puts += 1
+            if self.fail_next_puts > 0:
+                self.fail_next_puts -= 1
+                return None
+            # an opaque certificate: not derivable from sha256(blob) by the client
+            cert = CERT_VERSION_V2 + os.urandom(16) + hashlib.blake2b(blob, digest_size=32).digest()
+            self.blobs[cert] = blob
+            return cert
+
+    def _load(self, cert: bytes) -> bytes | None:
+        with self._lock:
+            self.gets += 1
+            blob = self.blobs.get(cert)
+            if blob is not None and self.corrupt_gets:
+                blob = (bytes([blob[0] ^ 1]) + blob[1:]) if blob else b"\x00"
+            return blob
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: FakeEigenDAProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _reply(self, status: int, body: bytes, ctype: str = "application/octet-stream") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _mode_ok(self, query: str) -> bool:
+        if parse_qs(query).get("commitment_mode") == ["standard"]:
+            return True
+        self._reply(400, b"commitment_mode must be standard", "text/plain")
+        return False
+
+    def do_POST(self) -> None:
+        parts = urlsplit(self.path)
+        if parts.path.rstrip("/") != "/put":
+            self._reply(404, b"not found", "text/plain")
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > self.state.max_body_bytes:
+            self.close_connection = True  # do not read an oversized body
+            self._reply(413, b"request body too large", "text/plain")
+            return
+        body = self.rfile.read(length)
+        if not self._mode_ok(parts.query):
+            return
+        cert = self.state._store(body)
+        if cert is None:
+            self._reply(503, b"failed to disperse blob: service unavailable", "text/plain")
+            return
+        self._reply(200, cert)
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        if parts.path == "/health":
+            self._reply(200, b"", "text/plain")
+            return
+        if not parts.path.startswith("/get/0x"):
+            self._reply(404, b"not found", "text/plain")
+            return
+        if not self._mode_ok(parts.query):
+            return
+        try:
+            cert = bytes.fromhex(parts.path[len("/get/0x"):])
+        except ValueError:
+            self._reply(400, b"commitment is not hex", "text/plain")
+            return
+        blob = self.state._load(cert)
+        if blob is None:
+            self._reply(404, b"blob not found", "text/plain")
+            return
+        self._reply(200, blob)

@@ -1,0 +1,93 @@
+"""Where finished batches go: (root, leaf count, manifest pointer) -> a BatchSink.
+
+The on-chain sink (BatchRegistry) lives in ``verinfer.chain``; these two serve tests and the
+CLI. Delivery is at-least-once (a crash between ``commit`` and the outbox recording it repeats
+the call), so every sink must treat a root it already holds as success.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from verinfer.da_client.pointer import Pointer
+
+log = logging.getLogger("verinfer.da_client")
+
+
+@dataclass(frozen=True)
+class BatchCommitment:
+    batch_id: int  # the outbox's local id (not part of what goes on chain)
+    root: bytes
+    leaf_count: int
+    manifest: Pointer
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batchId": self.batch_id, "batchRoot": "0x" + self.root.hex(),
+                "leafCount": self.leaf_count, "manifest": str(self.manifest)}
+
+
+class BatchSink(Protocol):
+    def commit(self, batch: BatchCommitment) -> None:
+        """Record the batch durably; idempotent by root. Raise to make the outbox retry."""
+        ...
+
+
+class InMemoryBatchSink:
+    """Keeps commitments in a list, once per root (tests)."""
+
+    def __init__(self) -> None:
+        self.batches: list[BatchCommitment] = []
+        self.calls = 0
+        self._roots: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def commit(self, batch: BatchCommitment) -> None:
+        with self._lock:
+            self.calls += 1
+            if batch.root not in self._roots:
+                self._roots.add(batch.root)
+                self.batches.append(batch)
+
+
+class JsonlBatchSink:
+    """Logs each commitment and appends it as one JSON line to a file (fsynced), once per root.
+
+    For the CLI and for crash tests that need the commitments to outlive the process.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._roots = {bytes.fromhex(b["batchRoot"][2:]) for b in read_jsonl_batches(self.path)}
+        self._lock = threading.Lock()
+
+    def commit(self, batch: BatchCommitment) -> None:
+        with self._lock:
+            if batch.root in self._roots:
+                return
+            line = json.dumps(batch.to_json(), sort_keys=True) + "\n"
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            self._roots.add(batch.root)
+        log.info("batch %d committed: root 0x%s, %d leaves, manifest %s", batch.batch_id,
+                 batch.root.hex(), batch.leaf_count, batch.manifest)
+
+
+def read_jsonl_batches(path: Path) -> list[dict[str, Any]]:
+    """Lines written by JsonlBatchSink; a torn last line (crash mid-write) is skipped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from verinfer.da_client.errors import (
+    BackendMismatchError,
+    BlobNotFoundError,
+    BlobTooLargeError,
+    CommitmentMismatchError,
+)
+from verinfer.da_client.local import LocalDAClient
+from verinfer.da_client.pointer import Pointer
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LocalDAClient:
+    return LocalDAClient(tmp_path / "da")
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 256 * 1024])
+def test_round_trip(store: LocalDAClient, size: int) -> None:
+    blob = os.urandom(size)
+    p = store.put(blob)
+    assert p == Pointer.for_blob("local", blob)
+    assert store.exists(p)
+    assert store.get(p) == blob
+    assert store.put(blob) == p  # idempotent
+    assert not [f for f in store.path_for(p).parent.iterdir() if f.name.startswith(".tmp-")]
+
+
+def test_corrupted_file_is_rejected(store: LocalDAClient) -> None:
+    p = store.put(b"evidence" * 100)
+    path = store.path_for(p)
+    data = bytearray(path.read_bytes())
+    data[7] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CommitmentMismatchError, match="expected sha256"):
+        store.get(p)
+    path.write_bytes(b"evidence" * 99)  # truncated
+    with pytest.raises(CommitmentMismatchError):
+        store.get(p)
+
+
+def test_missing_blob(store: LocalDAClient) -> None:
+    p = Pointer.for_blob("local", b"never stored")
+    assert not store.exists(p)
+    with pytest.raises(BlobNotFoundError) as ei:
+        store.get(p)
+    assert ei.value.status_code == 404
+
+
+def test_oversized_blob(tmp_path: Path) -> None:
+    small = LocalDAClient(tmp_path, max_blob_bytes=1024)
+    small.put(bytes(1024))
+    with pytest.raises(BlobTooLargeError, match="1025 bytes exceeds the local limit of 1024"):
+        small.put(bytes(1025))
+    assert not any(p.is_file() for p in tmp_path.rglob("*") if p.name.startswith(".tmp"))
+
+
+def test_pointer_of_other_backend(store: LocalDAClient) -> None:
+    with pytest.raises(BackendMismatchError):
+        store.get(Pointer.for_blob("redis", b"x"))
+
+
+def test_survives_reopen(tmp_path: Path) -> None:
+    p = LocalDAClient(tmp_path).put(b"durable")
+    assert LocalDAClient(tmp_path).get(p) == b"durable"

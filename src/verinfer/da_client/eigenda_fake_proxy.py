@@ -50,8 +50,8 @@ class FakeEigenDAProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="fake-eigenda-proxy")
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True, name="fake-eigenda-proxy")
         self._thread.start()
         return self
 

@@ -1,0 +1,290 @@
+"""The in-enclave runner: obtain the epoch key from t-of-n KMS shards, run a job with it, wipe.
+
+1. fresh ephemeral X25519 key pair (the shares travel encrypted to it);
+2. a nonce from every shard, concurrently (shards that are down are skipped);
+3. one quote whose report_data binds (epoch, purpose, challenge id, requester, ephemeral
+   public key, all nonces) and the requester's signature over it;
+4. releases from t shards at a time, concurrently, asking further shards for each refusal,
+   failure or corrupt share, until t shares pass the Feldman check — a share that fails is
+   reported by shard index before any reconstruction;
+5. Lagrange interpolation of s, derivation of the HPKE private key (checked against the
+   registered epoch public key), the job, then wiping of every buffer we own (zeroize.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from eth_account.signers.local import LocalAccount
+
+from verinfer.enclave.attestation import Attester
+from verinfer.enclave.errors import EnclaveError, JobError, KeyReleaseError
+from verinfer.enclave.zeroize import wipe, wipe_all
+from verinfer.errors import VerinferError
+from verinfer.kms.app_keys import EpochPrivateKey, app_keypair
+from verinfer.kms.directory import ShardInfo
+from verinfer.kms.epochs import EpochRecord, EpochRegistry
+from verinfer.kms.errors import ShareVerificationError
+from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.protocol import (
+    TRANSPORT_SUITE,
+    Release,
+    ReleaseRequest,
+    release_digest,
+    report_data,
+    requester_digest,
+    share_info,
+)
+from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_share
+
+T = TypeVar("T")
+
+
+class RequesterSigner(Protocol):
+    """The verifier account asking for the key (signs the request's report_data digest)."""
+
+    @property
+    def address(self) -> str: ...
+
+    def sign(self, digest: bytes) -> bytes: ...
+
+
+class AccountSigner:
+    def __init__(self, account: LocalAccount) -> None:
+        self._account = account
+
+    @property
+    def address(self) -> str:
+        return str(self._account.address).lower()
+
+    def sign(self, digest: bytes) -> bytes:
+        return sign_digest(self._account, digest)
+
+
+@dataclass
+class EpochKey:
+    """The reconstructed key in enclave memory. ``close()`` wipes what we own."""
+
+    epoch: int
+    private_key: EpochPrivateKey | None
+    shards_used: list[int]
+    corrupt_shards: list[int]
+    refusals: dict[int, str]
+    _buffers: list[bytearray] = field(default_factory=list, repr=False)
+
+    def close(self) -> None:
+        wipe_all(self._buffers)
+        self._buffers.clear()
+        self.private_key = None
+
+    def __enter__(self) -> EpochKey:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class JobOutcome(Generic[T]):
+    result: T
+    shards_used: list[int]
+    corrupt_shards: list[int]
+    refusals: dict[int, str]
+    key_ms: float  # runner start -> key in memory
+
+
+class EnclaveRunner:
+    def __init__(self, *, attester: Attester, shards: Sequence[ShardInfo],
+                 epochs: EpochRegistry, signer: RequesterSigner, timeout_s: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        if len({s.index for s in shards}) != len(shards):
+            raise EnclaveError(f"duplicate shard indices in {[s.index for s in shards]}")
+        self.attester = attester
+        self.shards = {s.index: s for s in shards}
+        self.epochs = epochs
+        self.signer = signer
+        self.timeout_s = timeout_s
+        self._transport = transport
+        self._clock = clock
+
+    # ---- public API ----------------------------------------------------------------------
+    def obtain_key(self, *, epoch: int, purpose: str, challenge_id: str) -> EpochKey:
+        return asyncio.run(self.obtain_key_async(epoch=epoch, purpose=purpose,
+                                                 challenge_id=challenge_id))
+
+    def run(self, job: Callable[[EpochPrivateKey], T], *, epoch: int, purpose: str,
+            challenge_id: str) -> JobOutcome[T]:
+        t0 = self._clock()
+        with self.obtain_key(epoch=epoch, purpose=purpose, challenge_id=challenge_id) as key:
+            key_ms = (self._clock() - t0) * 1000
+            assert key.private_key is not None
+            try:
+                result = job(key.private_key)
+            except VerinferError:
+                raise
+            except Exception as e:
+                raise JobError(f"job failed: {type(e).__name__}: {e}") from e
+            return JobOutcome(result, list(key.shards_used), list(key.corrupt_shards),
+                              dict(key.refusals), key_ms)
+
+    async def obtain_key_async(self, *, epoch: int, purpose: str,
+                               challenge_id: str) -> EpochKey:
+        record = self.epochs.get(epoch)
+        ephemeral = X25519PrivateKey.generate()
+        enclave_pub = ephemeral.public_key().public_bytes_raw()
+        refusals: dict[int, str] = {}
+        async with httpx.AsyncClient(timeout=self.timeout_s, transport=self._transport) as http:
+            nonces = await self._collect_nonces(http, refusals)
+            if len(nonces) < record.threshold:
+                raise KeyReleaseError(
+                    f"epoch {epoch}: only {len(nonces)} of {len(self.shards)} shards issued a "
+                    f"nonce, need {record.threshold} ({_describe(refusals)})",
+                    refusals=refusals, corrupt_shards=[])
+            rd = report_data(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
+                             requester=self.signer.address, enclave_public_key=enclave_pub,
+                             nonces=nonces)
+            req = ReleaseRequest(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
+                                 requester=self.signer.address,
+                                 requester_signature=self.signer.sign(requester_digest(rd)),
+                                 enclave_public_key=enclave_pub, nonces=nonces,
+                                 quote=self.attester.quote(rd))
+            shares, buffers, corrupt = await self._collect_shares(
+                http, req, rd, record, ephemeral, refusals)
+        del ephemeral
+        return self._rebuild(record, shares, buffers, corrupt, refusals)
+
+    # ---- steps ---------------------------------------------------------------------------
+    async def _collect_nonces(self, http: httpx.AsyncClient,
+                              refusals: dict[int, str]) -> dict[int, bytes]:
+        async def one(s: ShardInfo) -> tuple[int, bytes | None]:
+            try:
+                r = await http.post(f"{s.url}/v1/nonce")
+                if r.status_code != 200:
+                    refusals[s.index] = _reason(r)
+                    return s.index, None
+                nonce = bytes.fromhex(str(r.json()["nonce"]).removeprefix("0x"))
+                if len(nonce) != 32:
+                    raise ValueError("nonce length")
+                return s.index, nonce
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+                refusals[s.index] = f"unreachable: {type(e).__name__}"
+                return s.index, None
+
+        got = await asyncio.gather(*(one(s) for s in self.shards.values()))
+        return {i: n for i, n in got if n is not None}
+
+    async def _collect_shares(
+            self, http: httpx.AsyncClient, req: ReleaseRequest, rd: bytes, record: EpochRecord,
+            ephemeral: X25519PrivateKey, refusals: dict[int, str],
+    ) -> tuple[list[Share], list[bytearray], list[int]]:
+        body = req.to_json()
+        commitments = record.commitment_bytes
+        candidates = sorted(req.nonces)
+        shares: list[Share] = []
+        buffers: list[bytearray] = []
+        corrupt: list[int] = []
+
+        async def one(idx: int) -> tuple[int, bytearray | None]:
+            shard = self.shards[idx]
+            try:
+                r = await http.post(f"{shard.url}/v1/release", json=body)
+            except httpx.HTTPError as e:
+                refusals[idx] = f"unreachable: {type(e).__name__}"
+                return idx, None
+            if r.status_code != 200:
+                refusals[idx] = _reason(r)
+                return idx, None
+            try:
+                return idx, self._open_release(r.json(), shard, req.epoch, rd, ephemeral)
+            except (VerinferError, ValueError) as e:
+                refusals[idx] = f"bad_release: {getattr(e, 'message', e)}"
+                return idx, None
+
+        pending: set[asyncio.Task[tuple[int, bytearray | None]]] = set()
+        queue = list(candidates)
+        try:
+            while len(shares) < record.threshold:
+                while queue and len(pending) + len(shares) < record.threshold:
+                    pending.add(asyncio.create_task(one(queue.pop(0))))
+                if not pending:
+                    break
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    idx, buf = task.result()
+                    if buf is None:
+                        continue
+                    share = Share(idx, int.from_bytes(buf, "big") % Q)
+                    try:
+                        verify_share(share, commitments)
+                    except ShareVerificationError as e:
+                        corrupt.append(idx)
+                        refusals[idx] = f"share_verification_failed: {e.message}"
+                        wipe(buf)
+                        continue
+                    buffers.append(buf)
+                    shares.append(share)
+        finally:
+            for task in pending:
+                task.cancel()
+        if len(shares) < record.threshold:
+            wipe_all(buffers)
+            raise KeyReleaseError(
+                f"epoch {req.epoch}: {len(shares)} valid shares, need {record.threshold} "
+                f"(corrupt: {sorted(corrupt)}; {_describe(refusals)})",
+                refusals=refusals, corrupt_shards=sorted(corrupt))
+        return shares, buffers, sorted(corrupt)
+
+    def _open_release(self, d: Any, shard: ShardInfo, epoch: int, rd: bytes,
+                      ephemeral: X25519PrivateKey) -> bytearray:
+        rel = Release.from_json(d)
+        if rel.epoch != epoch or rel.shard_index != shard.index or rel.report_data != rd:
+            raise ValueError(f"release from shard {shard.index} answers another request")
+        signer = recover_digest_signer(release_digest(rel.unsigned_json()), rel.signature)
+        if signer != shard.address or rel.shard_address != shard.address:
+            raise ValueError(f"release signed by {signer}, shard {shard.index} is {shard.address}")
+        pt = TRANSPORT_SUITE.decrypt(rel.encrypted_share, ephemeral,
+                                     info=share_info(epoch, shard.index, rd))
+        if len(pt) != 32:
+            raise ValueError(f"share from shard {shard.index} is {len(pt)} bytes, not 32")
+        return bytearray(pt)
+
+    def _rebuild(self, record: EpochRecord, shares: list[Share], buffers: list[bytearray],
+                 corrupt: list[int], refusals: dict[int, str]) -> EpochKey:
+        seed = bytearray(32)
+        try:
+            secret = reconstruct(shares, record.threshold)
+            if public_key_of(secret) != record.commitment_bytes[0]:  # cannot happen if the
+                raise EnclaveError("reconstructed secret does not match C_0")  # checks passed
+            seed[:] = secret.to_bytes(32, "big")
+            private, public = app_keypair(seed, record.suite)
+            if public.to_bytes() != record.public_key_bytes:
+                raise EnclaveError(f"epoch {record.epoch}: derived app key does not match the "
+                                   "registered public key")
+        except BaseException:
+            wipe_all([*buffers, seed])
+            raise
+        return EpochKey(record.epoch, private, sorted(s.index for s in shares), corrupt,
+                        refusals, [*buffers, seed])
+
+
+def _reason(r: httpx.Response) -> str:
+    try:
+        return str(r.json()["error"]["reason"])
+    except (ValueError, KeyError, TypeError):
+        return f"http_{r.status_code}"
+
+
+def _describe(refusals: dict[int, str]) -> str:
+    return ", ".join(f"shard {i}: {why}" for i, why in sorted(refusals.items())) or "no refusals"
+
+
+def new_challenge_id() -> str:
+    return "0x" + secrets.token_hex(32)

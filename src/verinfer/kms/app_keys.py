@@ -1,0 +1,49 @@
+"""The epoch's HPKE app key pair, derived from the reconstructed epoch secret s.
+
+seed = s.to_bytes(32, "big"); the derivation itself belongs to the receipts part
+(``derive_epoch_keypair``), so the operator's envelopes and the KMS agree by construction.
+"""
+
+from __future__ import annotations
+
+try:  # the receipts part re-exports the derivation from its envelope module
+    from verinfer.receipts.envelope import (  # type: ignore[attr-defined, unused-ignore]
+        EnvelopeSuite,
+        EpochPrivateKey,
+        EpochPublicKey,
+        derive_epoch_keypair,
+    )
+except ImportError:
+    from verinfer.receipts.epoch_keys import (
+        EnvelopeSuite,
+        EpochPrivateKey,
+        EpochPublicKey,
+        derive_epoch_keypair,
+    )
+
+from verinfer.kms.errors import InvalidShareError
+from verinfer.kms.shamir import Q
+
+DEFAULT_SUITE = EnvelopeSuite.X25519.value
+SUITES = tuple(s.value for s in EnvelopeSuite)
+
+__all__ = ["DEFAULT_SUITE", "SUITES", "EpochPrivateKey", "EpochPublicKey", "app_keypair",
+           "parse_suite", "seed_from_secret"]
+
+
+def parse_suite(name: str) -> str:
+    if name not in SUITES:
+        raise InvalidShareError(f"unknown HPKE suite {name!r}; known: {list(SUITES)}")
+    return name
+
+
+def seed_from_secret(secret: int) -> bytearray:
+    """32-byte big-endian seed in a bytearray so the caller can overwrite it."""
+    if not 1 <= secret < Q:
+        raise InvalidShareError("epoch secret out of range [1, q)")
+    return bytearray(secret.to_bytes(32, "big"))
+
+
+def app_keypair(seed: bytes | bytearray, suite: str) -> tuple[EpochPrivateKey, EpochPublicKey]:
+    # A bytearray goes in as is: no extra immutable copy of the seed on our side.
+    return derive_epoch_keypair(seed, parse_suite(suite))  # type: ignore[arg-type, unused-ignore]

@@ -1,0 +1,173 @@
+"""`verinfer kms ...`: key epochs and shard servers. Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Threshold KMS: key epochs and shard servers.", no_args_is_help=True)
+shard_app = typer.Typer(help="Run a KMS shard.", no_args_is_help=True)
+app.add_typer(shard_app, name="shard")
+
+RegistryOpt = Annotated[Path, typer.Option("--registry", help="Epoch registry (epochs.json).")]
+
+
+def _fail(e: Exception) -> typer.Exit:
+    typer.echo(f"error: {getattr(e, 'message', e)}", err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def keygen(
+    epoch: Annotated[int, typer.Option(help="Epoch number to create.")],
+    threshold: Annotated[int, typer.Option(help="t: shares needed to rebuild the key.")],
+    shares: Annotated[int, typer.Option(help="n: number of shards.")],
+    out: Annotated[Path, typer.Option(help="Writes out/shard-<i>/epoch-<N>.share.sealed.")],
+    seal_keys: Annotated[Path, typer.Option(
+        help="Directory of per-shard seal keys shard-<i>.key (created if missing). Keep it "
+             "apart from --out: a share and its seal key together are the share.")],
+    registry: RegistryOpt = Path("epochs.json"),
+    suite: Annotated[str, typer.Option(help="HPKE suite of the app key.")] = "",
+) -> None:
+    """Create a key epoch: draw s, split t-of-n, seal each share, register the public part."""
+    from verinfer.errors import VerinferError
+    from verinfer.kms.app_keys import DEFAULT_SUITE
+    from verinfer.kms.epochs import FileEpochRegistry
+    from verinfer.kms.keygen import keygen as run_keygen
+    from verinfer.kms.sealing import load_seal_key, new_seal_key
+
+    try:
+        keys = {}
+        for i in range(1, shares + 1):
+            p = seal_keys / f"shard-{i}.key"
+            keys[i] = load_seal_key(p) if p.exists() else new_seal_key(p)
+        rec = run_keygen(epoch=epoch, threshold=threshold, shares=shares, out=out,
+                         seal_keys=keys, registry=FileEpochRegistry(registry),
+                         suite=suite or DEFAULT_SUITE, now=time.time)
+    except VerinferError as e:
+        raise _fail(e) from e
+    typer.echo(json.dumps(rec.to_json(), indent=2))
+
+
+@app.command()
+def retire(epoch: Annotated[int, typer.Option()], registry: RegistryOpt = Path("epochs.json")
+           ) -> None:
+    """Retire an epoch: every shard refuses it from now on."""
+    from verinfer.errors import VerinferError
+    from verinfer.kms.epochs import FileEpochRegistry
+
+    try:
+        rec = FileEpochRegistry(registry).retire(epoch, int(time.time()))
+    except VerinferError as e:
+        raise _fail(e) from e
+    typer.echo(json.dumps(rec.to_json()))
+
+
+@app.command()
+def epochs(registry: RegistryOpt = Path("epochs.json")) -> None:
+    """List registered epochs."""
+    from verinfer.kms.epochs import FileEpochRegistry
+
+    for rec in FileEpochRegistry(registry).all():
+        typer.echo(f"{rec.epoch}\t{rec.status}\t{rec.threshold}-of-{rec.shares}\t{rec.suite}")
+
+
+@app.command("verify-log")
+def verify_log(path: Path) -> None:
+    """Check a release log's hash chain."""
+    from verinfer.kms.release_log import ReleaseLogError, verify_release_log
+
+    try:
+        n, head = verify_release_log(path)
+    except ReleaseLogError as e:
+        raise _fail(e) from e
+    typer.echo(json.dumps({"entries": n, "head": head}))
+
+
+SealKeyFile = Annotated[Path | None, typer.Option(help="Seal keyfile (hex).")]
+SealKeyEnv = Annotated[str, typer.Option(help="Env var with the seal key if no keyfile.")]
+
+
+@shard_app.command("init")
+def shard_init(
+    index: Annotated[int, typer.Option()],
+    data_dir: Annotated[Path, typer.Option()],
+    url: Annotated[str, typer.Option(help="URL enclaves will use for this shard.")],
+    directory: Annotated[Path, typer.Option(help="shards.json to add this shard to.")],
+    seal_key_file: SealKeyFile = None,
+    seal_key_env: SealKeyEnv = "VERINFER_KMS_SEAL_KEY",
+) -> None:
+    """Create (or load) the shard's identity key and list it in the shard directory."""
+    from verinfer.errors import VerinferError
+    from verinfer.kms.directory import ShardInfo, upsert_shard
+    from verinfer.kms.identity import load_or_create_identity
+    from verinfer.kms.sealing import load_seal_key
+
+    try:
+        acct = load_or_create_identity(data_dir, index, load_seal_key(seal_key_file,
+                                                                      seal_key_env))
+        upsert_shard(directory, ShardInfo(index, url.rstrip("/"), acct.address.lower()))
+    except VerinferError as e:
+        raise _fail(e) from e
+    typer.echo(acct.address)
+
+
+@shard_app.command("serve")
+def shard_serve(
+    index: Annotated[int, typer.Option()],
+    port: Annotated[int, typer.Option()],
+    data_dir: Annotated[Path, typer.Option()],
+    attestation_root: Annotated[list[Path], typer.Option(
+        help="Pinned SoftwareEnclave root public key file (repeatable).")],
+    allowlist: Annotated[Path, typer.Option(help="Measurement allowlist JSON.")],
+    committee: Annotated[Path, typer.Option(help="Committee/verifier JSON (CommitteeOracle).")],
+    registry: RegistryOpt = Path("epochs.json"),
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    seal_key_file: SealKeyFile = None,
+    seal_key_env: SealKeyEnv = "VERINFER_KMS_SEAL_KEY",
+    release_log: Annotated[Path | None, typer.Option(
+        help="Default: <data-dir>/release-log.jsonl")] = None,
+    nonce_ttl: Annotated[float, typer.Option(help="Nonce lifetime, seconds.")] = 30.0,
+    quote_max_age: Annotated[float, typer.Option(help="Max quote age, seconds.")] = 60.0,
+    rate_capacity: Annotated[float, typer.Option(help="Token bucket size per requester.")] = 10,
+    rate_refill: Annotated[float, typer.Option(help="Tokens per second per requester.")] = 1.0,
+) -> None:
+    """Serve one shard over HTTP (nonce, release, health, metrics)."""
+    import uvicorn
+
+    from verinfer.enclave.attestation import VerifierSet
+    from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public
+    from verinfer.errors import VerinferError
+    from verinfer.kms.allowlist import FileMeasurementAllowlist
+    from verinfer.kms.committee import FileCommitteeOracle
+    from verinfer.kms.epochs import FileEpochRegistry
+    from verinfer.kms.identity import load_or_create_identity
+    from verinfer.kms.release_log import ReleaseLog
+    from verinfer.kms.sealing import load_seal_key
+    from verinfer.kms.shard import ShardConfig, ShardService
+    from verinfer.kms.shard_app import create_app
+
+    try:
+        seal_key = load_seal_key(seal_key_file, seal_key_env)
+        cfg = ShardConfig(
+            index=index, data_dir=data_dir, seal_key=seal_key,
+            identity=load_or_create_identity(data_dir, index, seal_key),
+            epochs=FileEpochRegistry(registry),
+            quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
+            allowlist=FileMeasurementAllowlist(allowlist),
+            software_roots=frozenset(load_root_public(p) for p in attestation_root),
+            committee=FileCommitteeOracle(committee),
+            release_log=ReleaseLog(release_log or data_dir / "release-log.jsonl"),
+            now=time.time, nonce_ttl_s=nonce_ttl, quote_max_age_s=quote_max_age,
+            rate_capacity=rate_capacity, rate_refill_per_s=rate_refill)
+    except VerinferError as e:
+        raise _fail(e) from e
+    service = ShardService(cfg)
+    print(f"kms shard {index} ({service.address}) on http://{host}:{port}", file=sys.stderr,
+          flush=True)
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

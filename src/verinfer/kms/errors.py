@@ -1,0 +1,117 @@
+"""Typed KMS errors. Every refusal carries a machine-readable reason in ``code``.
+
+Shards answer refusals as ``{"error": {"reason": <code>, "message": ..., "shard_index": i}}``;
+the codes are part of the wire protocol (docs/kms.md).
+"""
+
+from __future__ import annotations
+
+from verinfer.errors import ClientError, ServerError
+
+
+class KmsError(ClientError):
+    """Base of the KMS client errors (bad input, refusals)."""
+
+    code = "kms_error"
+
+
+class InvalidShareError(KmsError):
+    """A share, threshold or commitment list is malformed (wrong range, count or encoding)."""
+
+    code = "invalid_share"
+
+
+class ShareVerificationError(KmsError):
+    """A share does not match the epoch's Feldman commitments. ``shard_index`` names the shard."""
+
+    code = "share_verification_failed"
+
+    def __init__(self, message: str, *, shard_index: int) -> None:
+        super().__init__(message)
+        self.shard_index = shard_index
+
+
+class NotEnoughSharesError(KmsError):
+    code = "not_enough_shares"
+
+
+class SealError(KmsError):
+    """A sealed file cannot be opened: wrong seal key, tampered file or wrong label."""
+
+    code = "seal_error"
+
+
+class EpochError(KmsError):
+    status_code = 404
+    code = "epoch_unknown"
+
+
+class EpochExistsError(EpochError):
+    status_code = 409
+    code = "epoch_exists"
+
+
+class EpochRetiredError(EpochError):
+    status_code = 403
+    code = "epoch_retired"
+
+
+class RegistryError(KmsError):
+    """The epoch registry or another config file is malformed."""
+
+    code = "registry_invalid"
+
+
+# ---- release refusals ---------------------------------------------------------------------
+class ReleaseRefused(KmsError):
+    status_code = 403
+    code = "release_refused"
+
+
+class BadReleaseRequest(ReleaseRefused):
+    status_code = 400
+    code = "bad_request"
+
+
+class NonceUnknownError(ReleaseRefused):
+    code = "nonce_unknown"
+
+
+class NonceExpiredError(ReleaseRefused):
+    code = "nonce_expired"
+
+
+class NonceReplayedError(ReleaseRefused):
+    code = "nonce_replayed"
+
+
+class ReportDataMismatchError(ReleaseRefused):
+    """The quote does not bind this request's enclave key, nonces or requester."""
+
+    code = "report_data_mismatch"
+
+
+class RequesterSignatureError(ReleaseRefused):
+    status_code = 401
+    code = "requester_signature_invalid"
+
+
+class NotCommitteeMemberError(ReleaseRefused):
+    code = "not_committee_member"
+
+
+class RateLimitedError(ReleaseRefused):
+    status_code = 429
+    code = "rate_limited"
+
+
+class NonceCapacityError(ServerError):
+    status_code = 503
+    code = "nonce_capacity"
+
+
+class ShardUnavailableError(ServerError):
+    """A shard could not be reached or answered garbage (client side)."""
+
+    status_code = 502
+    code = "shard_unavailable"

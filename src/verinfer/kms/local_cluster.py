@@ -1,0 +1,206 @@
+"""A local KMS cluster on loopback: files laid out by ``provision``, one OS process per shard
+(``verinfer kms shard serve``). Used by tests, the benchmark and the devnet.
+
+Layout under ``root``: epochs.json, shards.json, allowlist.json, committee.json,
+attestation/root.{key,pub} (SoftwareEnclave root; not a security boundary), seal-keys/shard-<i>.key
+(kept apart from the shard data), shard-<i>/ (sealed shares, sealed identity, release log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from verinfer.enclave.attestation import VerifierSet
+from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public, root_keygen
+from verinfer.kms.allowlist import FileMeasurementAllowlist, write_allowlist
+from verinfer.kms.app_keys import DEFAULT_SUITE
+from verinfer.kms.committee import FileCommitteeOracle
+from verinfer.kms.directory import ShardInfo, load_directory, upsert_shard
+from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
+from verinfer.kms.errors import ShardUnavailableError
+from verinfer.kms.identity import load_or_create_identity
+from verinfer.kms.keygen import keygen, shard_dir
+from verinfer.kms.release_log import ReleaseLog
+from verinfer.kms.sealing import load_seal_key, new_seal_key
+from verinfer.kms.shard import ShardConfig, ShardService
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    root: Path
+    shares: int
+
+    @property
+    def registry(self) -> Path:
+        return self.root / "epochs.json"
+
+    @property
+    def directory(self) -> Path:
+        return self.root / "shards.json"
+
+    @property
+    def allowlist(self) -> Path:
+        return self.root / "allowlist.json"
+
+    @property
+    def committee(self) -> Path:
+        return self.root / "committee.json"
+
+    @property
+    def root_key(self) -> Path:
+        return self.root / "attestation" / "root.key"
+
+    @property
+    def root_pub(self) -> Path:
+        return self.root / "attestation" / "root.pub"
+
+    def seal_key_file(self, index: int) -> Path:
+        return self.root / "seal-keys" / f"shard-{index}.key"
+
+    def data_dir(self, index: int) -> Path:
+        return shard_dir(self.root, index)
+
+    def release_log(self, index: int) -> Path:
+        return self.data_dir(index) / "release-log.jsonl"
+
+    def server_log(self, index: int) -> Path:
+        return self.data_dir(index) / "server.log"
+
+    def shards_info(self) -> list[ShardInfo]:
+        return load_directory(self.directory)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def provision(root: Path, *, epoch: int, threshold: int, shares: int,
+              measurements: Iterable[bytes], verifiers: Iterable[str] = (),
+              challenges: Mapping[str, Sequence[str]] | None = None,
+              suite: str | None = None, now: Callable[[], float] = time.time) -> ClusterLayout:
+    """Create seal keys, the attestation root, epoch ``epoch``, shard identities, a shard
+    directory with free loopback ports, the allowlist and the committee file (challenges
+    listed here are open)."""
+    lay = ClusterLayout(root, shares)
+    root.mkdir(parents=True, exist_ok=True)
+    keys = {i: new_seal_key(lay.seal_key_file(i)) for i in range(1, shares + 1)}
+    root_keygen(lay.root_key, lay.root_pub)
+    keygen(epoch=epoch, threshold=threshold, shares=shares, out=root, seal_keys=keys,
+           registry=FileEpochRegistry(lay.registry), now=now, suite=suite or DEFAULT_SUITE)
+    for i in range(1, shares + 1):
+        acct = load_or_create_identity(lay.data_dir(i), i, keys[i])
+        upsert_shard(lay.directory, ShardInfo(i, f"http://127.0.0.1:{free_port()}",
+                                              acct.address.lower()))
+    write_allowlist(lay.allowlist, measurements)
+    lay.committee.write_text(json.dumps({
+        "verifiers": list(verifiers),
+        "challenges": {cid: {"status": "open", "committee": list(m)}
+                       for cid, m in (challenges or {}).items()}}, indent=2))
+    return lay
+
+
+def add_epoch(lay: ClusterLayout, *, epoch: int, threshold: int,
+              now: Callable[[], float] = time.time) -> EpochRecord:
+    """Rotation: a new epoch for the same shards (same seal keys)."""
+    keys = {i: load_seal_key(lay.seal_key_file(i)) for i in range(1, lay.shares + 1)}
+    return keygen(epoch=epoch, threshold=threshold, shares=lay.shares, out=lay.root,
+                  seal_keys=keys, registry=FileEpochRegistry(lay.registry), now=now)
+
+
+class ShardProcesses:
+    """Shard servers as child processes; ``stop(i)`` takes one down (SIGTERM)."""
+
+    def __init__(self, lay: ClusterLayout, *, extra_args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
+        self.lay = lay
+        self.extra_args = list(extra_args)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(self, indices: Iterable[int] | None = None, timeout_s: float = 60.0) -> None:
+        infos = {s.index: s for s in self.lay.shards_info()}
+        todo = list(indices) if indices is not None else sorted(infos)
+        for i in todo:
+            port = int(infos[i].url.rsplit(":", 1)[1])
+            cmd = [sys.executable, "-m", "verinfer", "kms", "shard", "serve",
+                   "--index", str(i), "--port", str(port),
+                   "--data-dir", str(self.lay.data_dir(i)),
+                   "--seal-key-file", str(self.lay.seal_key_file(i)),
+                   "--registry", str(self.lay.registry),
+                   "--attestation-root", str(self.lay.root_pub),
+                   "--allowlist", str(self.lay.allowlist),
+                   "--committee", str(self.lay.committee), *self.extra_args]
+            with self.lay.server_log(i).open("ab") as log:
+                self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout_s
+        for i in todo:
+            self._wait_healthy(infos[i], deadline)
+
+    def _wait_healthy(self, info: ShardInfo, deadline: float) -> None:
+        proc = self.procs[info.index]
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = self.lay.server_log(info.index).read_text(errors="replace")
+                raise ShardUnavailableError(
+                    f"shard {info.index} exited with {proc.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(info.url + "/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise ShardUnavailableError(f"shard {info.index} not healthy at {info.url}")
+
+    def stop(self, index: int) -> None:
+        proc = self.procs.pop(index, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop_all(self) -> None:
+        for i in list(self.procs):
+            self.stop(i)
+
+    def __enter__(self) -> ShardProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], float],
+                        nonce_ttl_s: float = 30.0, quote_max_age_s: float = 60.0,
+                        rate_capacity: float = 10.0, rate_refill_per_s: float = 1.0
+                        ) -> ShardService:
+    """The same service ``verinfer kms shard serve`` runs, in this process (clock injectable)."""
+    seal_key = load_seal_key(lay.seal_key_file(index))
+    return ShardService(ShardConfig(
+        index=index, data_dir=lay.data_dir(index), seal_key=seal_key,
+        identity=load_or_create_identity(lay.data_dir(index), index, seal_key),
+        epochs=FileEpochRegistry(lay.registry),
+        quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
+        allowlist=FileMeasurementAllowlist(lay.allowlist),
+        software_roots=frozenset({load_root_public(lay.root_pub)}),
+        committee=FileCommitteeOracle(lay.committee),
+        release_log=ReleaseLog(lay.release_log(index)), now=now, nonce_ttl_s=nonce_ttl_s,
+        quote_max_age_s=quote_max_age_s, rate_capacity=rate_capacity,
+        rate_refill_per_s=rate_refill_per_s))

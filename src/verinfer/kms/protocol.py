@@ -1,0 +1,189 @@
+"""Wire format of the KMS shard API, shared byte for byte by shards and enclaves.
+
+report_data (64 bytes, what the enclave's quote must carry) =
+  sha512(b"verinfer/kms/report-data/v1" || u64 epoch || lp(purpose) || lp(challenge_id)
+         || lp(requester, lower-case 0x-hex) || lp(enclave public key)
+         || u16 count || for each shard index ascending: u16 index || lp(nonce))
+lp(x) = u32 big-endian length || x (strings UTF-8).
+
+The requester (the verifier's Ethereum account) signs EIP-191 ``personal_sign`` over the 32
+bytes sha256(b"verinfer/kms/requester/v1" || report_data). A shard signs each release the same
+way with its identity key over sha256(RFC 8785 JSON of the release without "signature").
+The share travels as HPKE (X25519, HKDF-SHA256, AES-256-GCM) single-shot ciphertext enc || ct
+to the enclave's ephemeral X25519 key, info = share_info(...), plaintext = 32-byte f(i).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import rfc8785
+from cryptography.hazmat.primitives import hpke
+
+from verinfer.enclave.attestation import Quote
+from verinfer.kms.errors import BadReleaseRequest
+
+Purpose = Literal["full_challenge", "light_audit"]
+PURPOSES: tuple[str, ...] = ("full_challenge", "light_audit")
+NONCE_LEN = 32
+ENCLAVE_KEY_LEN = 32  # raw X25519 public key
+TRANSPORT_SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
+
+
+def _lp(b: bytes) -> bytes:
+    return len(b).to_bytes(4, "big") + b
+
+
+def report_data(*, epoch: int, purpose: str, challenge_id: str, requester: str,
+                enclave_public_key: bytes, nonces: Mapping[int, bytes]) -> bytes:
+    parts = [b"verinfer/kms/report-data/v1", epoch.to_bytes(8, "big"), _lp(purpose.encode()),
+             _lp(challenge_id.encode()), _lp(requester.lower().encode()),
+             _lp(enclave_public_key), len(nonces).to_bytes(2, "big")]
+    for idx in sorted(nonces):
+        parts.append(idx.to_bytes(2, "big") + _lp(nonces[idx]))
+    return hashlib.sha512(b"".join(parts)).digest()
+
+
+def requester_digest(report_data_: bytes) -> bytes:
+    return hashlib.sha256(b"verinfer/kms/requester/v1" + report_data_).digest()
+
+
+def share_info(epoch: int, shard_index: int, report_data_: bytes) -> bytes:
+    return (b"verinfer/kms/share-transport/v1" + epoch.to_bytes(8, "big")
+            + shard_index.to_bytes(2, "big") + report_data_)
+
+
+def release_digest(unsigned: Mapping[str, Any]) -> bytes:
+    return hashlib.sha256(b"verinfer/kms/release/v1" + rfc8785.dumps(dict(unsigned))).digest()
+
+
+def b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def unb64(s: Any, what: str) -> bytes:
+    if not isinstance(s, str):
+        raise BadReleaseRequest(f"{what} must be base64 text, got {s!r:.80}", param=what)
+    try:
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise BadReleaseRequest(f"{what} is not base64", param=what) from e
+
+
+def unhex(s: Any, what: str, length: int | None = None) -> bytes:
+    if not isinstance(s, str):
+        raise BadReleaseRequest(f"{what} must be 0x-hex text, got {s!r:.80}", param=what)
+    try:
+        b = bytes.fromhex(s.removeprefix("0x"))
+    except ValueError as e:
+        raise BadReleaseRequest(f"{what} is not hex: {s!r:.80}", param=what) from e
+    if length is not None and len(b) != length:
+        raise BadReleaseRequest(f"{what} must be {length} bytes, got {len(b)}", param=what)
+    return b
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    epoch: int
+    purpose: str
+    challenge_id: str
+    requester: str
+    requester_signature: bytes
+    enclave_public_key: bytes
+    nonces: dict[int, bytes]
+    quote: Quote
+
+    def report_data(self) -> bytes:
+        return report_data(epoch=self.epoch, purpose=self.purpose, challenge_id=self.challenge_id,
+                           requester=self.requester, enclave_public_key=self.enclave_public_key,
+                           nonces=self.nonces)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "purpose": self.purpose, "challenge_id": self.challenge_id,
+                "requester": self.requester,
+                "requester_signature": "0x" + self.requester_signature.hex(),
+                "enclave_public_key": "0x" + self.enclave_public_key.hex(),
+                "nonces": {str(k): "0x" + v.hex() for k, v in sorted(self.nonces.items())},
+                "quote": self.quote.to_wire()}
+
+    @classmethod
+    def from_json(cls, d: Any) -> ReleaseRequest:
+        from verinfer.enclave.errors import AttestationError
+
+        if not isinstance(d, Mapping):
+            raise BadReleaseRequest("release request must be a JSON object")
+        epoch = d.get("epoch")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise BadReleaseRequest(f"epoch must be a non-negative int, got {epoch!r:.40}",
+                                    param="epoch")
+        purpose = d.get("purpose")
+        if purpose not in PURPOSES:
+            raise BadReleaseRequest(f"purpose must be one of {list(PURPOSES)}, got {purpose!r:.40}",
+                                    param="purpose")
+        challenge_id, requester = d.get("challenge_id"), d.get("requester")
+        if not isinstance(challenge_id, str) or not 0 < len(challenge_id) <= 200:
+            raise BadReleaseRequest(f"challenge_id must be a non-empty string, got "
+                                    f"{challenge_id!r:.80}", param="challenge_id")
+        unhex(requester, "requester", 20)
+        raw_nonces = d.get("nonces")
+        if not isinstance(raw_nonces, Mapping) or not 0 < len(raw_nonces) <= 255:
+            raise BadReleaseRequest("nonces must be a non-empty {shard_index: hex} object",
+                                    param="nonces")
+        nonces: dict[int, bytes] = {}
+        for k, v in raw_nonces.items():
+            if not isinstance(k, str) or not k.isdigit() or not 1 <= int(k) <= 255:
+                raise BadReleaseRequest(f"nonce key {k!r:.20} is not a shard index",
+                                        param="nonces")
+            nonces[int(k)] = unhex(v, f"nonces.{k}", NONCE_LEN)
+        try:
+            quote = Quote.from_wire(d.get("quote"))
+        except AttestationError as e:
+            raise BadReleaseRequest(e.message, param="quote") from e
+        return cls(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
+                   requester=str(requester).lower(),
+                   requester_signature=unhex(d.get("requester_signature"),
+                                             "requester_signature", 65),
+                   enclave_public_key=unhex(d.get("enclave_public_key"), "enclave_public_key",
+                                            ENCLAVE_KEY_LEN),
+                   nonces=nonces, quote=quote)
+
+
+@dataclass(frozen=True)
+class Release:
+    """A shard's answer: its share, encrypted to the enclave and signed by the shard."""
+
+    epoch: int
+    shard_index: int
+    shard_address: str
+    report_data: bytes
+    encrypted_share: bytes
+    issued_at: int
+    signature: bytes
+
+    def unsigned_json(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "shard_index": self.shard_index,
+                "shard_address": self.shard_address,
+                "report_data": "0x" + self.report_data.hex(),
+                "encrypted_share": b64(self.encrypted_share), "issued_at": self.issued_at}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.unsigned_json(), "signature": "0x" + self.signature.hex()}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Release:
+        if not isinstance(d, Mapping):
+            raise BadReleaseRequest("release must be a JSON object")
+        try:
+            return cls(epoch=int(d["epoch"]), shard_index=int(d["shard_index"]),
+                       shard_address=str(d["shard_address"]).lower(),
+                       report_data=unhex(d["report_data"], "report_data", 64),
+                       encrypted_share=unb64(d["encrypted_share"], "encrypted_share"),
+                       issued_at=int(d["issued_at"]),
+                       signature=unhex(d["signature"], "signature", 65))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadReleaseRequest(f"malformed release: {e}") from e

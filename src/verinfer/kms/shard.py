@@ -1,0 +1,176 @@
+"""One KMS shard: issues nonces and releases its share of an epoch secret to an enclave that
+passes the release policy. Transport-free logic here; HTTP in ``shard_app``.
+
+Release policy, checked in this order (the first failure is the refusal reason):
+ 1. request well-formed                       -> bad_request
+ 2. epoch registered and live                 -> epoch_unknown / epoch_retired
+ 3. our nonce in the request: issued by us, unexpired, unused (spent now) -> nonce_*
+ 4. quote: signature chain to a pinned root, age, measurement allowlisted -> quote_*,
+    measurement_not_allowed
+ 5. quote report_data == report_data(request) (binds enclave key, nonces, requester, purpose)
+                                              -> report_data_mismatch
+ 6. requester signature over the report_data  -> requester_signature_invalid
+ 7. token bucket of the requester             -> rate_limited
+ 8. full_challenge: requester drawn for the open challenge; light_audit: registered verifier
+                                              -> not_committee_member
+Every decision is appended to the release log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
+from eth_account.signers.local import LocalAccount
+
+from verinfer.enclave.attestation import AttestationPolicy, QuoteVerifier, VerifiedQuote
+from verinfer.errors import VerinferError
+from verinfer.kms.allowlist import MeasurementAllowlist
+from verinfer.kms.committee import CommitteeOracle
+from verinfer.kms.epochs import EpochRegistry, require_live
+from verinfer.kms.errors import (
+    BadReleaseRequest,
+    NotCommitteeMemberError,
+    ReportDataMismatchError,
+    RequesterSignatureError,
+)
+from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.keygen import share_label, share_path
+from verinfer.kms.nonces import NonceBook, NonceGrant
+from verinfer.kms.protocol import (
+    TRANSPORT_SUITE,
+    Release,
+    ReleaseRequest,
+    release_digest,
+    requester_digest,
+    share_info,
+)
+from verinfer.kms.ratelimit import TokenBucketLimiter
+from verinfer.kms.release_log import ReleaseLog
+from verinfer.kms.sealing import read_sealed
+
+
+@dataclass
+class ShardConfig:
+    index: int
+    data_dir: Path
+    seal_key: bytes
+    identity: LocalAccount
+    epochs: EpochRegistry
+    quote_verifier: QuoteVerifier
+    allowlist: MeasurementAllowlist
+    software_roots: frozenset[bytes]
+    committee: CommitteeOracle
+    release_log: ReleaseLog
+    now: Callable[[], float]
+    nonce_ttl_s: float = 30.0
+    quote_max_age_s: float = 60.0
+    rate_capacity: float = 10.0
+    rate_refill_per_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    released: bool
+    reason: str
+
+
+class ShardService:
+    def __init__(self, cfg: ShardConfig) -> None:
+        self.cfg = cfg
+        self.index = cfg.index
+        self.address = cfg.identity.address.lower()
+        self.nonces = NonceBook(cfg.nonce_ttl_s, cfg.now)
+        self.limiter = TokenBucketLimiter(cfg.rate_capacity, cfg.rate_refill_per_s, cfg.now)
+
+    def issue_nonce(self) -> NonceGrant:
+        return self.nonces.issue()
+
+    def release(self, body: object,
+                on_decision: Callable[[Decision], None] | None = None) -> Release:
+        """Apply the policy to a JSON body; return the signed release or raise the refusal."""
+        req: ReleaseRequest | None = None
+        quote: VerifiedQuote | None = None
+        try:
+            req = ReleaseRequest.from_json(body)
+            quote = self._authorize(req)
+            release = self._encrypt_and_sign(req)
+        except VerinferError as e:
+            self._log(req, quote, Decision(False, e.code or type(e).__name__))
+            if on_decision:
+                on_decision(Decision(False, e.code or type(e).__name__))
+            raise
+        self._log(req, quote, Decision(True, "released"))
+        if on_decision:
+            on_decision(Decision(True, "released"))
+        return release
+
+    def _authorize(self, req: ReleaseRequest) -> VerifiedQuote:
+        cfg = self.cfg
+        require_live(cfg.epochs, req.epoch)
+        ours = req.nonces.get(self.index)
+        if ours is None:
+            raise BadReleaseRequest(f"request carries no nonce for shard {self.index}",
+                                    param="nonces")
+        self.nonces.consume(ours)
+        policy = AttestationPolicy(allowed_measurements=cfg.allowlist.allowed(),
+                                   max_age_s=cfg.quote_max_age_s, now=cfg.now,
+                                   software_roots=cfg.software_roots)
+        verified = cfg.quote_verifier.verify(req.quote, policy)
+        rd = req.report_data()
+        if verified.report_data != rd:
+            raise ReportDataMismatchError(
+                "quote report_data does not bind this request's enclave key, nonces and "
+                f"requester (quote 0x{verified.report_data.hex()[:16]}…, "
+                f"request 0x{rd.hex()[:16]}…)")
+        try:
+            signer = recover_digest_signer(requester_digest(rd), req.requester_signature)
+        except ValueError as e:
+            raise RequesterSignatureError(f"requester signature: {e}") from e
+        if signer != req.requester:
+            raise RequesterSignatureError(
+                f"requester signature is by {signer}, not {req.requester}")
+        self.limiter.take(req.requester)
+        if req.purpose == "full_challenge":
+            if not cfg.committee.is_committee_member(req.challenge_id, req.requester):
+                raise NotCommitteeMemberError(
+                    f"{req.requester} is not on the committee of an open challenge "
+                    f"{req.challenge_id}")
+        elif not cfg.committee.is_registered_verifier(req.requester):
+            raise NotCommitteeMemberError(f"{req.requester} is not a registered verifier")
+        return verified
+
+    def _encrypt_and_sign(self, req: ReleaseRequest) -> Release:
+        cfg = self.cfg
+        share = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
+                            share_label(req.epoch, self.index))
+        try:
+            rd = req.report_data()
+            enc = TRANSPORT_SUITE.encrypt(
+                bytes(share), X25519PublicKey.from_public_bytes(req.enclave_public_key),
+                info=share_info(req.epoch, self.index, rd))
+        finally:
+            share[:] = bytes(len(share))
+        unsigned = Release(epoch=req.epoch, shard_index=self.index, shard_address=self.address,
+                           report_data=rd, encrypted_share=enc, issued_at=int(cfg.now()),
+                           signature=b"")
+        sig = sign_digest(cfg.identity, release_digest(unsigned.unsigned_json()))
+        return replace(unsigned, signature=sig)
+
+    def _log(self, req: ReleaseRequest | None, quote: VerifiedQuote | None,
+             decision: Decision) -> None:
+        self.cfg.release_log.append({
+            "time": int(self.cfg.now()), "shard_index": self.index,
+            "decision": "released" if decision.released else "refused",
+            "reason": decision.reason,
+            "epoch": req.epoch if req else None,
+            "purpose": req.purpose if req else None,
+            "challenge_id": req.challenge_id if req else None,
+            "requester": req.requester if req else None,
+            "enclave_key_sha256": (hashlib.sha256(req.enclave_public_key).hexdigest()
+                                   if req else None),
+            "measurement": quote.measurement.hex() if quote else None,
+        })

@@ -43,3 +43,10 @@ class EnvelopeDecryptionError(ClientError):
 
     def __init__(self) -> None:
         super().__init__("the envelope could not be opened")
+
+
+class EnvelopeContentError(ClientError):
+    """The envelope opened (so its sealer had the binding) but what it holds is malformed or
+    does not hash to the receipt's req_hash/out_hash: evidence against the operator."""
+
+    code = "envelope_content_mismatch"

@@ -1,0 +1,210 @@
+"""The encrypted envelope: HPKE (RFC 9180) of the canonical (ExecRequest, ExecResult, original
+OpenAI request body, original response body) to the app public key of a key epoch.
+
+Blob (what goes to DA; ``ciphertextHash = sha256(blob)``)::
+
+    b"VIE\\x01" || suite code (1 byte: 1 = X25519, 2 = MLKEM768_X25519) || key_epoch (u64 BE)
+    || HPKE single-shot output (enc || AEAD ciphertext)
+
+HPKE ``info`` (``cryptography``'s single-shot API has no separate aad, so all binding goes
+through info and thus into the key schedule)::
+
+    b"verinfer/envelope/v1" || suite_id (10 bytes, RFC 9180) || version (u16) || chainId (u256)
+    || operator (20) || modelId (32) || engineFingerprintHash (32) || reqHash (32)
+    || outHash (32) || keyEpoch (u64)
+
+That is every receipt field except ciphertextHash (it hashes this blob) and issuedAt (set after
+sealing), so a ciphertext moved under another receipt does not open. Every failure to open
+raises the same :class:`EnvelopeDecryptionError`. HPKE draws its ephemeral key from the OS
+RNG inside ``cryptography``; sealing is therefore not reproducible, which is intended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import cbor2
+
+from verinfer.receipts.canonical import EXEC_VERSION, ExecRequest, ExecResult, encode_canonical
+from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
+from verinfer.receipts.epoch_keys import (
+    EnvelopeSuite,
+    EpochPrivateKey,
+    EpochPublicKey,
+    derive_epoch_keypair,
+    load_public_key,
+    public_key_bytes,
+)
+from verinfer.receipts.errors import (
+    EnvelopeContentError,
+    EnvelopeDecryptionError,
+    ReceiptFormatError,
+)
+from verinfer.receipts.hexutil import check_bytes, check_uint
+
+__all__ = [
+    "EnvelopeBinding",
+    "EnvelopeContents",
+    "EnvelopeSuite",
+    "EpochPrivateKey",
+    "EpochPublicKey",
+    "derive_epoch_keypair",
+    "load_public_key",
+    "open_envelope",
+    "public_key_bytes",
+    "seal",
+]
+
+LABEL = b"verinfer/envelope/v1"
+MAGIC = b"VIE\x01"
+SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2}
+_SUITE_BY_CODE = {v: k for k, v in SUITE_CODES.items()}
+HEADER_LEN = len(MAGIC) + 1 + 8
+
+
+@dataclass(frozen=True)
+class EnvelopeBinding:
+    """The receipt identity a ciphertext is bound to (the receipt minus ciphertextHash/issuedAt)."""
+
+    operator: str
+    chain_id: int
+    model_id: bytes
+    engine_fingerprint_hash: bytes
+    req_hash: bytes
+    out_hash: bytes
+    key_epoch: int
+    version: int = RECEIPT_VERSION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "operator", parse_address(self.operator, "operator"))
+        check_uint(self.version, 16, "version")
+        check_uint(self.chain_id, 256, "chain_id")
+        for name in ("model_id", "engine_fingerprint_hash", "req_hash", "out_hash"):
+            check_bytes(getattr(self, name), 32, name)
+        check_uint(self.key_epoch, 64, "key_epoch")
+
+    @classmethod
+    def from_receipt(cls, r: Receipt) -> EnvelopeBinding:
+        return cls(operator=r.operator, chain_id=r.chain_id, model_id=r.model_id,
+                   engine_fingerprint_hash=r.engine_fingerprint_hash, req_hash=r.req_hash,
+                   out_hash=r.out_hash, key_epoch=r.key_epoch, version=r.version)
+
+    @classmethod
+    def for_execution(cls, *, operator: str, chain_id: int, key_epoch: int,
+                      request: ExecRequest, result: ExecResult) -> EnvelopeBinding:
+        return cls(operator=operator, chain_id=chain_id, model_id=request.model_id,
+                   engine_fingerprint_hash=request.engine_fingerprint_hash,
+                   req_hash=request.hash, out_hash=result.hash, key_epoch=key_epoch)
+
+    def info(self, suite: EnvelopeSuite) -> bytes:
+        return b"".join((
+            LABEL, suite.suite_id, self.version.to_bytes(2, "big"),
+            self.chain_id.to_bytes(32, "big"), bytes.fromhex(self.operator[2:]), self.model_id,
+            self.engine_fingerprint_hash, self.req_hash, self.out_hash,
+            self.key_epoch.to_bytes(8, "big")))
+
+
+@dataclass(frozen=True)
+class EnvelopeContents:
+    request: ExecRequest
+    result: ExecResult
+    request_body: bytes  # the OpenAI request body exactly as received
+    response_body: bytes  # the response body as produced, before the verification object
+
+    def to_bytes(self) -> bytes:
+        """Canonical CBOR map; the Exec* structures embedded as their canonical bytes so an
+        opener hashes exactly what was hashed at sealing time."""
+        for name in ("request_body", "response_body"):
+            if not isinstance(getattr(self, name), bytes):
+                raise ReceiptFormatError(f"{name} must be bytes", param=name)
+        return encode_canonical({"version": EXEC_VERSION,
+                                 "exec_request": self.request.canonical,
+                                 "exec_result": self.result.canonical,
+                                 "request_body": self.request_body,
+                                 "response_body": self.response_body})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> EnvelopeContents:
+        try:
+            m: Any = cbor2.loads(data)
+        except Exception as e:
+            raise ReceiptFormatError(f"envelope plaintext is not CBOR: {e}") from None
+        keys = {"version", "exec_request", "exec_result", "request_body", "response_body"}
+        if not isinstance(m, dict) or set(m) != keys or m["version"] != EXEC_VERSION:
+            raise ReceiptFormatError(f"envelope plaintext must be a version-{EXEC_VERSION} map "
+                                     f"with keys {sorted(keys)}")
+        if not all(isinstance(m[k], bytes) for k in keys - {"version"}):
+            raise ReceiptFormatError("envelope plaintext fields must be byte strings")
+        out = cls(ExecRequest.from_canonical(m["exec_request"]),
+                  ExecResult.from_canonical(m["exec_result"]), m["request_body"],
+                  m["response_body"])
+        if out.to_bytes() != data:
+            raise ReceiptFormatError("envelope plaintext is not canonically encoded")
+        return out
+
+
+def _check_consistent(contents: EnvelopeContents, b: EnvelopeBinding) -> list[str]:
+    req = contents.request
+    problems = []
+    if req.hash != b.req_hash:
+        problems.append(f"req_hash 0x{req.hash.hex()} != bound 0x{b.req_hash.hex()}")
+    if contents.result.hash != b.out_hash:
+        problems.append(f"out_hash 0x{contents.result.hash.hex()} != bound 0x{b.out_hash.hex()}")
+    if req.model_id != b.model_id:
+        problems.append(f"model_id 0x{req.model_id.hex()} != bound 0x{b.model_id.hex()}")
+    if req.engine_fingerprint_hash != b.engine_fingerprint_hash:
+        problems.append("engine fingerprint hash differs from the bound one")
+    return problems
+
+
+def seal(contents: EnvelopeContents, binding: EnvelopeBinding,
+         public_key: EpochPublicKey) -> bytes:
+    """Encrypt ``contents`` to the epoch key under ``binding``; returns the DA blob."""
+    problems = _check_consistent(contents, binding)
+    if problems:
+        raise ReceiptFormatError("envelope contents do not match the binding: "
+                                 + "; ".join(problems))
+    suite = public_key.suite
+    header = MAGIC + bytes([SUITE_CODES[suite]]) + binding.key_epoch.to_bytes(8, "big")
+    return header + suite.hpke.encrypt(contents.to_bytes(), public_key.hpke,
+                                       binding.info(suite))
+
+
+def ciphertext_hash(blob: bytes) -> bytes:
+    return hashlib.sha256(blob).digest()
+
+
+def open_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding,
+                  private_key: EpochPrivateKey) -> EnvelopeContents:
+    """Decrypt a blob for a receipt (or its binding) with the epoch private key.
+
+    Raises :class:`EnvelopeDecryptionError` for any failure to open (never says which), and
+    :class:`EnvelopeContentError` if it opens but the contents do not match the receipt.
+    """
+    if isinstance(bound_to, Receipt):
+        if not isinstance(blob, bytes) or ciphertext_hash(blob) != bound_to.ciphertext_hash:
+            raise EnvelopeDecryptionError()
+        binding = EnvelopeBinding.from_receipt(bound_to)
+    else:
+        binding = bound_to
+    if (not isinstance(blob, bytes) or len(blob) <= HEADER_LEN or blob[:4] != MAGIC
+            or _SUITE_BY_CODE.get(blob[4]) is not private_key.suite
+            or int.from_bytes(blob[5:HEADER_LEN], "big") != binding.key_epoch):
+        raise EnvelopeDecryptionError()
+    suite = private_key.suite
+    try:
+        plaintext = suite.hpke.decrypt(blob[HEADER_LEN:], private_key.hpke, binding.info(suite))
+    except Exception:  # InvalidTag, ValueError on short input, ...: all the same to callers
+        raise EnvelopeDecryptionError() from None
+    try:
+        contents = EnvelopeContents.from_bytes(plaintext)
+    except ReceiptFormatError as e:
+        raise EnvelopeContentError(f"envelope opened but its plaintext is malformed: "
+                                   f"{e.message}") from None
+    problems = _check_consistent(contents, binding)
+    if problems:
+        raise EnvelopeContentError("envelope opened but does not match its receipt: "
+                                   + "; ".join(problems))
+    return contents

@@ -1,0 +1,128 @@
+"""The HPKE envelope: opens only with the right epoch key under the right receipt; every
+failure to open is the one opaque error. Both suites."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import pytest
+
+from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.eip712 import Receipt, address_of
+from verinfer.receipts.envelope import (
+    HEADER_LEN,
+    EnvelopeBinding,
+    EnvelopeContents,
+    ciphertext_hash,
+    open_envelope,
+    seal,
+)
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
+from verinfer.receipts.errors import (
+    EnvelopeContentError,
+    EnvelopeDecryptionError,
+    ReceiptFormatError,
+)
+
+OPERATOR = address_of(hashlib.sha256(b"op").digest())
+REQ = ExecRequest(model_id=bytes(range(32)), tokenizer_hash=bytes(32), engine_fingerprint="{}",
+                  prompt_token_ids=(1, 2, 3), max_tokens=8, temperature=0.0, top_k=0,
+                  top_p=1.0, stop=(), seed=1, ignore_eos=False)
+RES = ExecResult(output_token_ids=(4, 5), finish_reason="length", logit_digest=bytes(32),
+                 text_sha256=hashlib.sha256(b"ab").digest())
+CONTENTS = EnvelopeContents(REQ, RES, b'{"model":"m","messages":[]}', b'{"choices":[]}')
+SUITES = list(EnvelopeSuite)
+
+
+def sealed(suite: EnvelopeSuite, epoch: int = 4) -> tuple[bytes, Receipt]:
+    _, pk = derive_epoch_keypair(b"\x11" * 32, suite)
+    binding = EnvelopeBinding.for_execution(operator=OPERATOR, chain_id=31337, key_epoch=epoch,
+                                            request=REQ, result=RES)
+    blob = seal(CONTENTS, binding, pk)
+    receipt = Receipt(operator=OPERATOR, chain_id=31337, model_id=REQ.model_id,
+                      engine_fingerprint_hash=REQ.engine_fingerprint_hash, req_hash=REQ.hash,
+                      out_hash=RES.hash, key_epoch=epoch, ciphertext_hash=ciphertext_hash(blob),
+                      issued_at=1_700_000_000)
+    return blob, receipt
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_opens_with_the_epoch_key(suite: EnvelopeSuite) -> None:
+    blob, receipt = sealed(suite)
+    sk, _ = derive_epoch_keypair(b"\x11" * 32, suite)
+    assert open_envelope(blob, receipt, sk) == CONTENTS
+    assert open_envelope(blob, EnvelopeBinding.from_receipt(receipt), sk) == CONTENTS
+    assert blob[HEADER_LEN:].find(b"messages") == -1  # actually encrypted
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_failure_is_the_same_opaque_error(suite: EnvelopeSuite) -> None:
+    blob, receipt = sealed(suite)
+    sk, _ = derive_epoch_keypair(b"\x11" * 32, suite)
+    wrong_key, _ = derive_epoch_keypair(b"\x22" * 32, suite)
+    other_suite_key, _ = derive_epoch_keypair(
+        b"\x11" * 32, next(s for s in SUITES if s is not suite))
+    binding = EnvelopeBinding.from_receipt(receipt)
+    attempts: list[tuple[bytes, Receipt | EnvelopeBinding, object]] = [
+        (blob, receipt, wrong_key),
+        (blob, receipt, other_suite_key),
+        (blob[:-1], binding, sk),  # truncated
+        (blob[:HEADER_LEN], binding, sk),
+        (b"", binding, sk),
+        (blob + b"\x00", binding, sk),  # extended
+        (blob, replace(receipt, key_epoch=5), sk),  # different epoch
+    ]
+    # moved under another receipt: same blob, each bound field changed in turn
+    for field, value in (("req_hash", b"\x01" * 32), ("out_hash", b"\x02" * 32),
+                         ("model_id", b"\x03" * 32), ("engine_fingerprint_hash", b"\x04" * 32),
+                         ("chain_id", 1), ("key_epoch", 5),
+                         ("operator", address_of(b"\x05" * 32))):
+        attempts.append((blob, replace(binding, **{field: value}), sk))
+        attempts.append((blob, replace(receipt, **{field: value}), sk))
+    # a bit flip anywhere: header, encapsulated key, ciphertext, tag
+    for pos in (0, 4, 6, HEADER_LEN, HEADER_LEN + 40, len(blob) // 2, len(blob) - 1):
+        flipped = blob[:pos] + bytes([blob[pos] ^ 0x10]) + blob[pos + 1:]
+        attempts.append((flipped, binding, sk))
+        attempts.append((flipped, replace(receipt, ciphertext_hash=ciphertext_hash(flipped)), sk))
+    for bad_blob, bound, key in attempts:
+        with pytest.raises(EnvelopeDecryptionError) as exc:
+            open_envelope(bad_blob, bound, key)  # type: ignore[arg-type]
+        assert exc.value.message == "the envelope could not be opened"
+        e = exc.value  # no chained cause that could tell the failures apart
+        assert e.__cause__ is None and (e.__context__ is None or e.__suppress_context__)
+
+
+def test_seal_refuses_contents_that_do_not_match_the_binding() -> None:
+    _, pk = derive_epoch_keypair(b"\x11" * 32)
+    binding = EnvelopeBinding.for_execution(operator=OPERATOR, chain_id=1, key_epoch=1,
+                                            request=REQ, result=RES)
+    other = replace(RES, finish_reason="stop")
+    with pytest.raises(ReceiptFormatError, match="out_hash"):
+        seal(replace(CONTENTS, result=other), binding, pk)
+
+
+def test_a_dishonest_sealer_is_caught_as_content_mismatch() -> None:
+    """Contents sealed under a binding that names other hashes open, but are evidence."""
+    from verinfer.receipts import envelope as env
+
+    sk, pk = derive_epoch_keypair(b"\x11" * 32)
+    lie = EnvelopeBinding.for_execution(operator=OPERATOR, chain_id=1, key_epoch=1,
+                                        request=REQ, result=replace(RES, finish_reason="stop"))
+    suite = pk.suite
+    header = env.MAGIC + bytes([env.SUITE_CODES[suite]]) + (1).to_bytes(8, "big")
+    blob = header + suite.hpke.encrypt(CONTENTS.to_bytes(), pk.hpke, lie.info(suite))
+    with pytest.raises(EnvelopeContentError, match="out_hash"):
+        open_envelope(blob, lie, sk)
+    garbage = header + suite.hpke.encrypt(b"\xa0", pk.hpke, lie.info(suite))
+    with pytest.raises(EnvelopeContentError, match="malformed"):
+        open_envelope(garbage, lie, sk)
+
+
+def test_plaintext_round_trip_is_strict() -> None:
+    data = CONTENTS.to_bytes()
+    assert EnvelopeContents.from_bytes(data) == CONTENTS
+    with pytest.raises(ReceiptFormatError):
+        EnvelopeContents.from_bytes(data + b"\x00")
+    with pytest.raises(ReceiptFormatError):
+        EnvelopeContents.from_bytes(data[:-3])

@@ -249,6 +249,13 @@ class Outbox:
                 "UPDATE entries SET attempts = attempts + 1, next_attempt_at = ?, last_error = ?"
                 " WHERE id = ? AND state = 'queued'", (retry_at, error[:1000], entry_id))
 
+    def note_entry_errors(self, entry_ids: Sequence[int], error: str) -> None:
+        """Count a failed attempt (backend down) without rescheduling the entries."""
+        with self._tx():
+            self._db.executemany(
+                "UPDATE entries SET attempts = attempts + 1, last_error = ?"
+                " WHERE id = ? AND state = 'queued'", [(error[:1000], i) for i in entry_ids])
+
     def published_backlog(self) -> tuple[int, float | None]:
         """(entries published but not batched, published_at of the oldest)."""
         with self._lock:

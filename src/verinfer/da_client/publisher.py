@@ -116,6 +116,7 @@ class Publisher:
         done: list[tuple[int, str]] = []
         failed = 0
         unavailable: str | None = None
+        unavailable_ids: list[int] = []
         for entry, (pointer, err) in zip(due, results, strict=True):
             if pointer is not None:
                 done.append((entry.id, str(pointer)))
@@ -123,7 +124,8 @@ class Publisher:
             failed += 1
             assert err is not None
             if isinstance(err, DAUnavailableError):
-                unavailable = err.message  # pause the backend, not this entry
+                unavailable = _describe(err)  # pause the backend, not this entry
+                unavailable_ids.append(entry.id)
             else:
                 self.outbox.mark_entry_failed(
                     entry.id, _describe(err),
@@ -131,6 +133,7 @@ class Publisher:
         if done:
             self.outbox.mark_published(done)
         if unavailable is not None:
+            self.outbox.note_entry_errors(unavailable_ids, unavailable)
             self._da_failures += 1
             self._da_retry_at = self.now() + self.backoff.delay(self._da_failures, self.rng)
             self.last_error = unavailable

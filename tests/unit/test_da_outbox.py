@@ -1,0 +1,312 @@
+"""Outbox + publisher with a fake clock: states, batching triggers, retries, idempotence."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from verinfer.da_client.eigenda import EigenDAProxyClient
+from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
+from verinfer.da_client.errors import OutboxConflictError, OutboxError, PublisherBusyError
+from verinfer.da_client.local import LocalDAClient
+from verinfer.da_client.manifest import parse_manifest
+from verinfer.da_client.outbox import Outbox
+from verinfer.da_client.pointer import Pointer
+from verinfer.da_client.publisher import Backoff, Publisher
+from verinfer.da_client.sample import sample_entry
+from verinfer.da_client.sinks import BatchCommitment, InMemoryBatchSink
+from verinfer.receipts.merkle import verify_proof
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, dt: float) -> None:
+        self.t += dt
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def outbox(tmp_path: Path, clock: FakeClock) -> Iterator[Outbox]:
+    ob = Outbox(tmp_path / "outbox.db", now=clock.now)
+    yield ob
+    ob.close()
+
+
+@pytest.fixture
+def da(tmp_path: Path) -> LocalDAClient:
+    return LocalDAClient(tmp_path / "da")
+
+
+NO_JITTER = Backoff(base_s=1.0, factor=2.0, max_s=8.0, jitter=0.0)
+
+
+def _publisher(outbox: Outbox, da: object, sink: object, clock: FakeClock,
+               **kw: object) -> Publisher:
+    args: dict[str, object] = {"batch_max_entries": 2, "batch_max_age_s": 5.0,
+                               "backoff": NO_JITTER, "put_workers": 1, "sleep": clock.sleep}
+    args.update(kw)
+    return Publisher(outbox, da, sink, now=clock.now, **args)  # type: ignore[arg-type]
+
+
+def _entries(n: int, tag: bytes = b"") -> list[tuple[bytes, bytes, bytes]]:
+    return [sample_entry(tag + os.urandom(32) + i.to_bytes(4, "big")) for i in range(n)]
+
+
+def _check_published_exactly_once(entries: list[tuple[bytes, bytes, bytes]],
+                                  batches: list[BatchCommitment], da: LocalDAClient) -> None:
+    seen: dict[bytes, int] = {}
+    for b in batches:
+        m = parse_manifest(da.get(b.manifest))
+        assert m.root == b.root and m.leaf_count == b.leaf_count
+        for e in m.entries:
+            seen[e.signed.digest] = seen.get(e.signed.digest, 0) + 1
+            assert verify_proof(e.signed.digest, m.proof(e.signed.digest), m.root)
+    for digest, _, _ in entries:
+        assert seen.get(digest) == 1
+    assert sum(seen.values()) == len(entries)
+    by_digest = {d: p for d, _, p in entries}
+    for b in batches:
+        for e in parse_manifest(da.get(b.manifest)).entries:
+            assert da.get(e.ciphertext) == by_digest[e.signed.digest]
+
+
+def test_states_and_batch_triggers(outbox: Outbox, da: LocalDAClient, clock: FakeClock) -> None:
+    sink = InMemoryBatchSink()
+    pub = _publisher(outbox, da, sink, clock)
+    entries = _entries(5)
+    for e in entries:
+        outbox.enqueue(*e)
+    st = outbox.status()
+    assert st.entries == {"queued": 5, "published": 0, "batched": 0, "committed": 0}
+    clock.t += 3
+    assert st.oldest_unpublished_age_s == 0 and outbox.status().oldest_unpublished_age_s == 3
+
+    r = pub.run_once()
+    assert (r.published, r.batches_formed, r.manifests_published, r.batches_committed) == \
+        (5, 2, 2, 2)  # two full batches; the fifth waits for the age trigger
+    assert outbox.status().entries == {"queued": 0, "published": 1, "batched": 0,
+                                       "committed": 4}
+    assert pub.run_once().batches_formed == 0
+    clock.t += 5
+    assert pub.run_once().batches_committed == 1
+    st = outbox.status()
+    assert st.entries["committed"] == 5 and st.pending == 0
+    assert st.oldest_unpublished_age_s is None
+    assert st.last_batch is not None and st.last_batch.leaf_count == 1
+    assert st.last_batch.state == "committed"
+    assert [b.leaf_count for b in sink.batches] == [2, 2, 1]
+    _check_published_exactly_once(entries, sink.batches, da)
+    state = outbox.entry_state(entries[0][0])
+    assert state is not None and state[0] == "committed"
+    assert Pointer.parse(state[1] or "") == Pointer.for_blob("local", entries[0][2])
+
+
+def test_enqueue_is_idempotent_and_detects_conflicts(outbox: Outbox) -> None:
+    digest, receipt, payload = _entries(1)[0]
+    first = outbox.enqueue(digest, receipt, payload)
+    assert outbox.enqueue(digest, receipt, payload) == first
+    forged = receipt.replace(b'"signature":"0x', b'"signature":"0x00', 1)[:-4] + b'"}'
+    assert forged != receipt
+    with pytest.raises(OutboxConflictError, match="already queued"):
+        outbox.enqueue(digest, forged, payload)
+    assert outbox.status().entries["queued"] == 1
+
+
+def test_enqueue_many_is_all_or_nothing(outbox: Outbox) -> None:
+    good = _entries(3)
+    bad = (good[0][0], good[1][1], good[0][2])  # receipt of another entry
+    with pytest.raises(OutboxError):
+        outbox.enqueue_many([*good, bad])
+    assert outbox.status().entries["queued"] == 0
+    assert len(outbox.enqueue_many(good)) == 3
+
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda d, r, p: (d[:31], r, p), "32 bytes"),
+    (lambda d, r, p: (d, b"not json", p), "does not decode"),
+    (lambda d, r, p: (bytes(32), r, p), "carry digest"),
+    (lambda d, r, p: (d, r, p + b"x"), "ciphertextHash"),
+    (lambda d, r, p: (d, r.decode(), p), "must be bytes"),
+])
+def test_enqueue_rejects_bad_entries(outbox: Outbox, mutate: object, match: str) -> None:
+    entry = mutate(*_entries(1)[0])  # type: ignore[operator]
+    with pytest.raises(OutboxError, match=match):
+        outbox.enqueue(*entry)
+    assert outbox.status().entries["queued"] == 0
+
+
+def test_oversized_payload_refused_at_enqueue(tmp_path: Path) -> None:
+    with (Outbox(tmp_path / "o.db", max_payload_bytes=100) as ob,
+          pytest.raises(OutboxError, match="exceeds")):
+        ob.enqueue(*sample_entry(bytes(101)))
+
+
+def test_503_backs_off_exponentially_then_publishes(outbox: Outbox, clock: FakeClock) -> None:
+    sink = InMemoryBatchSink()
+    with FakeEigenDAProxy() as proxy:
+        client = EigenDAProxyClient(proxy.url, timeout_s=5)
+        pub = _publisher(outbox, client, sink, clock)
+        entries = _entries(2)
+        outbox.enqueue_many(entries)
+        proxy.fail_next_puts = 6  # three steps of two failing puts each
+        attempts_at = []
+        for _ in range(40):
+            before = proxy.puts
+            pub.run_once()
+            if proxy.puts != before:
+                attempts_at.append(clock.t)
+            if sink.batches:
+                break
+            clock.t += 0.25
+        # tries at t0 (2 puts: both fail), +1 s, +2 s, then +4 s succeeds
+        t0 = attempts_at[0]
+        assert [a - t0 for a in attempts_at] == [0, 1.0, 3.0, 7.0]
+        assert outbox.status().entries["committed"] == 2
+        for b in sink.batches:
+            m = parse_manifest(client.get(b.manifest))
+            assert {e.signed.digest for e in m.entries} == {e[0] for e in entries}
+        client.close()
+
+
+def test_unavailable_backend_error_is_visible_in_status(outbox: Outbox,
+                                                        clock: FakeClock) -> None:
+    with FakeEigenDAProxy() as proxy:
+        url = proxy.url
+    client = EigenDAProxyClient(url, timeout_s=1)
+    pub = _publisher(outbox, client, InMemoryBatchSink(), clock)
+    outbox.enqueue(*_entries(1)[0])
+    pub.run_once()
+    st = outbox.status()
+    assert st.entries["queued"] == 1
+    assert st.last_error is not None and "DAUnavailableError" in st.last_error
+    client.close()
+
+
+def test_permanent_error_backs_off_only_that_entry(outbox: Outbox, tmp_path: Path,
+                                                   clock: FakeClock) -> None:
+    small_da = LocalDAClient(tmp_path / "small", max_blob_bytes=1000)
+    sink = InMemoryBatchSink()
+    pub = _publisher(outbox, small_da, sink, clock, batch_max_entries=10,
+                     manifest_da=LocalDAClient(tmp_path / "manifests"))
+    big, ok = sample_entry(os.urandom(2000)), sample_entry(os.urandom(10))
+    outbox.enqueue(*big)
+    outbox.enqueue(*ok)
+    pub.run_once(flush=True)
+    st = outbox.status()
+    assert st.entries == {"queued": 1, "published": 0, "batched": 0, "committed": 1}
+    assert st.last_error is not None and "BlobTooLargeError" in st.last_error
+    puts_before = outbox.due_queued(10)
+    assert puts_before == []  # backed off: not due until the retry time
+    clock.t += 1.0
+    assert len(outbox.due_queued(10)) == 1  # never dropped
+
+
+def test_restart_after_crash_points_is_exactly_once(tmp_path: Path, da: LocalDAClient,
+                                                    clock: FakeClock) -> None:
+    db = tmp_path / "crash.db"
+    entries = _entries(6)
+    sink = InMemoryBatchSink()
+    with Outbox(db, now=clock.now) as ob:
+        ob.enqueue_many(entries)
+        # crash after the DA put but before the state update: the blob is on DA, entry queued
+        da.put(entries[0][2])
+    with Outbox(db, now=clock.now) as ob:
+        pub = _publisher(ob, da, sink, clock, batch_max_entries=3)
+        # publish and form batches, but "crash" before manifests are uploaded
+        assert pub._publish_entries() == (6, 0)
+        assert pub._form_batches(flush=False) == 2
+        assert ob.status().batches == {"built": 2, "published": 0, "committed": 0}
+    with Outbox(db, now=clock.now) as ob:
+        pub = _publisher(ob, da, sink, clock, batch_max_entries=3)
+        assert pub._publish_manifests() == 2
+        # crash after the sink took batch 1 but before the outbox recorded it
+        first = ob.batches_in("published")[0]
+        sink.commit(BatchCommitment(first.id, first.root, first.leaf_count,
+                                    Pointer.parse(first.manifest_pointer or "")))
+    with Outbox(db, now=clock.now) as ob:
+        pub = _publisher(ob, da, sink, clock, batch_max_entries=3)
+        assert pub.drain(timeout_s=10)
+        assert ob.status().entries["committed"] == 6
+    assert sink.calls == 3 and len(sink.batches) == 2  # repeated call deduplicated by root
+    _check_published_exactly_once(entries, sink.batches, da)
+
+
+class FlakySink(InMemoryBatchSink):
+    """A sink whose backend (think: RPC node) refuses the first ``failures`` calls."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def commit(self, batch: BatchCommitment) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("rpc node unreachable")
+        super().commit(batch)
+
+
+def test_sink_failure_is_retried_in_order(outbox: Outbox, da: LocalDAClient,
+                                          clock: FakeClock) -> None:
+    sink = FlakySink(failures=2)
+    pub = _publisher(outbox, da, sink, clock)
+    outbox.enqueue_many(_entries(4))
+    pub.run_once()
+    st = outbox.status()
+    assert st.batches == {"built": 0, "published": 2, "committed": 0}
+    assert st.last_error is not None and "rpc node unreachable" in st.last_error
+    assert pub.drain(timeout_s=30)
+    assert [b.batch_id for b in sink.batches] == [1, 2]
+
+
+def test_one_publisher_per_outbox(outbox: Outbox, da: LocalDAClient) -> None:
+    a = Publisher(outbox, da, InMemoryBatchSink()).start()
+    try:
+        with Outbox(outbox.path) as other, pytest.raises(PublisherBusyError):
+            Publisher(other, da, InMemoryBatchSink()).start()
+    finally:
+        a.close()
+    b = Publisher(outbox, da, InMemoryBatchSink()).start()  # released on stop
+    b.close()
+
+
+def test_background_thread_publishes_everything(tmp_path: Path, da: LocalDAClient) -> None:
+    sink = InMemoryBatchSink()
+    entries = _entries(60)
+    with Outbox(tmp_path / "bg.db") as ob:
+        pub = Publisher(ob, da, sink, batch_max_entries=16, batch_max_age_s=0.05).start()
+        try:
+            for e in entries:
+                ob.enqueue(*e)
+            pub.stop(drain_timeout_s=20)
+        finally:
+            pub.close()
+        assert ob.status().entries["committed"] == 60
+    _check_published_exactly_once(entries, sink.batches, da)
+
+
+def test_prune_keeps_rows_drops_local_ciphertext(outbox: Outbox, da: LocalDAClient,
+                                                 clock: FakeClock) -> None:
+    entries = _entries(3)
+    outbox.enqueue_many(entries)
+    outbox.enqueue(*sample_entry(b"late"))
+    pub = _publisher(outbox, da, InMemoryBatchSink(), clock, batch_max_entries=3)
+    pub.run_once()
+    clock.t += 1
+    assert outbox.prune_committed_payloads(committed_before=clock.t) == 3
+    assert outbox.status().entries["committed"] == 3
+    with sqlite3.connect(outbox.path) as db:
+        rows = db.execute("SELECT state, length(payload) FROM entries ORDER BY id").fetchall()
+    assert rows == [("committed", 0)] * 3 + [("published", 4)]

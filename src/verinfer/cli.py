@@ -73,6 +73,11 @@ def serve(
     max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
     max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
     name: Annotated[str | None, typer.Option(help="Model name clients send.")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(
+        help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
+             "none = open API.")] = None,
+    rate_limit: Annotated[float | None, typer.Option(
+        help="Requests per minute per API key (or per client address).")] = None,
 ) -> None:
     """Serve the OpenAI-compatible API."""
     import uvicorn
@@ -80,8 +85,11 @@ def serve(
     from verinfer.engine.engine import Engine
     from verinfer.engine.loader import load_model
     from verinfer.errors import VerinferError
-    from verinfer.operator.app import create_app
+    from verinfer.operator.app import ServerConfig, create_app
 
+    keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
+    if api_keys_file is not None:
+        keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
     try:
         loaded = load_model(_model_path(model))
     except VerinferError as e:
@@ -93,7 +101,9 @@ def serve(
     typer.echo(f"serving {served_name} ({loaded.model_id[:18]}…) on http://{host}:{port}/v1 "
                f"[{engine.fingerprint.system_fingerprint}]", err=True)
     try:
-        uvicorn.run(create_app(engine, served_name), host=host, port=port, log_level="warning")
+        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit)
+        uvicorn.run(create_app(engine, served_name, config), host=host, port=port,
+                    log_level="warning")
     finally:
         engine.close()
 

@@ -42,6 +42,25 @@ class ModelNotFoundError(ClientError):
     code = "model_not_found"
 
 
+class AuthenticationError(ClientError):
+    """Missing or unknown API key."""
+
+    status_code = 401
+    code = "invalid_api_key"
+
+
+class RateLimitError(ClientError):
+    """The caller exceeded its request rate; ``retry_after`` seconds until a slot frees."""
+
+    status_code = 429
+    error_type = "requests"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class ModelLoadError(ClientError):
     """A weight file is missing, corrupt or of an unsupported architecture/format."""
 

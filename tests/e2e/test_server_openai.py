@@ -3,51 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def server(tiny_path: Path) -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verinfer", "serve", "--model", str(tiny_path), "--port",
-         str(port), "--name", "tiny", "--max-context", "512"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"server exited: {out}")
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not start")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture()
@@ -68,14 +31,14 @@ def test_chat_completion_greedy(client: OpenAI) -> None:
     assert r.usage is not None and r.usage.completion_tokens <= 8
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     assert r.system_fingerprint and r.system_fingerprint.startswith("vi-invariant-")
-    ev = (r.model_extra or {})["verinfer"]
+    ev = (r.choices[0].model_extra or {})["verinfer"]
     assert ev["model_id"].startswith("0x") and len(ev["model_id"]) == 66
     assert len(ev["output_token_ids"]) == r.usage.completion_tokens
     again = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hello there"}],
         max_tokens=8, temperature=0)
     assert again.choices[0].message.content == r.choices[0].message.content
-    assert (again.model_extra or {})["verinfer"]["logit_digest"] == ev["logit_digest"]
+    assert (again.choices[0].model_extra or {})["verinfer"]["logit_digest"] == ev["logit_digest"]
 
 
 def test_seeded_sampling_is_reproducible(client: OpenAI) -> None:
@@ -83,7 +46,8 @@ def test_seeded_sampling_is_reproducible(client: OpenAI) -> None:
         r = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "tell me a story"}],
             max_tokens=16, temperature=0.9, seed=seed)
-        return r.choices[0].message.content, (r.model_extra or {})["verinfer"]["logit_digest"]
+        ev = (r.choices[0].model_extra or {})["verinfer"]
+        return r.choices[0].message.content, ev["logit_digest"]
 
     first = ask(42)
     assert ask(42) == first
@@ -120,7 +84,11 @@ def test_unknown_model_is_404(client: OpenAI) -> None:
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": 7.0}, "temperature"),
     ({"top_p": 0.0}, "top_p"),
-    ({"stream": True}, "stream"),
+    ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"n": 9}, "n"),
+    ({"seed": -1}, "seed"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
 ])
 def test_bad_parameters_are_400(client: OpenAI, kw: dict[str, object], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as e:
@@ -161,3 +129,107 @@ def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path) -> None:
                         str(tmp_path / "none.gguf")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "does not exist" in r.stderr
+
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "tell me a story"}]}
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.0, None), (0.9, 7)])
+def test_streamed_chat_equals_the_whole_response(client: OpenAI, temperature: float,
+                                                 seed: int | None) -> None:
+    whole = client.chat.completions.create(**CHAT, max_tokens=24, temperature=temperature,
+                                           seed=seed)
+    chunks = list(client.chat.completions.create(
+        **CHAT, max_tokens=24, temperature=temperature, seed=seed, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finish = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].finish_reason == whole.choices[0].finish_reason
+    ev = (finish[0].model_extra or {})["verinfer"]
+    assert ev["logit_digest"] == (whole.choices[0].model_extra or {})["verinfer"]["logit_digest"]
+    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert all(c.system_fingerprint == whole.system_fingerprint for c in chunks)
+
+
+def test_stream_holds_back_a_stop_string(client: OpenAI) -> None:
+    whole = client.chat.completions.create(**CHAT, max_tokens=24, temperature=0)
+    text = whole.choices[0].message.content or ""
+    assert len(text) > 6
+    stop = text[3:6]
+    cut = client.chat.completions.create(**CHAT, max_tokens=24, temperature=0, stop=stop)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        **CHAT, max_tokens=24, temperature=0, stop=stop, stream=True) if c.choices)
+    assert cut.choices[0].message.content == text[:text.find(stop)] == streamed
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_chat_logprobs_match_between_stream_and_whole(client: OpenAI) -> None:
+    whole = client.chat.completions.create(**CHAT, max_tokens=6, temperature=0, logprobs=True,
+                                           top_logprobs=3)
+    lp = whole.choices[0].logprobs
+    assert lp is not None and lp.content is not None and len(lp.content) == 6
+    for t in lp.content:
+        assert t.logprob <= 0.0 and len(t.top_logprobs) == 3
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[-1].logprob
+        assert t.logprob == t.top_logprobs[0].logprob  # greedy picks the most likely token
+    streamed = [t for c in client.chat.completions.create(
+        **CHAT, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3, stream=True)
+        if c.choices and c.choices[0].logprobs for t in (c.choices[0].logprobs.content or [])]
+    assert [t.model_dump() for t in streamed] == [t.model_dump() for t in lp.content]
+
+
+def test_n_choices_are_distinct_and_reproducible(client: OpenAI) -> None:
+    r = client.chat.completions.create(**CHAT, max_tokens=12, temperature=1.0, seed=5, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    again = client.chat.completions.create(**CHAT, max_tokens=12, temperature=1.0, seed=5, n=3)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in r.choices]
+    single = client.chat.completions.create(**CHAT, max_tokens=12, temperature=1.0, seed=5)
+    assert single.choices[0].message.content == r.choices[0].message.content
+    seeds = {(c.model_extra or {})["verinfer"]["seed"] for c in r.choices}
+    assert len(seeds) == 3
+    assert r.usage is not None
+    assert r.usage.completion_tokens == sum(
+        len((c.model_extra or {})["verinfer"]["output_token_ids"]) for c in r.choices)
+
+
+def test_completions_text_and_token_prompts(client: OpenAI) -> None:
+    r = client.completions.create(model="tiny", prompt="once upon a time", max_tokens=10,
+                                  temperature=0, logprobs=2)
+    c = r.choices[0]
+    assert r.object == "text_completion" and c.finish_reason in ("stop", "length")
+    assert c.logprobs is not None and len(c.logprobs.tokens or []) == r.usage.completion_tokens
+    ids = (c.model_extra or {})["verinfer"]["prompt_token_ids"]
+    by_ids = client.completions.create(model="tiny", prompt=ids, max_tokens=10, temperature=0)
+    assert by_ids.choices[0].text == c.text
+    two = client.completions.create(model="tiny", prompt=["once upon a time", "hello"],
+                                    max_tokens=4, temperature=0, n=2)
+    assert [x.index for x in two.choices] == [0, 1, 2, 3]
+    head = two.choices[0].text
+    assert head == two.choices[1].text == r.choices[0].text[:len(head)]
+    streamed = "".join(x.choices[0].text for x in client.completions.create(
+        model="tiny", prompt="once upon a time", max_tokens=10, temperature=0, stream=True)
+        if x.choices)
+    assert streamed == c.text
+
+
+@pytest.mark.parametrize("kw,param", [
+    ({"echo": True}, "echo"),
+    ({"suffix": "x"}, "suffix"),
+    ({"logprobs": 9}, "logprobs"),
+    ({"prompt": []}, "prompt"),
+    ({"prompt": [10**9]}, "prompt"),
+])
+def test_completions_bad_parameters_are_400(client: OpenAI, kw: dict[str, object],
+                                            param: str) -> None:
+    args: dict[str, object] = {"model": "tiny", "prompt": "x", "max_tokens": 2, **kw}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(**args)  # type: ignore[call-overload]
+    assert _error(e)["param"] == param
+
+
+def test_metrics_are_exposed(server: str, client: OpenAI) -> None:
+    client.models.list()
+    text = httpx.get(server + "/metrics").text
+    assert "verinfer_requests_total" in text and 'route="/v1/models"' in text

@@ -13,12 +13,13 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
 from verinfer.engine.digest import roll_up, step_digests
@@ -32,6 +33,27 @@ from verinfer.engine.sampling import SamplingParams, sample
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 
 FinishReason = Literal["stop", "length"]
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """log-softmax of the raw fp32 logits (temperature 1, before top-k/top-p), in float64."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # the `top_logprobs` most likely (id, logprob), best first
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """Handed to a request's ``on_step`` callback (on the engine thread) after every token."""
+
+    index: int  # 0-based step
+    token_id: int
+    text: str  # the whole output so far, cut before any stop string
+    finished: FinishReason | None
+    logprob: TokenLogprob | None
 
 
 @dataclass
@@ -42,6 +64,7 @@ class GenerationResult:
     finish_reason: FinishReason
     step_digests: list[bytes]
     seed: int
+    logprobs: list[TokenLogprob] | None = None  # one per token when asked for
 
     @property
     def logit_digest(self) -> str:
@@ -72,6 +95,9 @@ class _Seq:
     digests: list[bytes] = field(default_factory=list)
     text: str = ""
     finish: FinishReason | None = None
+    top_logprobs: int | None = None  # None: no logprobs
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    on_step: Callable[[StepEvent], None] | None = None
 
 
 class Engine:
@@ -131,8 +157,17 @@ class Engine:
                 f"has {len(prompt_ids)} and max_tokens asks for {params.max_tokens} more",
                 param="max_tokens" if len(prompt_ids) < self.max_context else "messages")
 
-    def submit(self, prompt_ids: Sequence[int], params: SamplingParams) -> Future[GenerationResult]:
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+               top_logprobs: int | None = None,
+               on_step: Callable[[StepEvent], None] | None = None
+               ) -> Future[GenerationResult]:
+        """Queues a request. ``top_logprobs`` (0..20) asks for per-token logprobs; ``on_step``
+        is called on the engine thread after every token (keep it short and non-blocking)."""
         self.check_request(prompt_ids, params)
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
+                param="top_logprobs")
         fut: Future[GenerationResult] = Future()
         cfg = self.config
         cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
@@ -140,7 +175,8 @@ class Engine:
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
-            self._waiting.append(_Seq(list(prompt_ids), params, fut, cache))
+            self._waiting.append(_Seq(list(prompt_ids), params, fut, cache,
+                                      top_logprobs=top_logprobs, on_step=on_step))
             self._cv.notify()
         return fut
 
@@ -214,13 +250,23 @@ class Engine:
 
     def _advance(self, s: _Seq, row: torch.Tensor, digest: bytes) -> None:
         position = len(s.prompt) + len(s.generated)
-        tok = sample(row.numpy(), s.params, position)
+        logits = row.numpy()
+        tok = sample(logits, s.params, position)
         s.digests.append(digest)
         s.generated.append(tok)
         s.finish, s.text = self._finish(s.generated, s.params)
+        lp = token_logprob(logits, tok, s.top_logprobs) if s.top_logprobs is not None else None
+        if lp is not None:
+            s.logprobs.append(lp)
+        if s.on_step is not None:
+            try:
+                s.on_step(StepEvent(len(s.generated) - 1, tok, s.text, s.finish, lp))
+            except Exception:  # a broken consumer must not stall the other sequences
+                s.on_step = None
         if s.finish is not None:
-            s.future.set_result(GenerationResult(s.prompt, list(s.generated), s.text, s.finish,
-                                                 list(s.digests), s.params.seed))
+            s.future.set_result(GenerationResult(
+                s.prompt, list(s.generated), s.text, s.finish, list(s.digests), s.params.seed,
+                list(s.logprobs) if s.top_logprobs is not None else None))
 
     def _finish(self, generated: list[int], params: SamplingParams
                 ) -> tuple[FinishReason | None, str]:
@@ -269,3 +315,17 @@ class Engine:
         if mismatch is None and finish is None:
             mismatch = n  # the claim stops where the policy would go on
         return ReplayResult(chosen, digests, finish, mismatch is None, mismatch)
+
+
+def token_logprob(logits: np.ndarray, token_id: int, top: int) -> TokenLogprob:
+    """Log-probabilities from raw logits: z - logsumexp(z) in float64, a pure function of the
+    logits' bits (so they are as reproducible as the logits). Ties rank the lower id first."""
+    z = logits.astype(np.float64)
+    m = float(z.max())
+    lse = m + float(np.log(np.exp(z - m).sum()))
+    best: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        idx = np.argpartition(-z, top - 1)[:top] if top < z.shape[0] else np.arange(z.shape[0])
+        ranked = sorted(idx.tolist(), key=lambda i: (-z[i], i))[:top]
+        best = tuple((int(i), float(z[i] - lse)) for i in ranked)
+    return TokenLogprob(int(token_id), float(z[token_id] - lse), best)

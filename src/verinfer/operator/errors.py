@@ -3,22 +3,33 @@
 from __future__ import annotations
 
 import logging
+import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from verinfer.errors import VerinferError
+from verinfer.errors import RateLimitError, VerinferError
 from verinfer.operator.protocol import ErrorBody, ErrorResponse
 
 log = logging.getLogger(__name__)
 
 
+def _body(message: str, type_: str, param: str | None = None,
+          code: str | None = None) -> dict[str, Any]:
+    return ErrorResponse(error=ErrorBody(message=message, type=type_, param=param,
+                                         code=code)).model_dump()
+
+
+def error_payload(e: VerinferError) -> dict[str, Any]:
+    return _body(e.message, e.error_type, e.param, e.code)
+
+
 def error_response(status: int, message: str, type_: str, param: str | None = None,
                    code: str | None = None) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(message=message, type=type_, param=param, code=code))
-    return JSONResponse(body.model_dump(), status_code=status)
+    return JSONResponse(_body(message, type_, param, code), status_code=status)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -26,14 +37,18 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _verinfer(_: Request, e: VerinferError) -> JSONResponse:
         if e.status_code >= 500:
             log.error("server error: %s", e.message)
-        return error_response(e.status_code, e.message, e.error_type, e.param, e.code)
+        resp = JSONResponse(error_payload(e), status_code=e.status_code)
+        if isinstance(e, RateLimitError):
+            resp.headers["Retry-After"] = str(max(1, math.ceil(e.retry_after)))
+        return resp
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, e: RequestValidationError) -> JSONResponse:
         first = e.errors()[0] if e.errors() else {}
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        if first.get("type") == "json_invalid":
-            return error_response(400, "request body is not valid JSON", "invalid_request_error")
+        if first.get("type") in ("json_invalid", "model_attributes_type") and not loc:
+            return error_response(400, "request body is not a valid JSON object",
+                                  "invalid_request_error")
         param = ".".join(loc) or None
         msg = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
         return error_response(400, msg, "invalid_request_error", param)

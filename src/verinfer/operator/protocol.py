@@ -1,63 +1,23 @@
-"""Request/response models of the OpenAI endpoints we serve.
+"""Models shared by the OpenAI endpoints we serve (per-endpoint models live beside their serving
+logic in ``chat/`` and ``completions/``).
 
-Fields follow OpenAI's order; verinfer's extras sit in one marked block at the end. Unknown
-fields are rejected so a client never believes an option took effect when it did not.
+Fields follow OpenAI's order; verinfer's extras sit in one marked block at the end of a model.
+Requests reject unknown fields so a client never believes an option took effect when it did not.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ChatMessageIn(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str
-    name: str | None = None
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool | None = None
-
-
-class ChatCompletionRequest(_Strict):
-    messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
-    model: str
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | None = False
-    top_logprobs: int | None = None
-    max_completion_tokens: int | None = None
-    max_tokens: int | None = None
-    n: int | None = 1
-    presence_penalty: float | None = 0.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    user: str | None = None
-    # ---- verinfer extras --------------------------------------------------------------------
-    top_k: int | None = None
-
-
-class ChatMessageOut(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-    refusal: None = None
-
-
-class ChatChoice(BaseModel):
-    index: int
-    message: ChatMessageOut
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"]
 
 
 class Usage(BaseModel):
@@ -67,7 +27,7 @@ class Usage(BaseModel):
 
 
 class EngineEvidence(BaseModel):
-    """What the engine can vouch for today; the signed receipt joins it (issue: receipts)."""
+    """What the engine vouches for: enough to replay the request bit for bit."""
 
     model_id: str
     tokenizer_hash: str
@@ -76,18 +36,6 @@ class EngineEvidence(BaseModel):
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     logit_digest: str
-
-
-class ChatCompletionResponse(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-    system_fingerprint: str
-    # ---- verinfer extras --------------------------------------------------------------------
-    verinfer: EngineEvidence
 
 
 class ModelCard(BaseModel):

@@ -1,0 +1,124 @@
+"""Serving logic for POST /v1/chat/completions: OpenAI request → engine jobs → OpenAI response
+(whole, or as server-sent-event chunks)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from verinfer.engine.chat import ChatMessage, render_chat
+from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
+from verinfer.errors import InvalidRequestError
+from verinfer.operator.chat.protocol import (
+    ChatChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessageOut,
+    ChatTokenLogprob,
+    ChoiceLogprobs,
+    ChunkChoice,
+    ChunkDelta,
+    TopLogprob,
+)
+from verinfer.operator.generation import (
+    Job,
+    SamplingOptions,
+    ServingBase,
+    TextDeltas,
+    reject_unsupported,
+)
+
+
+class ServingChat(ServingBase):
+    def __init__(self, engine: Engine, model_name: str, *, clock: Callable[[], float],
+                 new_id: Callable[[], str] | None = None) -> None:
+        super().__init__(engine, model_name)
+        self.clock = clock
+        self.new_id = new_id or (lambda: "chatcmpl-" + uuid.uuid4().hex)
+
+    def prepare(self, req: ChatCompletionRequest, req_bytes: bytes) -> list[Job]:
+        self.check_model(req.model)
+        reject_unsupported({
+            "logit_bias": bool(req.logit_bias),
+            "frequency_penalty": bool(req.frequency_penalty),
+            "presence_penalty": bool(req.presence_penalty),
+            "stream_options": req.stream_options is not None and not req.stream,
+        })
+        if req.top_logprobs is not None and not req.logprobs:
+            raise InvalidRequestError("top_logprobs requires logprobs to be true",
+                                      param="top_logprobs")
+        prompt = render_chat(self.engine.tokenizer,
+                             [ChatMessage(m.role, m.content) for m in req.messages])
+        opt = SamplingOptions(
+            max_tokens=req.max_completion_tokens if req.max_completion_tokens is not None
+            else req.max_tokens,
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, stop=req.stop,
+            seed=req.seed, n=req.n,
+            top_logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+            prompt_commitments=req.prompt_commitments)
+        return self.jobs([prompt], opt, req_bytes)
+
+    def _logprobs(self, lps: Sequence[TokenLogprob]) -> ChoiceLogprobs:
+        tok = self.engine.tokenizer
+
+        def entry(tid: int) -> tuple[str, list[int]]:
+            b = tok.decode_bytes([tid], skip_special=False)
+            return b.decode("utf-8", errors="replace"), list(b)
+
+        content = []
+        for lp in lps:
+            text, raw = entry(lp.token_id)
+            top = [TopLogprob(token=t, logprob=v, bytes=r)
+                   for t, r, v in ((*entry(i), v) for i, v in lp.top)]
+            content.append(ChatTokenLogprob(token=text, logprob=lp.logprob, bytes=raw,
+                                            top_logprobs=top))
+        return ChoiceLogprobs(content=content)
+
+    async def create(self, req: ChatCompletionRequest, jobs: list[Job]) -> ChatCompletionResponse:
+        results = await self.run(jobs)
+        return ChatCompletionResponse(
+            id=self.new_id(),
+            created=int(self.clock()),
+            model=self.model_name,
+            choices=[ChatChoice(
+                index=j.index, message=ChatMessageOut(content=r.text),
+                logprobs=self._logprobs(r.logprobs) if r.logprobs is not None else None,
+                finish_reason=r.finish_reason, verinfer=self.evidence(j, r))
+                for j, r in zip(jobs, results, strict=True)],
+            usage=self.usage(jobs, results),
+            system_fingerprint=self.engine.fingerprint.system_fingerprint,
+        )
+
+    async def create_stream(self, req: ChatCompletionRequest, jobs: list[Job]
+                            ) -> AsyncIterator[ChatCompletionChunk]:
+        """Chunks in OpenAI's order: a role chunk per choice, content deltas, each choice's
+        finish chunk (with its engine evidence), then the usage chunk when asked for."""
+        cid, created = self.new_id(), int(self.clock())
+        fp = self.engine.fingerprint.system_fingerprint
+
+        def chunk(choices: list[ChunkChoice]) -> ChatCompletionChunk:
+            return ChatCompletionChunk(id=cid, created=created, model=self.model_name,
+                                       choices=choices, system_fingerprint=fp)
+
+        for j in jobs:
+            yield chunk([ChunkChoice(index=j.index, delta=ChunkDelta(role="assistant",
+                                                                     content=""))])
+        deltas = {j.index: TextDeltas(j.params.stop) for j in jobs}
+        results: dict[int, GenerationResult] = {}
+        async for job, item in self.stream(jobs):
+            if isinstance(item, StepEvent):
+                text = deltas[job.index].delta(item.text, item.finished is not None)
+                lp = self._logprobs([item.logprob]) if item.logprob is not None else None
+                if text or lp is not None:
+                    yield chunk([ChunkChoice(index=job.index, delta=ChunkDelta(content=text),
+                                             logprobs=lp)])
+            else:
+                results[job.index] = item
+                yield chunk([ChunkChoice(index=job.index, delta=ChunkDelta(),
+                                         finish_reason=item.finish_reason,
+                                         verinfer=self.evidence(job, item))])
+        if req.stream_options is not None and req.stream_options.include_usage:
+            final = chunk([])
+            final.usage = self.usage(jobs, [results[j.index] for j in jobs])
+            yield final

@@ -1,0 +1,134 @@
+"""Serving logic for POST /v1/completions: raw prompt text or token ids, no chat template."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
+from verinfer.errors import InvalidRequestError
+from verinfer.operator.completions.protocol import (
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    CompletionRequest,
+)
+from verinfer.operator.generation import (
+    Job,
+    SamplingOptions,
+    ServingBase,
+    TextDeltas,
+    reject_unsupported,
+)
+
+MAX_LEGACY_LOGPROBS = 5
+MAX_PROMPTS = 16
+
+
+class ServingCompletions(ServingBase):
+    def __init__(self, engine: Engine, model_name: str, *, clock: Callable[[], float],
+                 new_id: Callable[[], str] | None = None) -> None:
+        super().__init__(engine, model_name)
+        self.clock = clock
+        self.new_id = new_id or (lambda: "cmpl-" + uuid.uuid4().hex)
+
+    def _prompts(self, prompt: str | list[str] | list[int] | list[list[int]]
+                 ) -> list[list[int]]:
+        tok = self.engine.tokenizer
+        bos = [tok.spec.bos_id] if tok.spec.bos_id is not None and tok.spec.add_bos else []
+        if isinstance(prompt, str):
+            items: list[str | list[int]] = [prompt]
+        elif prompt and all(isinstance(x, int) for x in prompt):
+            items = [list(prompt)]  # type: ignore[arg-type]
+        else:
+            items = list(prompt)  # type: ignore[arg-type]
+        if not items or len(items) > MAX_PROMPTS:
+            raise InvalidRequestError(f"prompt must hold 1 to {MAX_PROMPTS} prompts, got "
+                                      f"{len(items)}", param="prompt")
+        out = []
+        for item in items:
+            ids = bos + tok.encode(item, add_bos=False, parse_special=False) \
+                if isinstance(item, str) else list(item)
+            if not ids:
+                raise InvalidRequestError("the prompt is empty", param="prompt")
+            out.append(ids)
+        return out
+
+    def prepare(self, req: CompletionRequest, req_bytes: bytes) -> list[Job]:
+        self.check_model(req.model)
+        reject_unsupported({
+            "echo": bool(req.echo), "suffix": req.suffix is not None,
+            "logit_bias": bool(req.logit_bias),
+            "frequency_penalty": bool(req.frequency_penalty),
+            "presence_penalty": bool(req.presence_penalty),
+            "best_of": req.best_of is not None and req.best_of != (req.n or 1),
+            "stream_options": req.stream_options is not None and not req.stream,
+        })
+        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_LEGACY_LOGPROBS:
+            raise InvalidRequestError(f"logprobs must be in [0, {MAX_LEGACY_LOGPROBS}], got "
+                                      f"{req.logprobs}", param="logprobs")
+        opt = SamplingOptions(
+            max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
+            top_k=req.top_k, stop=req.stop, seed=req.seed, n=req.n, top_logprobs=req.logprobs,
+            prompt_commitments=req.prompt_commitments)
+        return self.jobs(self._prompts(req.prompt), opt, req_bytes)
+
+    def _logprobs(self, lps: Sequence[TokenLogprob], offset: int) -> CompletionLogprobs:
+        tok = self.engine.tokenizer
+
+        def text(tid: int) -> str:
+            return tok.decode_bytes([tid], skip_special=False).decode("utf-8", errors="replace")
+
+        out = CompletionLogprobs(text_offset=[], token_logprobs=[], tokens=[], top_logprobs=[])
+        for lp in lps:
+            t = text(lp.token_id)
+            out.text_offset.append(offset)
+            out.tokens.append(t)
+            out.token_logprobs.append(lp.logprob)
+            out.top_logprobs.append({text(i): v for i, v in lp.top})
+            offset += len(t)
+        return out
+
+    def _choice(self, job: Job, res: GenerationResult) -> CompletionChoice:
+        return CompletionChoice(
+            finish_reason=res.finish_reason, index=job.index, text=res.text,
+            logprobs=self._logprobs(res.logprobs, 0) if res.logprobs is not None else None,
+            verinfer=self.evidence(job, res))
+
+    async def create(self, req: CompletionRequest, jobs: list[Job]) -> Completion:
+        results = await self.run(jobs)
+        return Completion(
+            id=self.new_id(), created=int(self.clock()), model=self.model_name,
+            choices=[self._choice(j, r) for j, r in zip(jobs, results, strict=True)],
+            system_fingerprint=self.engine.fingerprint.system_fingerprint,
+            usage=self.usage(jobs, results))
+
+    async def create_stream(self, req: CompletionRequest, jobs: list[Job]
+                            ) -> AsyncIterator[Completion]:
+        cid, created = self.new_id(), int(self.clock())
+        fp = self.engine.fingerprint.system_fingerprint
+
+        def chunk(choices: list[CompletionChoice]) -> Completion:
+            return Completion(id=cid, created=created, model=self.model_name, choices=choices,
+                              system_fingerprint=fp)
+
+        deltas = {j.index: TextDeltas(j.params.stop) for j in jobs}
+        offsets = dict.fromkeys(deltas, 0)
+        results: dict[int, GenerationResult] = {}
+        async for job, item in self.stream(jobs):
+            if isinstance(item, StepEvent):
+                text = deltas[job.index].delta(item.text, item.finished is not None)
+                lp = (self._logprobs([item.logprob], offsets[job.index])
+                      if item.logprob is not None else None)
+                offsets[job.index] += sum(len(t) for t in lp.tokens) if lp else 0
+                if text or lp is not None:
+                    yield chunk([CompletionChoice(finish_reason=None, index=job.index, text=text,
+                                                  logprobs=lp)])
+            else:
+                results[job.index] = item
+                yield chunk([CompletionChoice(finish_reason=item.finish_reason, index=job.index,
+                                              text="", verinfer=self.evidence(job, item))])
+        if req.stream_options is not None and req.stream_options.include_usage:
+            final = chunk([])
+            final.usage = self.usage(jobs, [results[j.index] for j in jobs])
+            yield final

@@ -1,0 +1,77 @@
+"""API keys and per-key rate limits.
+
+Keys are compared by their SHA-256 so the server never needs the plaintext list in memory
+longer than start-up. With no keys configured the API is open and limits apply per client
+address instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from verinfer.errors import AuthenticationError, RateLimitError
+
+
+def key_digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class ApiKeys:
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self._digests = [key_digest(k) for k in keys if k]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._digests)
+
+    def check(self, authorization: str | None) -> str:
+        """The caller's identity for rate limiting: a key fingerprint (keys on) or 'open'."""
+        if not self.enabled:
+            return "open"
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise AuthenticationError("missing API key: send 'Authorization: Bearer <key>'")
+        d = key_digest(token.strip())
+        if not any(hmac.compare_digest(d, known) for known in self._digests):
+            raise AuthenticationError("incorrect API key provided")
+        return "key-" + d[:8].hex()
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class RateLimiter:
+    """Token bucket per caller: ``per_minute`` requests, bursting up to ``burst``."""
+
+    def __init__(self, per_minute: float, burst: int | None = None, *,
+                 clock: Callable[[], float]) -> None:
+        if per_minute <= 0:
+            raise ValueError(f"per_minute must be > 0, got {per_minute}")
+        self.rate = per_minute / 60.0
+        self.burst = float(burst if burst is not None else max(1, math.ceil(per_minute / 6)))
+        self.clock = clock
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, caller: str) -> None:
+        with self._lock:
+            now = self.clock()
+            b = self._buckets.get(caller)
+            if b is None:
+                b = self._buckets[caller] = _Bucket(self.burst, now)
+            b.tokens = min(self.burst, b.tokens + (now - b.at) * self.rate)
+            b.at = now
+            if b.tokens < 1.0:
+                wait = (1.0 - b.tokens) / self.rate
+                raise RateLimitError(f"rate limit reached for {caller}: "
+                                     f"{self.rate * 60:g} requests per minute; retry in "
+                                     f"{wait:.1f} s", retry_after=wait)
+            b.tokens -= 1.0

@@ -8,6 +8,7 @@ eth-account's ``unsafe_sign_hash`` produces, ~100x faster than its pure-Python b
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,9 +50,14 @@ _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD036414
 
 def parse_address(value: object, field: str = "address") -> str:
     """0x + 40 hex digits -> checksummed address. Mixed case must be a valid checksum."""
-    raw = parse_hex(value, 20, field)
-    checksummed = to_checksum_address(raw)
-    assert isinstance(value, str)
+    if not isinstance(value, str):
+        parse_hex(value, 20, field)  # raises with the offending value
+    return _parse_address_str(str(value), field)
+
+
+@functools.lru_cache(maxsize=4096)  # checksumming is slow; a server sees few distinct addresses
+def _parse_address_str(value: str, field: str) -> str:
+    checksummed = to_checksum_address(parse_hex(value, 20, field))
     if value[2:] not in (value[2:].lower(), value[2:].upper()) and value != checksummed:
         raise ReceiptFormatError(f"{field} has a bad EIP-55 checksum: {value!r}", param=field)
     return checksummed
@@ -77,7 +83,7 @@ class Domain:
         object.__setattr__(self, "verifying_contract",
                            parse_address(self.verifying_contract, "verifyingContract"))
 
-    @property
+    @functools.cached_property
     def separator(self) -> bytes:
         return keccak(DOMAIN_TYPEHASH + keccak(text=self.name) + keccak(text=self.version)
                       + _word_uint(self.chain_id) + _word_address(self.verifying_contract))
@@ -202,16 +208,12 @@ def _private_key_bytes(private_key: bytes | str) -> bytes:
 
 
 def address_of(private_key: bytes | str) -> str:
-    pub = coincurve.PrivateKey(_private_key_bytes(private_key)).public_key
-    return to_checksum_address(keccak(pub.format(compressed=False)[1:])[-20:])
+    return ReceiptSigner(private_key).address
 
 
 def sign_digest(digest: bytes, private_key: bytes | str) -> bytes:
     """65-byte r||s||v (v in {27, 28}, low-s, RFC 6979) over a 32-byte digest."""
-    check_bytes(digest, 32, "digest")
-    sig = coincurve.PrivateKey(_private_key_bytes(private_key)).sign_recoverable(digest,
-                                                                                 hasher=None)
-    return sig[:64] + bytes([sig[64] + 27])
+    return ReceiptSigner(private_key).sign_digest(digest)
 
 
 def recover_digest_signer(digest: bytes, signature: bytes) -> str:
@@ -235,12 +237,34 @@ def recover_digest_signer(digest: bytes, signature: bytes) -> str:
     return to_checksum_address(keccak(pub.format(compressed=False)[1:])[-20:])
 
 
+class ReceiptSigner:
+    """The operator's signing key, parsed once (a server signs every response with it)."""
+
+    def __init__(self, private_key: bytes | str) -> None:
+        self._key = coincurve.PrivateKey(_private_key_bytes(private_key))
+        pub = self._key.public_key.format(compressed=False)[1:]
+        self.address: str = to_checksum_address(keccak(pub)[-20:])
+
+    def __repr__(self) -> str:  # never print the key
+        return f"ReceiptSigner(address={self.address})"
+
+    def sign_digest(self, digest: bytes) -> bytes:
+        check_bytes(digest, 32, "digest")
+        sig = self._key.sign_recoverable(digest, hasher=None)
+        return sig[:64] + bytes([sig[64] + 27])
+
+    def sign(self, receipt: Receipt, domain: Domain) -> bytes:
+        """Sign as the operator. The key must belong to ``receipt.operator``."""
+        if receipt.operator != self.address:
+            raise SignatureError(
+                f"the signing key is not the receipt's operator {receipt.operator}",
+                param="operator")
+        return self.sign_digest(receipt.digest(domain))
+
+
 def sign_receipt(receipt: Receipt, domain: Domain, private_key: bytes | str) -> bytes:
     """Sign as the operator. The key must belong to ``receipt.operator``."""
-    if address_of(private_key) != receipt.operator:
-        raise SignatureError(f"the signing key is not the receipt's operator {receipt.operator}",
-                             param="operator")
-    return sign_digest(receipt.digest(domain), private_key)
+    return ReceiptSigner(private_key).sign(receipt, domain)
 
 
 def recover_signer(receipt: Receipt, domain: Domain, signature: bytes) -> str:

@@ -77,10 +77,13 @@ def server_peak_rss_mb() -> float:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "verinfer", "serve", "--port", str(port),
-                             "--name", "default"], stderr=subprocess.DEVNULL)
+                             "--name", "default"], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise SystemExit(f"verinfer serve exited with {proc.returncode}: {err}")
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break

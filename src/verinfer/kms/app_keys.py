@@ -6,29 +6,21 @@ seed = s.to_bytes(32, "big"); the derivation itself belongs to the receipts part
 
 from __future__ import annotations
 
-try:  # the receipts part re-exports the derivation from its envelope module
-    from verinfer.receipts.envelope import (  # type: ignore[attr-defined, unused-ignore]
-        EnvelopeSuite,
-        EpochPrivateKey,
-        EpochPublicKey,
-        derive_epoch_keypair,
-    )
-except ImportError:
-    from verinfer.receipts.epoch_keys import (
-        EnvelopeSuite,
-        EpochPrivateKey,
-        EpochPublicKey,
-        derive_epoch_keypair,
-    )
-
 from verinfer.kms.errors import InvalidShareError
 from verinfer.kms.shamir import Q
+from verinfer.receipts.envelope import (
+    EnvelopeSuite,
+    EpochPrivateKey,
+    EpochPublicKey,
+    derive_epoch_keypair,
+    load_public_key,
+)
 
 DEFAULT_SUITE = EnvelopeSuite.X25519.value
 SUITES = tuple(s.value for s in EnvelopeSuite)
 
 __all__ = ["DEFAULT_SUITE", "SUITES", "EpochPrivateKey", "EpochPublicKey", "app_keypair",
-           "parse_suite", "seed_from_secret"]
+           "load_public_key", "parse_suite", "seed_from_secret"]
 
 
 def parse_suite(name: str) -> str:

@@ -1,0 +1,57 @@
+"""A receipt together with its domain and signature: the unit that travels in API responses,
+batch manifests and challenges."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner, verify_receipt
+from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.receipts.hexutil import parse_hex, to_hex
+
+
+@dataclass(frozen=True)
+class SignedReceipt:
+    receipt: Receipt
+    domain: Domain
+    signature: bytes  # 65 bytes r||s||v
+
+    @classmethod
+    def sign(cls, receipt: Receipt, domain: Domain, signer: ReceiptSigner) -> SignedReceipt:
+        return cls(receipt, domain, signer.sign(receipt, domain))
+
+    @property
+    def digest(self) -> bytes:
+        """The receipt id (EIP-712 signing digest); what Merkle batches commit to."""
+        return self.receipt.digest(self.domain)
+
+    def verify(self, expected_operator: str | None = None) -> str:
+        """Raises :class:`SignatureError` unless signed by the receipt's operator."""
+        return verify_receipt(self.receipt, self.domain, self.signature, expected_operator)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"receipt": self.receipt.to_json(), "domain": self.domain.to_json(),
+                "signature": to_hex(self.signature), "digest": to_hex(self.digest)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SignedReceipt:
+        """Strict parse. ``digest``, if present, must equal the recomputed one."""
+        if not isinstance(data, Mapping) or not {"receipt", "domain", "signature"} <= set(data) \
+                or not set(data) <= {"receipt", "domain", "signature", "digest"}:
+            raise ReceiptFormatError("a signed receipt is an object with receipt, domain, "
+                                     f"signature (and optional digest), got {data!r}")
+        d = data["domain"]
+        if not isinstance(d, Mapping) or set(d) != {"name", "version", "chainId",
+                                                    "verifyingContract"}:
+            raise ReceiptFormatError(f"bad EIP-712 domain {d!r}", param="domain")
+        domain = Domain(d["chainId"], d["verifyingContract"], d["name"], d["version"])
+        if (domain.name, domain.version) != ("verinfer", "1"):
+            raise ReceiptFormatError(f"not a verinfer v1 domain: {d!r}", param="domain")
+        out = cls(Receipt.from_json(data["receipt"]), domain,
+                  parse_hex(data["signature"], 65, "signature"))
+        if "digest" in data and parse_hex(data["digest"], 32, "digest") != out.digest:
+            raise ReceiptFormatError(f"digest {data['digest']!r} does not match the receipt "
+                                     f"({to_hex(out.digest)})", param="digest")
+        return out

@@ -1,0 +1,107 @@
+"""KMS key-release latency: "enclave starts" -> "epoch key in memory", 5 shards, t = 3, loopback.
+
+Shards are real processes (`verinfer kms shard serve`), started before timing. One iteration =
+new SoftwareAttester + EnclaveRunner (fresh ephemeral key), nonces from all 5 shards, one quote,
+3 releases verified against the Feldman commitments, Lagrange, HPKE key derivation, wipe.
+Also timed: the same with 2 shards down, and a full SoftwareEnclave child process (spawn) whose
+in-child key time is reported separately from the process start cost.
+
+Prints one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from eth_account import Account
+
+from verinfer.enclave.attestation import measurement
+from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
+from verinfer.enclave.runner import AccountSigner, EnclaveRunner
+from verinfer.enclave.software import SoftwareAttester, load_root_private
+from verinfer.kms.app_keys import load_public_key
+from verinfer.kms.epochs import FileEpochRegistry
+from verinfer.kms.local_cluster import ShardProcesses, provision
+
+ARGS = ("sha256:" + "55" * 32, "bench-code", "bench-engine")
+ITERS = 60
+WARMUP = 5
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def main() -> None:
+    m = measurement(*ARGS)
+    member = Account.create()
+    with tempfile.TemporaryDirectory(prefix="verinfer-bench-kms-") as tmp:
+        lay = provision(Path(tmp), epoch=1, threshold=3, shares=5, measurements=[m],
+                        verifiers=[member.address], challenges={"c1": [member.address]})
+        registry = FileEpochRegistry(lay.registry)
+        root_key = load_root_private(lay.root_key)
+        shards = lay.shards_info()
+
+        def once() -> float:
+            t0 = time.perf_counter()  # the enclave starts
+            runner = EnclaveRunner(attester=SoftwareAttester(root_key, m, time.time),
+                                   shards=shards, epochs=registry, signer=AccountSigner(member))
+            key = runner.obtain_key(epoch=1, purpose="full_challenge", challenge_id="c1")
+            dt = (time.perf_counter() - t0) * 1000  # key in memory
+            key.close()
+            return dt
+
+        with ShardProcesses(lay, extra_args=["--rate-capacity", "100000",
+                                             "--rate-refill", "1000"]) as procs:
+            procs.start()
+            for _ in range(WARMUP):
+                once()
+            all_up = [once() for _ in range(ITERS)]
+            procs.stop(1)
+            procs.stop(2)
+            for _ in range(WARMUP):
+                once()
+            two_down = [once() for _ in range(ITERS // 2)]
+            procs.start([1, 2])
+
+            rec = registry.get(1)
+            pk = load_public_key(rec.suite, rec.public_key_bytes)
+            blob = pk.suite.hpke.encrypt(b"bench", pk.hpke, info=b"")
+            enclave = SoftwareEnclave(EnclaveSpec(
+                root_key=lay.root_key, container_digest=ARGS[0], code_hash=ARGS[1],
+                engine_fingerprint=ARGS[2], directory=lay.directory, registry=lay.registry),
+                AccountSigner(member))
+            child_total, child_key = [], []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                out = enclave.run("verinfer.enclave.jobs:open_blob", {"blob": blob}, epoch=1,
+                                  purpose="full_challenge", challenge_id="c1")
+                child_total.append((time.perf_counter() - t0) * 1000)
+                child_key.append(out.key_ms)
+                assert out.result == b"bench"
+
+    result = {
+        "bench": "kms",
+        "shards": 5, "threshold": 3, "iterations": ITERS, "transport": "http loopback",
+        "key_release_p50_ms": round(statistics.median(all_up), 2),
+        "key_release_p90_ms": round(pct(all_up, 90), 2),
+        "key_release_p99_ms": round(pct(all_up, 99), 2),
+        "key_release_mean_ms": round(statistics.fmean(all_up), 2),
+        "key_release_two_down_p50_ms": round(statistics.median(two_down), 2),
+        "software_enclave_child_key_p50_ms": round(statistics.median(child_key), 2),
+        "software_enclave_child_total_p50_ms": round(statistics.median(child_total), 2),
+        "target_p50_ms": 300,
+        "meets_target": statistics.median(all_up) <= 300,
+        "python": sys.version.split()[0],
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

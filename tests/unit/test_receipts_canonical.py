@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from verinfer.engine.engine import Engine
 from verinfer.engine.sampling import SamplingParams
 from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner, verify_receipt
 from verinfer.receipts.errors import (
     NonCanonicalEncodingError,
     ReceiptFormatError,
@@ -202,3 +203,16 @@ def test_engine_mapping_reproduces_the_hashes(tiny_engine: Engine) -> None:
     assert replayed.hash == res.hash
     with pytest.raises(Exception, match="vocabulary"):
         ExecRequest.from_engine(tiny_engine, [10**7], params)
+
+
+@settings(max_examples=30, deadline=None)
+@given(requests, results, st.integers(0, 2**64 - 1))
+def test_any_valid_pair_signs_into_a_receipt(req: ExecRequest, res: ExecResult,
+                                             epoch: int) -> None:
+    signer = ReceiptSigner(hashlib.sha256(b"prop").digest())
+    domain = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
+    receipt = Receipt(operator=signer.address, chain_id=31337, model_id=req.model_id,
+                      engine_fingerprint_hash=req.engine_fingerprint_hash, req_hash=req.hash,
+                      out_hash=res.hash, key_epoch=epoch, ciphertext_hash=bytes(32), issued_at=0)
+    sig = signer.sign(receipt, domain)
+    assert verify_receipt(receipt, domain, sig, signer.address) == signer.address

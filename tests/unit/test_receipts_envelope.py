@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 
+import cbor2
 import pytest
 
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -23,6 +24,7 @@ from verinfer.receipts.errors import (
     EnvelopeContentError,
     EnvelopeDecryptionError,
     ReceiptFormatError,
+    UnsupportedVersionError,
 )
 
 OPERATOR = address_of(hashlib.sha256(b"op").digest())
@@ -126,3 +128,8 @@ def test_plaintext_round_trip_is_strict() -> None:
         EnvelopeContents.from_bytes(data + b"\x00")
     with pytest.raises(ReceiptFormatError):
         EnvelopeContents.from_bytes(data[:-3])
+    m = cbor2.loads(data)
+    with pytest.raises(UnsupportedVersionError, match="version 2"):
+        EnvelopeContents.from_bytes(cbor2.dumps({**m, "version": 2}, canonical=True))
+    with pytest.raises(ReceiptFormatError, match="not canonically"):
+        EnvelopeContents.from_bytes(cbor2.dumps(dict(reversed(m.items()))))  # unsorted keys

@@ -41,6 +41,7 @@ from verinfer.receipts.errors import (
     EnvelopeContentError,
     EnvelopeDecryptionError,
     ReceiptFormatError,
+    UnsupportedVersionError,
 )
 from verinfer.receipts.hexutil import check_bytes, check_uint
 
@@ -132,6 +133,9 @@ class EnvelopeContents:
         except Exception as e:
             raise ReceiptFormatError(f"envelope plaintext is not CBOR: {e}") from None
         keys = {"version", "exec_request", "exec_result", "request_body", "response_body"}
+        if isinstance(m, dict) and type(m.get("version")) is int and m["version"] != EXEC_VERSION:
+            raise UnsupportedVersionError(f"unknown envelope plaintext version {m['version']!r}",
+                                          param="version")
         if not isinstance(m, dict) or set(m) != keys or m["version"] != EXEC_VERSION:
             raise ReceiptFormatError(f"envelope plaintext must be a version-{EXEC_VERSION} map "
                                      f"with keys {sorted(keys)}")

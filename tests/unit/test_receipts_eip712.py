@@ -143,3 +143,18 @@ def test_issued_at_comes_from_the_injected_clock() -> None:
                        engine_fingerprint_hash=h("e"), req_hash=h("q"), out_hash=h("o"),
                        key_epoch=1, ciphertext_hash=h("c"), now=lambda: 1234.9)
     assert r.issued_at == 1234
+
+
+@settings(max_examples=25, deadline=None)
+@given(receipts, st.integers(0, 2**256 - 1), st.integers(0, 2**256 - 1),
+       st.binary(min_size=20, max_size=20), st.binary(min_size=20, max_size=20))
+def test_signature_for_one_domain_never_verifies_in_another(
+        receipt: Receipt, chain_a: int, chain_b: int, contract_a: bytes,
+        contract_b: bytes) -> None:
+    a = Domain(chain_a, "0x" + contract_a.hex())
+    b = Domain(chain_b, "0x" + contract_b.hex())
+    sig = sign_receipt(receipt, a, KEY)
+    assert verify_receipt(receipt, a, sig) == receipt.operator
+    if (chain_a, contract_a) != (chain_b, contract_b):
+        with pytest.raises(SignatureError):
+            verify_receipt(receipt, b, sig)

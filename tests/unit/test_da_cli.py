@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -37,7 +38,8 @@ def test_get_errors_are_typed(tmp_path: Path) -> None:
     r = runner.invoke(app, ["da", "get", "da://local/0x1234", "--store", str(store)])
     assert r.exit_code == 2 and "sha256 (32 bytes), got 2 bytes" in r.output
     p = LocalDAClient(store).put(b"abc")
-    LocalDAClient(store).path_for(p).write_bytes(b"abd")
+    with sqlite3.connect(store / "blobs.sqlite") as db:  # corrupt the stored bytes
+        db.execute("UPDATE blobs SET data = ?", (b"abd",))
     r = runner.invoke(app, ["da", "get", str(p), "--store", str(store)])
     assert r.exit_code == 1 and "expected sha256" in r.output
     r = runner.invoke(app, ["da", "get", str(p).replace("local", "redis")])

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -28,18 +29,31 @@ def test_round_trip(store: LocalDAClient, size: int) -> None:
     assert store.exists(p)
     assert store.get(p) == blob
     assert store.put(blob) == p  # idempotent
-    assert not [f for f in store.path_for(p).parent.iterdir() if f.name.startswith(".tmp-")]
+
+
+def test_put_many_is_one_transaction(store: LocalDAClient) -> None:
+    blobs = [os.urandom(100) for _ in range(50)]
+    pointers = store.put_many([*blobs, blobs[0]])
+    assert pointers[-1] == pointers[0]
+    assert [store.get(p) for p in pointers[:-1]] == blobs
+    with pytest.raises(BlobTooLargeError):
+        store.put_many([b"fits", bytes(store.max_blob_bytes + 1)])
+    assert not store.exists(Pointer.for_blob("local", b"fits"))  # checked before writing
+
+
+def _overwrite(store: LocalDAClient, p: Pointer, data: bytes) -> None:
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE blobs SET data = ? WHERE commitment = ?", (data, p.commitment))
 
 
 def test_corrupted_file_is_rejected(store: LocalDAClient) -> None:
     p = store.put(b"evidence" * 100)
-    path = store.path_for(p)
-    data = bytearray(path.read_bytes())
+    data = bytearray(store.get(p))
     data[7] ^= 0x01
-    path.write_bytes(bytes(data))
+    _overwrite(store, p, bytes(data))
     with pytest.raises(CommitmentMismatchError, match="expected sha256"):
         store.get(p)
-    path.write_bytes(b"evidence" * 99)  # truncated
+    _overwrite(store, p, b"evidence" * 99)  # truncated
     with pytest.raises(CommitmentMismatchError):
         store.get(p)
 
@@ -57,7 +71,7 @@ def test_oversized_blob(tmp_path: Path) -> None:
     small.put(bytes(1024))
     with pytest.raises(BlobTooLargeError, match="1025 bytes exceeds the local limit of 1024"):
         small.put(bytes(1025))
-    assert not any(p.is_file() for p in tmp_path.rglob("*") if p.name.startswith(".tmp"))
+    assert not small.exists(Pointer.for_blob("local", bytes(1025)))
 
 
 def test_pointer_of_other_backend(store: LocalDAClient) -> None:

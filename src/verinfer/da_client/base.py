@@ -7,6 +7,7 @@ reach the caller, so no backend can skip verification.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import final
 
 from verinfer.da_client.errors import (
@@ -25,9 +26,29 @@ class DAClient(ABC):
     backend: str
     max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES
 
+    # A backend that stores many blobs at the cost of one (one transaction, one fsync) says so;
+    # the outbox publisher then hands it whole steps through put_many.
+    batched_puts: bool = False
+
     @final
     def put(self, blob: bytes) -> Pointer:
         """Store ``blob`` durably; idempotent (the same bytes give the same pointer)."""
+        return self.put_many([blob])[0]
+
+    @final
+    def put_many(self, blobs: Sequence[bytes]) -> list[Pointer]:
+        """Store several blobs durably, all or (on an exception) possibly only some."""
+        checked = [self._check_blob(b) for b in blobs]
+        digests = [sha256(b) for b in checked]
+        pointers = self._put_many(checked, digests)
+        for pointer, digest in zip(pointers, digests, strict=True):
+            if pointer.backend != self.backend or pointer.blob_sha256 != digest:
+                raise CommitmentMismatchError(
+                    f"{self.backend} returned pointer {_short(pointer)} for a blob with sha256 "
+                    f"0x{digest.hex()}")
+        return pointers
+
+    def _check_blob(self, blob: object) -> bytes:
         if not isinstance(blob, bytes | bytearray | memoryview):
             raise TypeError(f"a blob must be bytes, got {type(blob).__name__}")
         blob = bytes(blob)
@@ -35,13 +56,10 @@ class DAClient(ABC):
             raise BlobTooLargeError(
                 f"blob of {len(blob)} bytes exceeds the {self.backend} limit of "
                 f"{self.max_blob_bytes} bytes", param="blob")
-        digest = sha256(blob)
-        pointer = self._put(blob, digest)
-        if pointer.backend != self.backend or pointer.blob_sha256 != digest:
-            raise CommitmentMismatchError(
-                f"{self.backend} returned pointer {pointer} for a blob with sha256 "
-                f"0x{digest.hex()}")
-        return pointer
+        return blob
+
+    def _put_many(self, blobs: Sequence[bytes], digests: Sequence[bytes]) -> list[Pointer]:
+        return [self._put(b, d) for b, d in zip(blobs, digests, strict=True)]
 
     @final
     def get(self, pointer: Pointer) -> bytes:

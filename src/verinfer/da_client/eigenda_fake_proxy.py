@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -90,6 +91,12 @@ class FakeEigenDAProxy:
 class _Handler(BaseHTTPRequestHandler):
     state: FakeEigenDAProxy
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out as separate writes; without NODELAY, Nagle + delayed ACK
+        # add ~40 ms to every small answer on loopback
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass

@@ -1,69 +1,77 @@
-"""Local content-addressed store: one file per blob, named by its sha256.
+"""Local content-addressed store: one SQLite file, blobs keyed by their sha256.
 
-Durability: the blob is written to a temporary file in the target directory, fsynced, renamed
-into place atomically, and the directory is fsynced, so after ``put`` returns the blob survives
-a crash or power loss, and a reader never sees a half-written blob under its final name.
+SQLite in WAL mode with ``synchronous=FULL``: after ``put`` returns the blob survives a process
+crash, an OS crash and power loss, and a reader never sees a half-written blob. A whole batch of
+blobs (``put_many``) costs one transaction and one fsync, which is what lets the outbox
+publisher keep up with thousands of entries per second on one disk; one file per blob needs two
+fsyncs (file and directory) per blob.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import sqlite3
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES, DAClient
 from verinfer.da_client.errors import BlobNotFoundError
 from verinfer.da_client.pointer import Pointer
 
+STORE_FILE = "blobs.sqlite"
+
 
 class LocalDAClient(DAClient):
     backend = "local"
+    batched_puts = True
 
     def __init__(self, root: str | os.PathLike[str], *,
                  max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
+        """``root`` is a directory; the store is ``root/blobs.sqlite``."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / STORE_FILE
         self.max_blob_bytes = max_blob_bytes
-
-    def path_for(self, pointer: Pointer) -> Path:
-        h = pointer.commitment.hex()
-        return self.root / h[:2] / h  # 256-way fan-out keeps directories small
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS blobs (commitment BLOB PRIMARY KEY,"
+                         " data BLOB NOT NULL)")
 
     def _put(self, blob: bytes, digest: bytes) -> Pointer:
-        pointer = Pointer("local", digest)
-        path = self.path_for(pointer)
-        if path.exists():  # content-addressed: same name, same bytes (get re-verifies)
-            return pointer
-        if not path.parent.is_dir():
-            path.parent.mkdir(exist_ok=True)
-            _fsync_dir(self.root)  # the new fan-out directory's entry must survive too
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(blob)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
-        return pointer
+        return self._put_many([blob], [digest])[0]
+
+    def _put_many(self, blobs: Sequence[bytes], digests: Sequence[bytes]) -> list[Pointer]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                # content-addressed: an existing row holds the same bytes (get re-verifies)
+                self._db.executemany("INSERT INTO blobs (commitment, data) VALUES (?, ?)"
+                                     " ON CONFLICT (commitment) DO NOTHING",
+                                     zip(digests, blobs, strict=True))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return [Pointer("local", d) for d in digests]
 
     def _get(self, pointer: Pointer) -> bytes:
-        try:
-            return self.path_for(pointer).read_bytes()
-        except FileNotFoundError:
-            raise BlobNotFoundError(f"no blob {pointer} in local store {self.root}",
-                                    param="pointer") from None
+        with self._lock:
+            row = self._db.execute("SELECT data FROM blobs WHERE commitment = ?",
+                                   (pointer.commitment,)).fetchone()
+        if row is None:
+            raise BlobNotFoundError(f"no blob {pointer} in local store {self.path}",
+                                    param="pointer")
+        return bytes(row[0])
 
     def _exists(self, pointer: Pointer) -> bool:
-        return self.path_for(pointer).is_file()
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM blobs WHERE commitment = ?",
+                                    (pointer.commitment,)).fetchone() is not None
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -143,6 +143,9 @@ class Outbox:
         self.max_payload_bytes = max_payload_bytes
         self.enqueued = threading.Event()  # set on every enqueue; the publisher waits on it
         self._lock = threading.RLock()
+        self._group = threading.Condition()
+        self._waiting: list[_Pending] = []
+        self._leader_active = False
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=30.0)
         mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -165,14 +168,41 @@ class Outbox:
         """Durably record one entry; returns its id once committed (fsynced).
 
         Idempotent: the same digest with the same bytes returns the existing id; the same digest
-        with different bytes raises OutboxConflictError.
+        with different bytes raises OutboxConflictError. Concurrent callers are group-committed:
+        one caller (the leader) writes everything queued so far in one transaction and one
+        fsync, and each caller returns only after the transaction holding its entry committed.
         """
-        return self.enqueue_many([(receipt_digest, receipt, payload)])[0]
+        req = _Pending(self._check_entry(receipt_digest, receipt, payload))
+        with self._group:
+            self._waiting.append(req)
+            while not req.done and self._leader_active:
+                self._group.wait()
+            if req.done:
+                return req.result()
+            self._leader_active = True
+            batch, self._waiting = self._waiting, []
+        try:
+            results = self._insert([r.entry for r in batch], per_entry_errors=True)
+        except BaseException as e:  # the whole transaction failed: nobody in it is durable
+            results = [e] * len(batch)
+        with self._group:
+            for r, res in zip(batch, results, strict=True):
+                r.finish(res)
+            self._leader_active = False
+            self._group.notify_all()
+        self.enqueued.set()
+        return req.result()
 
     def enqueue_many(self, items: Sequence[tuple[bytes, bytes, bytes]]) -> list[int]:
         """Several entries in one transaction (one fsync); all or none."""
         checked = [self._check_entry(*it) for it in items]
-        ids: list[int] = []
+        ids = [r for r in self._insert(checked, per_entry_errors=False) if isinstance(r, int)]
+        self.enqueued.set()
+        return ids
+
+    def _insert(self, checked: Sequence[tuple[bytes, bytes, bytes, bytes]], *,
+                per_entry_errors: bool) -> list[int | BaseException]:
+        out: list[int | BaseException] = []
         with self._tx():
             t = self.now()
             for digest, receipt, payload, payload_hash in checked:
@@ -182,18 +212,21 @@ class Outbox:
                     " ON CONFLICT (receipt_digest) DO NOTHING",
                     (digest, receipt, payload, payload_hash, t))
                 if cur.rowcount == 1:
-                    ids.append(int(cur.lastrowid or 0))
+                    out.append(int(cur.lastrowid or 0))
                     continue
                 row = self._db.execute(
                     "SELECT id, receipt, payload_sha256 FROM entries WHERE receipt_digest = ?",
                     (digest,)).fetchone()
-                if bytes(row[1]) != receipt or bytes(row[2]) != payload_hash:
-                    raise OutboxConflictError(
-                        f"receipt 0x{digest.hex()} is already queued (entry {row[0]}) with "
-                        "different receipt or ciphertext bytes", param="receipt_digest")
-                ids.append(int(row[0]))
-        self.enqueued.set()
-        return ids
+                if bytes(row[1]) == receipt and bytes(row[2]) == payload_hash:
+                    out.append(int(row[0]))
+                    continue
+                err = OutboxConflictError(
+                    f"receipt 0x{digest.hex()} is already queued (entry {row[0]}) with "
+                    "different receipt or ciphertext bytes", param="receipt_digest")
+                if not per_entry_errors:
+                    raise err  # rolls the whole transaction back
+                out.append(err)  # wrote nothing for this entry; the others still commit
+        return out
 
     def _check_entry(self, digest: bytes, receipt: bytes,
                      payload: bytes) -> tuple[bytes, bytes, bytes, bytes]:
@@ -396,6 +429,24 @@ _BATCH_SELECT = ("SELECT id, root, leaf_count, manifest, manifest_pointer, state
 def _batch_row(r: Any) -> BatchRow:  # a sqlite row of _BATCH_SELECT
     return BatchRow(int(r[0]), bytes(r[1]), int(r[2]), bytes(r[3]), r[4], str(r[5]), int(r[6]),
                     float(r[7]), None if r[8] is None else float(r[8]))
+
+
+class _Pending:
+    """One caller's entry waiting for a group commit."""
+
+    def __init__(self, entry: tuple[bytes, bytes, bytes, bytes]) -> None:
+        self.entry = entry
+        self.done = False
+        self._result: int | BaseException = 0
+
+    def finish(self, result: int | BaseException) -> None:
+        self._result = result
+        self.done = True
+
+    def result(self) -> int:
+        if isinstance(self._result, BaseException):
+            raise self._result
+        return self._result
 
 
 class _Transaction:

@@ -109,10 +109,17 @@ class Publisher:
         due = self.outbox.due_queued(self.step_entries)
         if not due:
             return 0, 0
-        if self._pool is None:
-            results = [self._try_put(e.payload) for e in due]
-        else:
-            results = list(self._pool.map(self._try_put, [e.payload for e in due]))
+        payloads = [e.payload for e in due]
+        results: list[tuple[Pointer | None, Exception | None]] | None = None
+        if self.da.batched_puts:
+            try:
+                results = [(p, None) for p in self.da.put_many(payloads)]
+            except Exception:
+                results = None  # one by one below tells which blob failed and why
+        if results is None and self._pool is not None:
+            results = list(self._pool.map(self._try_put, payloads))
+        elif results is None:
+            results = [self._try_put(p) for p in payloads]
         done: list[tuple[int, str]] = []
         failed = 0
         unavailable: str | None = None

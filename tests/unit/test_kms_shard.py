@@ -226,3 +226,10 @@ def test_health_metrics_and_log_chain(env: Env) -> None:
     path.write_text(json.dumps(entry) + "\n" + lines[1] + "\n")
     with pytest.raises(ReleaseLogError):
         verify_release_log(path)
+
+
+def test_missing_share_is_a_server_error(env: Env) -> None:
+    from verinfer.kms.keygen import share_path
+
+    share_path(env.lay.data_dir(1), 1).unlink()
+    refused(env, request(env)[0], 503, "share_unavailable")

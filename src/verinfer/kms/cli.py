@@ -41,6 +41,9 @@ def keygen(
     from verinfer.kms.keygen import keygen as run_keygen
     from verinfer.kms.sealing import load_seal_key, new_seal_key
 
+    if seal_keys.resolve().is_relative_to(out.resolve()):
+        typer.echo(f"warning: seal keys in {seal_keys} sit under the share directory {out}; "
+                   "move them to the shard hosts", err=True)
     try:
         keys = {}
         for i in range(1, shares + 1):

@@ -110,6 +110,13 @@ class NonceCapacityError(ServerError):
     code = "nonce_capacity"
 
 
+class ShareUnavailableError(ServerError):
+    """This shard cannot open its own share of a live epoch (missing file or wrong seal key)."""
+
+    status_code = 503
+    code = "share_unavailable"
+
+
 class ShardUnavailableError(ServerError):
     """A shard could not be reached or answered garbage (client side)."""
 

@@ -36,6 +36,8 @@ from verinfer.kms.errors import (
     NotCommitteeMemberError,
     ReportDataMismatchError,
     RequesterSignatureError,
+    SealError,
+    ShareUnavailableError,
 )
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.keygen import share_label, share_path
@@ -145,8 +147,13 @@ class ShardService:
 
     def _encrypt_and_sign(self, req: ReleaseRequest) -> Release:
         cfg = self.cfg
-        share = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
-                            share_label(req.epoch, self.index))
+        try:
+            share = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
+                                share_label(req.epoch, self.index))
+        except SealError as e:
+            raise ShareUnavailableError(
+                f"shard {self.index} cannot open its share of epoch {req.epoch}: "
+                f"{e.message}") from e
         try:
             rd = req.report_data()
             enc = TRANSPORT_SUITE.encrypt(

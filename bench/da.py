@@ -3,13 +3,15 @@
 Usage: .venv/bin/python bench/da.py [--quick] [--entries N]
 
 Per backend and blob size (4 KB, 256 KB): put/get latency p50/p99 (ms) and throughput.
-Backends: local (fsync + atomic rename on this disk), redis (127.0.0.1:6379; skipped if down;
-unique key prefix, deleted afterwards), eigenda against the LOOPBACK FAKE PROXY
+Backends: local (SQLite, synchronous=FULL, one fsync per put), redis (127.0.0.1:6379; skipped
+if down; unique key prefix, deleted afterwards), eigenda against the LOOPBACK FAKE PROXY
 (verinfer.da_client.eigenda_fake_proxy: the proxy's HTTP routes, no EigenDA network, no KZG), so
 its numbers measure only our client + HTTP on loopback, not EigenDA.
-Outbox: producer threads enqueue pre-signed 4 KB entries (SQLite WAL, synchronous=FULL) while
+Outbox: 16 producer threads (the concurrent requests of `verinfer serve`) enqueue pre-signed 4 KB
+entries (receipt signing excluded; reported separately) (SQLite WAL, synchronous=FULL) while
 the publisher uploads to the local store, batches (256/batch) and commits to an in-memory sink;
 ``outbox_entries_per_s`` = entries / (first enqueue -> last entry committed). Target >= 1000/s.
+``outbox_serial_*``: one producer alone, each enqueue its own fsync (group commit cannot help).
 The last line of stdout is one JSON object.
 """
 
@@ -130,6 +132,18 @@ def bench_outbox(tmp: Path, entries: int, producers: int) -> dict[str, Any]:
     }
 
 
+def bench_serial_enqueue(tmp: Path, n: int) -> dict[str, Any]:
+    """One producer, no publisher: every enqueue pays its own fsync (the worst case)."""
+    items = [sample_entry(os.urandom(4096)) for _ in range(n)]
+    with Outbox(tmp / "serial.db") as ob:
+        t0 = time.perf_counter()
+        for e in items:
+            ob.enqueue(*e)
+        dt = time.perf_counter() - t0
+    return {"outbox_serial_enqueue_per_s": round(n / dt, 1),
+            "outbox_serial_enqueue_mean_ms": round(dt / n * 1e3, 3)}
+
+
 def _redis_client() -> tuple[DAClient | None, Callable[[], None]]:
     import redis
 
@@ -157,7 +171,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--entries", type=int, default=None)
-    ap.add_argument("--producers", type=int, default=4)
+    # 16 concurrent producers = the in-flight requests of `verinfer serve` (--max-seqs 16)
+    ap.add_argument("--producers", type=int, default=16)
     args = ap.parse_args()
     ops = {"4KB": 100, "256KB": 30} if args.quick else {"4KB": 500, "256KB": 100}
     entries = args.entries or (1000 if args.quick else 5000)
@@ -181,6 +196,7 @@ def main() -> None:
             ec.close()
         print("eigenda", json.dumps(result["eigenda_loopback_fake_proxy"]), file=sys.stderr)
         result.update(bench_outbox(tmp, entries, args.producers))
+        result.update(bench_serial_enqueue(tmp, 200 if args.quick else 500))
     result["outbox_target_entries_per_s"] = 1000
     print(json.dumps(result, sort_keys=True))
 

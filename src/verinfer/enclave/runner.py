@@ -204,8 +204,8 @@ class EnclaveRunner:
                 return idx, None
             try:
                 return idx, self._open_release(r.json(), shard, req.epoch, rd, ephemeral)
-            except (VerinferError, ValueError) as e:
-                refusals[idx] = f"bad_release: {getattr(e, 'message', e)}"
+            except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
+                refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
                 return idx, None
 
         pending: set[asyncio.Task[tuple[int, bytearray | None]]] = set()

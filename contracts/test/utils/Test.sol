@@ -14,6 +14,7 @@ interface Vm {
     function startPrank(address sender) external;
     function stopPrank() external;
     function deal(address who, uint256 newBalance) external;
+    function etch(address target, bytes calldata newRuntimeBytecode) external;
     function warp(uint256 newTimestamp) external;
     function roll(uint256 newHeight) external;
     function chainId(uint256 newChainId) external;
@@ -38,18 +39,18 @@ interface Vm {
         pure
         returns (bytes32[] memory);
     function toString(uint256 value) external pure returns (string memory);
-    function assertEq(uint256 left, uint256 right, string calldata error) external pure;
-    function assertEq(bytes32 left, bytes32 right, string calldata error) external pure;
-    function assertEq(address left, address right, string calldata error) external pure;
-    function assertEq(bool left, bool right, string calldata error) external pure;
+    function assertEq(uint256 left, uint256 right, string calldata message) external pure;
+    function assertEq(bytes32 left, bytes32 right, string calldata message) external pure;
+    function assertEq(address left, address right, string calldata message) external pure;
+    function assertEq(bool left, bool right, string calldata message) external pure;
     function assertEq(uint256 left, uint256 right) external pure;
     function assertEq(bytes32 left, bytes32 right) external pure;
     function assertEq(address left, address right) external pure;
     function assertEq(bool left, bool right) external pure;
-    function assertTrue(bool condition, string calldata error) external pure;
-    function assertFalse(bool condition, string calldata error) external pure;
-    function assertLe(uint256 left, uint256 right, string calldata error) external pure;
-    function assertGe(uint256 left, uint256 right, string calldata error) external pure;
+    function assertTrue(bool condition, string calldata message) external pure;
+    function assertFalse(bool condition, string calldata message) external pure;
+    function assertLe(uint256 left, uint256 right, string calldata message) external pure;
+    function assertGe(uint256 left, uint256 right, string calldata message) external pure;
 }
 
 /// @dev Minimal test base: the cheatcode handle, assertions that revert (forge 1.x semantics),
@@ -59,7 +60,13 @@ abstract contract Test {
 
     bool public IS_TEST = true;
 
+    struct FuzzSelector {
+        address addr;
+        bytes4[] selectors;
+    }
+
     address[] private _targetContracts;
+    FuzzSelector[] private _targetSelectors;
 
     function targetContract(address target) internal {
         _targetContracts.push(target);
@@ -68,6 +75,26 @@ abstract contract Test {
     /// @dev Read by forge's invariant runner.
     function targetContracts() public view returns (address[] memory) {
         return _targetContracts;
+    }
+
+    function targetSelector(FuzzSelector memory selector) internal {
+        _targetSelectors.push(selector);
+    }
+
+    /// @dev Read by forge's invariant runner.
+    function targetSelectors() public view returns (FuzzSelector[] memory) {
+        return _targetSelectors;
+    }
+
+    address[] private _targetSenders;
+
+    function targetSender(address sender) internal {
+        _targetSenders.push(sender);
+    }
+
+    /// @dev Read by forge's invariant runner: the only msg.senders it uses.
+    function targetSenders() public view returns (address[] memory) {
+        return _targetSenders;
     }
 
     function bound(uint256 x, uint256 lo, uint256 hi) internal pure returns (uint256) {

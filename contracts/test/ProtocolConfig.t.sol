@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {Fixture} from "./utils/Fixture.sol";
+import {ProtocolConfig} from "../src/ProtocolConfig.sol";
+import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
+
+contract ProtocolConfigTest is Fixture {
+    function test_setParams_owner_succeeds() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        p.committeeSize = 5;
+        config.setParams(p);
+        vm.assertEq(uint256(config.params().committeeSize), 5);
+    }
+
+    function test_setParams_stranger_reverts() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, challenger));
+        config.setParams(p);
+    }
+
+    function test_setParams_shortUnbonding_reverts() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        p.unbondingPeriod = uint64(config.maxDisputeSpan(p));
+        vm.expectRevert(
+            abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "unbondingPeriod <= window + adjudication")
+        );
+        config.setParams(p);
+    }
+
+    function test_setParams_quorumAtHalf_reverts() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        p.quorumBps = 5000;
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "quorumBps not in (5000, 10000]"));
+        config.setParams(p);
+    }
+
+    function test_setParams_rewardsOver100Percent_reverts() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        p.challengerRewardBps = 6000;
+        p.majorityRewardBps = 4001;
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "alpha + beta > 10000"));
+        config.setParams(p);
+    }
+
+    function test_setParams_slashAboveMinStake_reverts() public {
+        ProtocolConfig.Params memory p = defaultParams();
+        p.slashAmount = p.minOperatorStake + 1;
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "minOperatorStake < slashAmount"));
+        config.setParams(p);
+    }
+
+    function test_approve_newEntry_succeeds() public {
+        bytes32 id = keccak256("new model");
+        config.approve(ProtocolConfig.Kind.Model, id);
+        vm.assertTrue(config.isApproved(ProtocolConfig.Kind.Model, id), "approved");
+        vm.assertFalse(config.isApproved(ProtocolConfig.Kind.EngineFingerprint, id), "other list untouched");
+    }
+
+    function test_approve_twice_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.AlreadyApproved.selector, ProtocolConfig.Kind.Model, MODEL));
+        config.approve(ProtocolConfig.Kind.Model, MODEL);
+    }
+
+    function test_approve_stranger_reverts() public {
+        vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, challenger));
+        config.approve(ProtocolConfig.Kind.Model, keccak256("x"));
+    }
+
+    function test_revoke_keepsEarlierReceiptsValid_succeeds() public {
+        uint64 before = uint64(block.timestamp);
+        vm.warp(block.timestamp + 100);
+        config.revoke(ProtocolConfig.Kind.Model, MODEL);
+        vm.assertTrue(config.isApprovedAt(ProtocolConfig.Kind.Model, MODEL, before), "valid before");
+        vm.assertFalse(config.isApprovedAt(ProtocolConfig.Kind.Model, MODEL, uint64(block.timestamp)), "not after");
+    }
+
+    function test_revoke_notApproved_reverts() public {
+        bytes32 id = keccak256("never");
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.NotApproved.selector, ProtocolConfig.Kind.Model, id));
+        config.revoke(ProtocolConfig.Kind.Model, id);
+    }
+
+    function test_registerKeyEpoch_valid_succeeds() public {
+        config.registerKeyEpoch(7, hex"0102", bytes32(uint256(3)), 3, 5);
+        ProtocolConfig.KeyEpoch memory e = config.keyEpoch(7);
+        vm.assertEq(uint256(e.threshold), 3);
+        vm.assertEq(uint256(e.shardCount), 5);
+        vm.assertEq(keccak256(e.publicKey), keccak256(hex"0102"));
+        vm.assertTrue(config.isKeyEpochLiveAt(7, uint64(block.timestamp)), "live");
+    }
+
+    function test_registerKeyEpoch_duplicate_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.KeyEpochExists.selector, EPOCH));
+        config.registerKeyEpoch(EPOCH, hex"01", bytes32(0), 1, 1);
+    }
+
+    function test_registerKeyEpoch_thresholdAboveShards_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidThreshold.selector, 4, 3));
+        config.registerKeyEpoch(9, hex"01", bytes32(0), 4, 3);
+    }
+
+    function test_registerKeyEpoch_emptyKey_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.EmptyPublicKey.selector, 9));
+        config.registerKeyEpoch(9, "", bytes32(0), 1, 1);
+    }
+
+    function test_retireKeyEpoch_live_succeeds() public {
+        config.retireKeyEpoch(EPOCH);
+        vm.assertFalse(config.isKeyEpochLiveAt(EPOCH, uint64(block.timestamp)), "retired");
+        vm.assertTrue(config.isKeyEpochLiveAt(EPOCH, uint64(block.timestamp - 1)), "live before");
+    }
+
+    function test_retireKeyEpoch_twice_reverts() public {
+        config.retireKeyEpoch(EPOCH);
+        vm.expectRevert(
+            abi.encodeWithSelector(ProtocolConfig.KeyEpochAlreadyRetired.selector, EPOCH, uint64(block.timestamp))
+        );
+        config.retireKeyEpoch(EPOCH);
+    }
+
+    function test_retireKeyEpoch_unknown_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.UnknownKeyEpoch.selector, 99));
+        config.retireKeyEpoch(99);
+    }
+}

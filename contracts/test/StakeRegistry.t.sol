@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {Fixture} from "./utils/Fixture.sol";
+import {StakeRegistry} from "../src/StakeRegistry.sol";
+
+contract StakeRegistryTest is Fixture {
+    address internal newcomer = address(0xD00D);
+
+    function test_register_verifier_succeeds() public {
+        vm.deal(newcomer, 2 ether);
+        vm.prank(newcomer);
+        stakes.register{value: 2 ether}(StakeRegistry.Role.Verifier);
+        vm.assertEq(stakes.accountOf(newcomer).stake, 2 ether);
+        vm.assertTrue(stakes.isVerifier(newcomer), "verifier");
+        vm.assertEq(stakes.verifierCount(), 5);
+        vm.assertEq(stakes.totalStake(), address(stakes).balance);
+    }
+
+    function test_register_belowMinimum_reverts() public {
+        vm.deal(newcomer, 20 ether);
+        vm.prank(newcomer);
+        vm.expectRevert(
+            abi.encodeWithSelector(StakeRegistry.StakeBelowMinimum.selector, StakeRegistry.Role.Operator, 9 ether, 10 ether)
+        );
+        stakes.register{value: 9 ether}(StakeRegistry.Role.Operator);
+    }
+
+    function test_register_twice_reverts() public {
+        vm.prank(operator);
+        vm.expectRevert(
+            abi.encodeWithSelector(StakeRegistry.AlreadyRegistered.selector, operator, StakeRegistry.Role.Operator)
+        );
+        stakes.register{value: 10 ether}(StakeRegistry.Role.Verifier);
+    }
+
+    function test_register_roleNone_reverts() public {
+        vm.prank(newcomer);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.InvalidRole.selector, StakeRegistry.Role.None));
+        stakes.register(StakeRegistry.Role.None);
+    }
+
+    function test_bond_registered_succeeds() public {
+        vm.prank(operator);
+        stakes.bond{value: 5 ether}();
+        vm.assertEq(stakes.accountOf(operator).stake, 25 ether);
+    }
+
+    function test_bond_unregistered_reverts() public {
+        vm.deal(newcomer, 1 ether);
+        vm.prank(newcomer);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotRegistered.selector, newcomer));
+        stakes.bond{value: 1 ether}();
+    }
+
+    function test_requestUnbond_tooMuch_reverts() public {
+        vm.prank(operator);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.UnbondExceedsStake.selector, operator, 21 ether, 20 ether));
+        stakes.requestUnbond(21 ether);
+    }
+
+    function test_requestUnbond_deactivatesOperator_succeeds() public {
+        vm.prank(operator);
+        stakes.requestUnbond(15 ether);
+        vm.assertFalse(stakes.isActiveOperator(operator), "below minimum active stake");
+        vm.assertEq(stakes.activeStake(operator), 5 ether);
+    }
+
+    function test_withdraw_afterUnbondingPeriod_succeeds() public {
+        vm.prank(operator);
+        stakes.requestUnbond(5 ether);
+        vm.warp(block.timestamp + 2 days);
+        uint256 before = operator.balance;
+        vm.prank(operator);
+        stakes.withdraw();
+        vm.assertEq(operator.balance, before + 5 ether);
+        vm.assertEq(stakes.accountOf(operator).stake, 15 ether);
+        vm.assertEq(stakes.totalStake(), address(stakes).balance);
+    }
+
+    function test_withdraw_early_reverts() public {
+        vm.prank(operator);
+        stakes.requestUnbond(5 ether);
+        uint64 ready = uint64(block.timestamp + 2 days);
+        vm.warp(block.timestamp + 2 days - 1);
+        vm.prank(operator);
+        vm.expectRevert(
+            abi.encodeWithSelector(StakeRegistry.UnbondingNotReady.selector, operator, ready, block.timestamp)
+        );
+        stakes.withdraw();
+    }
+
+    function test_withdraw_lockedByLiveChallenge_reverts() public {
+        Posted memory p = postBatch(HONEST_OUT, 2, 0);
+        vm.prank(operator);
+        stakes.requestUnbond(20 ether);
+        open(p); // locks 10 ether
+        vm.warp(block.timestamp + 2 days);
+        vm.prank(operator);
+        stakes.withdraw(); // only the free 10 ether leave
+        vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
+        vm.prank(operator);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NothingToWithdraw.selector, operator, 10 ether, 10 ether));
+        stakes.withdraw();
+    }
+
+    function test_withdraw_nothingUnbonding_reverts() public {
+        vm.prank(operator);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NothingToWithdraw.selector, operator, 0, 0));
+        stakes.withdraw();
+    }
+
+    function test_lock_notChallengeManager_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        stakes.lock(operator, 1);
+    }
+
+    function test_unlock_notChallengeManager_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        stakes.unlock(operator, 1);
+    }
+
+    function test_slashLocked_notChallengeManager_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        stakes.slashLocked(operator, 1);
+    }
+
+    function test_slashLocked_moreThanLocked_reverts() public {
+        vm.prank(address(cm));
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.ExceedsLocked.selector, operator, 1, 0));
+        stakes.slashLocked(operator, 1);
+    }
+
+    function test_lock_cappedAtFreeStake_succeeds() public {
+        vm.prank(address(cm));
+        uint128 got = stakes.lock(operator, 50 ether);
+        vm.assertEq(uint256(got), 20 ether);
+        vm.assertEq(stakes.freeStake(operator), 0);
+    }
+
+    function test_setChallengeManager_twice_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.ChallengeManagerAlreadySet.selector, address(cm)));
+        stakes.setChallengeManager(address(1));
+    }
+
+    function test_register_verifierListFull_reverts() public {
+        for (uint256 i = stakes.verifierCount(); i < stakes.MAX_VERIFIERS(); i++) {
+            address v = address(uint160(0x100000 + i));
+            vm.deal(v, 1 ether);
+            vm.prank(v);
+            stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+        }
+        vm.deal(newcomer, 1 ether);
+        vm.prank(newcomer);
+        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.TooManyVerifiers.selector, 256));
+        stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+    }
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -310,3 +311,43 @@ def test_prune_keeps_rows_drops_local_ciphertext(outbox: Outbox, da: LocalDAClie
     with sqlite3.connect(outbox.path) as db:
         rows = db.execute("SELECT state, length(payload) FROM entries ORDER BY id").fetchall()
     assert rows == [("committed", 0)] * 3 + [("published", 4)]
+
+
+def test_group_commit_under_concurrency(tmp_path: Path) -> None:
+    """Many threads enqueue at once; each gets its own id or its own conflict, nothing else."""
+    entries = _entries(200)
+    digest, receipt, payload = entries[0]
+    forged = receipt.replace(b'"signature":"0x', b'"signature":"0x00', 1)[:-4] + b'"}'
+    results: dict[int, object] = {}
+    lock = threading.Lock()
+    with Outbox(tmp_path / "g.db") as ob:
+        ob.enqueue(digest, receipt, payload)
+
+        def worker(k: int) -> None:
+            for i in range(k, len(entries), 8):
+                try:
+                    r: object = ob.enqueue(*entries[i])
+                except OutboxConflictError as e:
+                    r = e
+                with lock:
+                    results[i] = r
+            if k == 0:
+                try:
+                    ob.enqueue(digest, forged, payload)
+                except OutboxConflictError as e:
+                    with lock:
+                        results[-1] = e
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert isinstance(results.pop(-1), OutboxConflictError)
+        ids = [results[i] for i in range(len(entries))]
+        assert all(isinstance(i, int) for i in ids) and len(set(ids)) == len(entries)
+        assert ob.status().entries["queued"] == len(entries)
+    with Outbox(tmp_path / "g.db") as again:  # durable, and ids match the rows
+        for i, (d, _, _) in enumerate(entries):
+            assert again.entry_state(d) == ("queued", None, None)
+            assert again.enqueue(*entries[i]) == ids[i]

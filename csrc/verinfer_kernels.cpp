@@ -387,6 +387,35 @@ at::Tensor dequantize_q8_0(const at::Tensor& wq, int64_t K) {
   return out;
 }
 
+// exp(x) from correctly rounded IEEE operations only (add, sub, mul, div, exact int<->float
+// and bit moves), so its bits depend on this code alone: not on the libm version of the
+// machine (glibc's expf/tanhf are not guaranteed to agree across versions, and a verifier on
+// another libc must reproduce every bit). Any auto-vectorization keeps the bits, because each
+// lane performs the same correctly rounded operations; -ffp-contract=off forbids fusing.
+// Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, Cephes degree-6 polynomial (~1 ulp).
+static inline float vi_expf(float x) {
+  x = x < -87.33654f ? -87.33654f : x;  // exp(-87.34) ~ FLT_MIN: no denormal results
+  x = x > 88.72283f ? 88.72283f : x;
+  const float big = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer (to nearest)
+  const float t = x * 1.44269504088896341f + big;
+  const float n = t - big;
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // n*hi is exact
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = (p * (r * r) + r) + 1.0f;
+  const int32_t e = static_cast<int32_t>(n);
+  // 2^n for n in [-126, 128]: split as 2^(n/2) * 2^(n - n/2) so n = 128 does not overflow.
+  const int32_t e1 = e / 2, e2 = e - e1;
+  int32_t b1 = (e1 + 127) << 23, b2 = (e2 + 127) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, 4), std::memcpy(&s2, &b2, 4);
+  return (p * s1) * s2;
+}
+
 at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   check_f32(x, "x", 2), check_f32(w, "w", 1);
   const int64_t M = x.size(0), n = x.size(1);
@@ -407,7 +436,7 @@ at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
-// Elementwise and libm-bound (tanhf), so one plain-C path serves every ISA.
+// Elementwise; vi_expf is plain IEEE arithmetic, so one C path serves every ISA with the same bits.
 at::Tensor gelu_tanh_mul(const at::Tensor& gate, const at::Tensor& up) {
   check_f32(gate, "gate", -1), check_f32(up, "up", -1);
   TORCH_CHECK(gate.sizes() == up.sizes(), "gate and up must have the same shape");
@@ -417,15 +446,16 @@ at::Tensor gelu_tanh_mul(const at::Tensor& gate, const at::Tensor& up) {
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, gate.numel(), 1024, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
+      // 0.5 v (1 + tanh(a)) = v / (1 + exp(-2a)): one exp, no cancellation for a << 0.
       const float v = g[i];
       const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);
-      yp[i] = (0.5f * v * (1.0f + std::tanh(inner))) * u[i];
+      yp[i] = (v / (1.0f + vi_expf(-2.0f * inner))) * u[i];
     }
   });
   return y;
 }
 
-// Llama's MLP: y = (g / (1.0f + expf(-g))) * u, plain float32 ops in this order (libm expf).
+// Llama's MLP: y = (g / (1.0f + exp(-g))) * u, plain float32 ops in this order (vi_expf).
 at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   check_f32(gate, "gate", -1), check_f32(up, "up", -1);
   TORCH_CHECK(gate.sizes() == up.sizes(), "gate and up must have the same shape");
@@ -434,7 +464,7 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   const float* u = up.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, gate.numel(), 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) yp[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+    for (int64_t i = b; i < e; ++i) yp[i] = (g[i] / (1.0f + vi_expf(-g[i]))) * u[i];
   });
   return y;
 }
@@ -487,7 +517,7 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) s[j] = s[j] * fscale, mx = s[j] > mx ? s[j] : mx;
         float den = 0.0f;
-        for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] - mx), den = den + s[j];
+        for (int64_t j = 0; j < n; ++j) s[j] = vi_expf(s[j] - mx), den = den + s[j];
         for (int64_t j = 0; j < n; ++j) s[j] = s[j] / den;
       }
       kn.attn_pv(sc.data(), n, r, vb, n, D, op + i * D, D);

@@ -112,7 +112,7 @@ def bench_outbox(tmp: Path, entries: int, producers: int) -> dict[str, Any]:
     for th in threads:
         th.join()
     enqueued_s = time.perf_counter() - t0
-    while ob.status().pending:
+    while ob.pending_count():
         time.sleep(0.002)
     total_s = time.perf_counter() - t0
     pub.close()

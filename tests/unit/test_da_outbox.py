@@ -351,3 +351,11 @@ def test_group_commit_under_concurrency(tmp_path: Path) -> None:
         for i, (d, _, _) in enumerate(entries):
             assert again.entry_state(d) == ("queued", None, None)
             assert again.enqueue(*entries[i]) == ids[i]
+
+
+def test_a_step_loads_bounded_bytes(outbox: Outbox) -> None:
+    outbox.enqueue_many([sample_entry(bytes([i]) * 1000) for i in range(10)])
+    assert len(outbox.due_queued(100, max_bytes=3500)) == 4  # the one crossing the cap is in
+    assert len(outbox.due_queued(100, max_bytes=1)) == 1  # never zero
+    assert len(outbox.due_queued(3)) == 3
+    assert outbox.pending_count() == outbox.status().pending == 10

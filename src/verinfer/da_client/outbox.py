@@ -258,11 +258,17 @@ class Outbox:
         return digest, receipt, payload, payload_hash
 
     # ---- publisher side (used by Publisher; each call is one transaction) --------------------
-    def due_queued(self, limit: int) -> list[QueuedEntry]:
+    def due_queued(self, limit: int, max_bytes: int = 64 * 1024 * 1024) -> list[QueuedEntry]:
+        """Oldest due queued entries: at most ``limit`` of them and about ``max_bytes`` of
+        ciphertext (always at least one), so a step never loads an unbounded amount."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, receipt_digest, payload, attempts FROM entries WHERE state = 'queued'"
-                " AND next_attempt_at <= ? ORDER BY id LIMIT ?", (self.now(), limit)).fetchall()
+                "SELECT id, receipt_digest, payload, attempts FROM entries WHERE id IN ("
+                " SELECT id FROM (SELECT id, sum(length(payload)) OVER (ORDER BY id) AS upto,"
+                "  length(payload) AS size FROM entries WHERE state = 'queued'"
+                "  AND next_attempt_at <= ? ORDER BY id LIMIT ?)"
+                " WHERE upto - size < ?) ORDER BY id",
+                (self.now(), limit, max_bytes)).fetchall()
         return [QueuedEntry(r[0], bytes(r[1]), bytes(r[2]), r[3]) for r in rows]
 
     def mark_published(self, done: Iterable[tuple[int, str]]) -> int:
@@ -297,27 +303,40 @@ class Outbox:
             ).fetchone()
         return int(n), oldest
 
-    def form_batch(self, max_entries: int,
-                   build: Callable[[list[PublishedEntry]], tuple[bytes, bytes]]) -> int | None:
-        """Assign the oldest published entries to a new batch; ``build`` returns (root,
-        manifest bytes). Returns the batch id, or None when nothing was published."""
-        with self._tx():
+    def oldest_published(self, max_entries: int) -> list[PublishedEntry]:
+        with self._lock:
             rows = self._db.execute(
                 "SELECT id, receipt_digest, receipt, pointer FROM entries"
                 " WHERE state = 'published' ORDER BY id LIMIT ?", (max_entries,)).fetchall()
-            if not rows:
-                return None
-            entries = [PublishedEntry(r[0], bytes(r[1]), bytes(r[2]), r[3]) for r in rows]
-            root, manifest = build(entries)
+        return [PublishedEntry(r[0], bytes(r[1]), bytes(r[2]), r[3]) for r in rows]
+
+    def form_batch(self, entries: Sequence[PublishedEntry], root: bytes, manifest: bytes) -> int:
+        """Record a batch and assign ``entries`` (leaf order) to it in one transaction. The
+        manifest is built by the caller outside the lock, so producers are not blocked; if any
+        entry is no longer 'published' the transaction rolls back."""
+        with self._tx():
             cur = self._db.execute(
                 "INSERT INTO batches (root, leaf_count, manifest, state, created_at)"
                 " VALUES (?, ?, ?, 'built', ?)", (root, len(entries), manifest, self.now()))
             batch_id = int(cur.lastrowid or 0)
-            self._db.executemany(
-                "UPDATE entries SET state = 'batched', batch_id = ?, leaf_index = ?"
-                " WHERE id = ? AND state = 'published'",
-                [(batch_id, i, e.id) for i, e in enumerate(entries)])
+            changed = 0
+            for i, e in enumerate(entries):
+                changed += self._db.execute(
+                    "UPDATE entries SET state = 'batched', batch_id = ?, leaf_index = ?"
+                    " WHERE id = ? AND state = 'published'", (batch_id, i, e.id)).rowcount
+            if changed != len(entries):
+                raise OutboxError(f"batch of {len(entries)} entries: only {changed} were still "
+                                  "published (is a second publisher running?)")
         return batch_id
+
+    def pending_count(self) -> int:
+        """Entries not yet committed plus batches not yet committed (index lookups only)."""
+        with self._lock:
+            e = self._db.execute("SELECT count(*) FROM entries WHERE state IN"
+                                 " ('queued', 'published', 'batched')").fetchone()[0]
+            b = self._db.execute("SELECT count(*) FROM batches WHERE state IN"
+                                 " ('built', 'published')").fetchone()[0]
+        return int(e) + int(b)
 
     def batches_in(self, state: str, *, due_only: bool = True) -> list[BatchRow]:
         if state not in BATCH_STATES:

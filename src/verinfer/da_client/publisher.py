@@ -29,7 +29,7 @@ from typing import IO
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.errors import DAUnavailableError, PublisherBusyError
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
-from verinfer.da_client.outbox import Outbox, PublishedEntry
+from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sinks import BatchCommitment, BatchSink
 from verinfer.errors import VerinferError
@@ -164,15 +164,14 @@ class Publisher:
             aged = oldest is not None and self.now() - oldest >= self.batch_max_age_s
             if not (full or aged or flush):
                 return formed
-            if self.outbox.form_batch(self.batch_max_entries, self._build) is None:
+            entries = self.outbox.oldest_published(self.batch_max_entries)
+            if not entries:
                 return formed
+            manifest = build_manifest([
+                ManifestEntry(self.outbox.decode_receipt(e.receipt), Pointer.parse(e.pointer))
+                for e in entries])
+            self.outbox.form_batch(entries, manifest.root, manifest.to_bytes())
             formed += 1
-
-    def _build(self, entries: list[PublishedEntry]) -> tuple[bytes, bytes]:
-        manifest = build_manifest([
-            ManifestEntry(self.outbox.decode_receipt(e.receipt), Pointer.parse(e.pointer))
-            for e in entries])
-        return manifest.root, manifest.to_bytes()
 
     def _publish_manifests(self) -> int:
         n = 0
@@ -216,7 +215,7 @@ class Publisher:
             deadline = self.now() + timeout_s
             while True:
                 report = self.run_once(flush=True)
-                if self.outbox.status().pending == 0:
+                if self.outbox.pending_count() == 0:
                     return True
                 if self.now() >= deadline:
                     return False
@@ -247,7 +246,7 @@ class Publisher:
         """Stop the thread (optionally draining first) and release the lock."""
         if drain_timeout_s is not None and self._thread is not None:
             deadline = time.monotonic() + drain_timeout_s
-            while self.outbox.status().pending and time.monotonic() < deadline:
+            while self.outbox.pending_count() and time.monotonic() < deadline:
                 self.outbox.enqueued.set()
                 time.sleep(0.01)
         self._stop.set()

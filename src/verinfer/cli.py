@@ -26,6 +26,11 @@ _SUBCOMMANDS = {
     "enclave": "verinfer.enclave.cli",
     "chain": "verinfer.chain.cli",
     "receipts": "verinfer.receipts.cli",
+    "operator": "verinfer.operator.cli",
+    "verifier": "verinfer.verifier.cli",
+    "audit": "verinfer.verifier.audit_cli",
+    "challenge": "verinfer.verifier.challenge_cli",
+    "devnet": "verinfer.devnet.cli",
 }
 
 

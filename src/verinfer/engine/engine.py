@@ -268,6 +268,14 @@ class Engine:
                 s.prompt, list(s.generated), s.text, s.finish, list(s.digests), s.params.seed,
                 list(s.logprobs) if s.top_logprobs is not None else None))
 
+    def output_state(self, generated: Sequence[int], params: SamplingParams
+                     ) -> tuple[FinishReason | None, str]:
+        """(finish reason or None while running, output text) of a token sequence under the
+        stop rules: what a verifier recomputes from claimed token ids."""
+        if not generated:
+            return None, ""
+        return self._finish(list(generated), params)
+
     def _finish(self, generated: list[int], params: SamplingParams
                 ) -> tuple[FinishReason | None, str]:
         """Stop rule shared by decode and replay: EOS/EOT, a stop string, or max_tokens."""

@@ -359,3 +359,31 @@ def test_a_step_loads_bounded_bytes(outbox: Outbox) -> None:
     assert len(outbox.due_queued(100, max_bytes=1)) == 1  # never zero
     assert len(outbox.due_queued(3)) == 3
     assert outbox.pending_count() == outbox.status().pending == 10
+
+
+def test_fails_over_to_fallback_while_primary_answers_503(outbox: Outbox, da: LocalDAClient,
+                                                          clock: FakeClock) -> None:
+    sink = InMemoryBatchSink()
+    with FakeEigenDAProxy() as proxy:
+        primary = EigenDAProxyClient(proxy.url, timeout_s=5)
+        pub = _publisher(outbox, primary, sink, clock, fallback_da=da)
+        proxy.fail_next_puts = 1000  # EigenDA dispersal is down
+        outbox.enqueue_many(_entries(2, b"during outage"))
+        pub.run_once()
+        assert len(sink.batches) == 1 and sink.batches[0].manifest.backend == "local"
+        m = parse_manifest(da.get(sink.batches[0].manifest))
+        assert {e.ciphertext.backend for e in m.entries} == {"local"}
+        puts_during_pause = proxy.puts
+        outbox.enqueue_many(_entries(2, b"still paused"))
+        pub.run_once()  # primary paused: straight to the fallback, no put to the proxy
+        assert proxy.puts == puts_during_pause and len(sink.batches) == 2
+        proxy.fail_next_puts = 0  # EigenDA is back
+        clock.t += 60
+        outbox.enqueue_many(_entries(2, b"after"))
+        pub.run_once()
+        last = sink.batches[-1]
+        assert last.manifest.backend == "eigenda"
+        m = parse_manifest(primary.get(last.manifest))
+        assert {e.ciphertext.backend for e in m.entries} == {"eigenda"}
+        assert outbox.status().entries["committed"] == 6
+        primary.close()

@@ -6,9 +6,10 @@ waited ``batch_max_age_s``, upload built manifests, hand published manifests to 
 step can be repeated after a crash (see :mod:`verinfer.da_client.outbox`).
 
 Failures back off exponentially with jitter: a DAUnavailableError (backend down, EigenDA 503)
-pauses all uploads until the backend retry time; any other error backs off only the entry or
-batch concerned. Nothing is ever dropped: a failing entry stays queued, its error visible in
-``Outbox.status()``. Clock, sleep and jitter source are injectable.
+pauses all uploads to that backend until its retry time, and with a ``fallback_da`` the blobs
+(ciphertexts and manifests) go there meanwhile (fail over); any other error backs off only the
+entry or batch concerned. Nothing is ever dropped: a failing entry stays queued, its error
+visible in ``Outbox.status()``. Clock, sleep and jitter source are injectable.
 
 Only one publisher may run per outbox: it holds an exclusive ``flock`` on ``<db>.publisher.lock``
 (released by the OS if the process dies).
@@ -65,9 +66,11 @@ class StepReport:
 
 class Publisher:
     def __init__(self, outbox: Outbox, da: DAClient, sink: BatchSink, *,
-                 manifest_da: DAClient | None = None, batch_max_entries: int = 256,
+                 manifest_da: DAClient | None = None, fallback_da: DAClient | None = None,
+                 batch_max_entries: int = 256,
                  batch_max_age_s: float = 2.0, backoff: Backoff | None = None,
-                 put_workers: int = 8, step_entries: int = 512, poll_interval_s: float = 0.05,
+                 put_workers: int = 8, step_entries: int = 512,
+                 step_bytes: int = 64 * 1024 * 1024, poll_interval_s: float = 0.05,
                  now: Callable[[], float] | None = None,
                  sleep: Callable[[float], None] | None = None,
                  rng: Callable[[], float] = random.random) -> None:
@@ -76,11 +79,13 @@ class Publisher:
         self.outbox = outbox
         self.da = da
         self.manifest_da = manifest_da or da
+        self.fallback_da = fallback_da  # takes blobs while the primary is unavailable (503)
         self.sink = sink
         self.batch_max_entries = batch_max_entries
         self.batch_max_age_s = batch_max_age_s
         self.backoff = backoff or Backoff()
         self.step_entries = step_entries
+        self.step_bytes = step_bytes
         self.poll_interval_s = poll_interval_s
         self.now = now or outbox.now
         self.rng = rng
@@ -104,22 +109,26 @@ class Publisher:
         return StepReport(published, failed, formed, manifests, committed)
 
     def _publish_entries(self) -> tuple[int, int]:
-        if self.now() < self._da_retry_at:
+        primary_paused = self.now() < self._da_retry_at
+        if primary_paused and self.fallback_da is None:
             return 0, 0
-        due = self.outbox.due_queued(self.step_entries)
+        due = self.outbox.due_queued(self.step_entries, self.step_bytes)
         if not due:
             return 0, 0
         payloads = [e.payload for e in due]
-        results: list[tuple[Pointer | None, Exception | None]] | None = None
-        if self.da.batched_puts:
-            try:
-                results = [(p, None) for p in self.da.put_many(payloads)]
-            except Exception:
-                results = None  # one by one below tells which blob failed and why
-        if results is None and self._pool is not None:
-            results = list(self._pool.map(self._try_put, payloads))
-        elif results is None:
-            results = [self._try_put(p) for p in payloads]
+        results: list[tuple[Pointer | None, Exception | None]]
+        if primary_paused:
+            results = [(None, DAUnavailableError(f"{self.da.backend} paused until retry"))] * \
+                len(due)
+        else:
+            results = self._put_all(self.da, payloads)
+            self._note_primary(results)
+        if self.fallback_da is not None:  # fail over what the primary could not take
+            retry = [i for i, (_, e) in enumerate(results) if isinstance(e, DAUnavailableError)]
+            if retry:
+                for i, r in zip(retry, self._put_all(self.fallback_da,
+                                                     [payloads[i] for i in retry]), strict=True):
+                    results[i] = r
         done: list[tuple[int, str]] = []
         failed = 0
         unavailable: str | None = None
@@ -131,7 +140,7 @@ class Publisher:
             failed += 1
             assert err is not None
             if isinstance(err, DAUnavailableError):
-                unavailable = _describe(err)  # pause the backend, not this entry
+                unavailable = _describe(err)  # the backend is paused, not this entry
                 unavailable_ids.append(entry.id)
             else:
                 self.outbox.mark_entry_failed(
@@ -141,16 +150,33 @@ class Publisher:
             self.outbox.mark_published(done)
         if unavailable is not None:
             self.outbox.note_entry_errors(unavailable_ids, unavailable)
-            self._da_failures += 1
-            self._da_retry_at = self.now() + self.backoff.delay(self._da_failures, self.rng)
             self.last_error = unavailable
-        elif done:
-            self._da_failures = 0
         return len(done), failed
 
-    def _try_put(self, blob: bytes) -> tuple[Pointer | None, Exception | None]:
+    def _put_all(self, da: DAClient,
+                 blobs: list[bytes]) -> list[tuple[Pointer | None, Exception | None]]:
+        if da.batched_puts:
+            try:
+                return [(p, None) for p in da.put_many(blobs)]
+            except Exception:
+                pass  # one by one below tells which blob failed and why
+        if self._pool is not None:
+            return list(self._pool.map(lambda b: self._try_put(da, b), blobs))
+        return [self._try_put(da, b) for b in blobs]
+
+    def _note_primary(self, results: list[tuple[Pointer | None, Exception | None]]) -> None:
+        """Pause the primary backend after an availability failure, exponentially longer each
+        time; any success resets it."""
+        if any(isinstance(e, DAUnavailableError) for _, e in results):
+            self._da_failures += 1
+            self._da_retry_at = self.now() + self.backoff.delay(self._da_failures, self.rng)
+        elif any(p is not None for p, _ in results):
+            self._da_failures = 0
+
+    @staticmethod
+    def _try_put(da: DAClient, blob: bytes) -> tuple[Pointer | None, Exception | None]:
         try:
-            return self.da.put(blob), None
+            return da.put(blob), None
         except Exception as e:  # every failure is recorded and retried; none escapes the step
             return None, e
 
@@ -176,10 +202,19 @@ class Publisher:
     def _publish_manifests(self) -> int:
         n = 0
         for b in self.outbox.batches_in("built"):
-            try:
-                pointer = self.manifest_da.put(b.manifest)
-            except Exception as e:
-                self._batch_failed(b.id, b.attempts, e)
+            pointer: Pointer | None = None
+            err: Exception | None
+            if self.manifest_da is self.da and self.now() < self._da_retry_at:
+                err = DAUnavailableError(f"{self.da.backend} paused until retry")
+            else:
+                pointer, err = self._try_put(self.manifest_da, b.manifest)
+                if self.manifest_da is self.da:
+                    self._note_primary([(pointer, err)])
+            if isinstance(err, DAUnavailableError) and self.fallback_da is not None:
+                pointer, err = self._try_put(self.fallback_da, b.manifest)
+            if pointer is None:
+                assert err is not None
+                self._batch_failed(b.id, b.attempts, err)
                 break  # keep batch order; the rest wait for this one
             self.outbox.mark_batch_published(b.id, str(pointer))
             n += 1

@@ -1,0 +1,49 @@
+"""Typed errors of the chain bindings."""
+
+from __future__ import annotations
+
+from verinfer.errors import ClientError, ServerError
+
+
+class ChainError(ServerError):
+    """The node or the toolchain failed (RPC down, build failed, transaction not mined)."""
+
+    code = "chain_error"
+
+
+class ArtifactsMissingError(ChainError):
+    """Compiled contracts are missing and could not be built (run scripts/bootstrap-contracts)."""
+
+    code = "contract_artifacts_missing"
+
+
+class AnvilError(ChainError):
+    """The local anvil process could not be started or did not answer."""
+
+    code = "anvil_error"
+
+
+class ContractRevertError(ClientError):
+    """A contract call reverted; `error_name`/`error_args` carry the decoded custom error."""
+
+    status_code = 409
+    code = "contract_revert"
+
+    def __init__(self, message: str, *, error_name: str, error_args: tuple[object, ...],
+                 data: bytes) -> None:
+        super().__init__(message)
+        self.error_name = error_name
+        self.error_args = error_args
+        self.data = data
+
+
+class KeyLoadError(ClientError):
+    """A private key could not be loaded from the keystore file or the environment."""
+
+    code = "key_load_error"
+
+
+class DeploymentFileError(ClientError):
+    """A deployment JSON file is missing or malformed."""
+
+    code = "deployment_file_error"

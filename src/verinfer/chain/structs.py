@@ -1,0 +1,177 @@
+"""Typed mirrors of the contracts' structs and enums."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+ETHER = 10**18
+
+
+class Role(enum.IntEnum):
+    NONE = 0
+    OPERATOR = 1
+    VERIFIER = 2
+
+
+class Kind(enum.IntEnum):
+    """ProtocolConfig allowlists."""
+
+    MODEL = 0
+    ENGINE_FINGERPRINT = 1
+    ENCLAVE_MEASUREMENT = 2
+
+
+class Status(enum.IntEnum):
+    """ChallengeManager.Status."""
+
+    NONE = 0
+    AWAITING_DRAW = 1
+    VOTING = 2
+    DISMISSED = 3
+    SLASHED = 4
+    INCONCLUSIVE = 5
+
+
+class VoteState(enum.IntEnum):
+    NONE = 0
+    MEMBER = 1
+    COMMITTED = 2
+    REVEALED = 3
+
+
+class ClaimStatus(enum.IntEnum):
+    NONE = 0
+    OPEN = 1
+    ANSWERED = 2
+    SLASHED = 3
+
+
+@dataclass(frozen=True)
+class Params:
+    """ProtocolConfig.Params, field for field (seconds, blocks, basis points, wei)."""
+
+    challenge_window: int
+    publication_deadline: int
+    response_period: int
+    draw_period: int
+    commit_period: int
+    reveal_period: int
+    unbonding_period: int
+    draw_delay_blocks: int
+    committee_size: int
+    quorum_bps: int
+    challenger_reward_bps: int
+    majority_reward_bps: int
+    challenge_bond: int
+    non_reveal_penalty: int
+    slash_amount: int
+    min_operator_stake: int
+    min_verifier_stake: int
+
+    def as_tuple(self) -> tuple[int, ...]:
+        return astuple(self)
+
+    @classmethod
+    def from_tuple(cls, t: Any) -> Params:
+        return cls(*(int(x) for x in t))
+
+    def max_dispute_span(self) -> int:
+        return (self.challenge_window + self.publication_deadline + self.response_period
+                + self.draw_period + self.commit_period + self.reveal_period)
+
+
+def default_params() -> Params:
+    """Devnet defaults: minutes-long phases, τ = 2/3, α = 20 %, β = 30 %."""
+    return Params(
+        challenge_window=3600, publication_deadline=600, response_period=600, draw_period=600,
+        commit_period=600, reveal_period=600, unbonding_period=86400, draw_delay_blocks=2,
+        committee_size=3, quorum_bps=6667, challenger_reward_bps=2000, majority_reward_bps=3000,
+        challenge_bond=ETHER // 10, non_reveal_penalty=ETHER // 20, slash_amount=ETHER,
+        min_operator_stake=ETHER, min_verifier_stake=ETHER // 10)
+
+
+@dataclass(frozen=True)
+class StakeAccount:
+    stake: int
+    unbonding: int
+    locked: int
+    unbond_ready_at: int
+    role: Role
+
+    @classmethod
+    def from_tuple(cls, t: Any) -> StakeAccount:
+        return cls(int(t[0]), int(t[1]), int(t[2]), int(t[3]), Role(t[4]))
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    leaf_count: int
+    committed_at: int
+    committed_block: int
+
+    @property
+    def exists(self) -> bool:
+        return self.committed_at != 0
+
+
+@dataclass(frozen=True)
+class ChallengeInfo:
+    receipt_digest: bytes
+    receipt_out_hash: bytes
+    majority_out_hash: bytes
+    operator: str
+    opened_at: int
+    status: Status
+    challenger: str
+    bond: int
+    target_block: int
+    commit_deadline: int
+    reveal_deadline: int
+    members: int
+    commits: int
+    reveals: int
+    locked_stake: int
+    total_weight: int
+    member_penalty: int
+
+    @classmethod
+    def from_tuple(cls, t: Any) -> ChallengeInfo:
+        vals = list(t)
+        vals[5] = Status(vals[5])
+        return cls(*vals)
+
+
+@dataclass(frozen=True)
+class Member:
+    account: str
+    weight: int
+
+
+@dataclass(frozen=True)
+class Vote:
+    value: bytes
+    state: VoteState
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    receipt_digest: bytes
+    operator: str
+    response_deadline: int
+    status: ClaimStatus
+    claimant: str
+    bond: int
+    publish_by: int
+    locked_stake: int
+
+    @classmethod
+    def from_tuple(cls, t: Any) -> ClaimInfo:
+        vals = list(t)
+        vals[3] = ClaimStatus(vals[3])
+        return cls(*vals)
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]

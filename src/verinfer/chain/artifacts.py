@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eth_abi import decode as abi_decode
-from eth_utils import keccak
+from eth_utils import keccak, to_checksum_address
 
 from verinfer.chain.errors import ArtifactsMissingError
 
@@ -101,4 +101,6 @@ def decode_revert(data: bytes) -> tuple[str, tuple[object, ...]]:
     if entry is None:
         return ("unknown", (data,))
     name, types = entry
-    return (name, tuple(abi_decode(list(types), data[4:])))
+    values = abi_decode(list(types), data[4:])
+    return (name, tuple(to_checksum_address(v) if t == "address" else v
+                        for t, v in zip(types, values, strict=True)))

@@ -17,6 +17,7 @@ from web3 import Web3
 from web3.contract import Contract
 from web3.contract.contract import ContractFunction
 from web3.exceptions import ContractCustomError, ContractLogicError, TimeExhausted
+from web3.logs import DISCARD
 from web3.types import TxReceipt
 
 from verinfer.chain.artifacts import decode_revert, load_artifact
@@ -226,7 +227,7 @@ class ChallengeManagerContract(_Bound):
                        siblings: tuple[bytes, ...] | list[bytes], bond_wei: int) -> int:
         receipt = self._send(self.contract.functions.openChallenge(
             receipt_tuple(r), signature, batch_root, leaf_index, list(siblings)), value=bond_wei)
-        ev = self.contract.events.ChallengeOpened().process_receipt(receipt)
+        ev = self.contract.events.ChallengeOpened().process_receipt(receipt, errors=DISCARD)
         return int(ev[0]["args"]["id"])
 
     def draw_committee(self, challenge_id: int) -> TxReceipt:
@@ -244,7 +245,8 @@ class ChallengeManagerContract(_Bound):
     def claim_unpublished(self, r: Receipt, signature: bytes, bond_wei: int) -> int:
         receipt = self._send(self.contract.functions.claimUnpublished(receipt_tuple(r), signature),
                              value=bond_wei)
-        return int(self.contract.events.ClaimOpened().process_receipt(receipt)[0]["args"]["id"])
+        ev = self.contract.events.ClaimOpened().process_receipt(receipt, errors=DISCARD)
+        return int(ev[0]["args"]["id"])
 
     def answer_unpublished(self, claim_id: int, batch_root: bytes, leaf_index: int,
                            siblings: tuple[bytes, ...] | list[bytes]) -> TxReceipt:

@@ -1,0 +1,61 @@
+"""`verinfer chain ...` against a real anvil: deploy, operator register/stake/unbond, verifier
+register, with keys from the environment and from a keystore file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from typer.testing import CliRunner
+from web3 import Web3
+
+from verinfer.chain.anvil import Anvil, dev_accounts
+from verinfer.chain.cli import app
+from verinfer.chain.deploy import Deployment
+from verinfer.chain.structs import ETHER, Role
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[Anvil]:
+    with Anvil() as a:
+        yield a
+
+
+def test_chain_cli_deploy_register_stake_unbond(node: Anvil, tmp_path: Path) -> None:
+    runner = CliRunner()
+    gov, op, ver = dev_accounts(3)
+    dep = tmp_path / "deployment.json"
+    env = {"VERINFER_CHAIN_RPC": node.url, "VERINFER_CHAIN_PRIVATE_KEY": gov.key.hex()}
+    r = runner.invoke(app, ["deploy", "--out", str(dep)], env=env)
+    assert r.exit_code == 0, r.output
+    d = Deployment.load(dep)
+    op_env = {**env, "VERINFER_CHAIN_PRIVATE_KEY": op.key.hex()}
+    r = runner.invoke(app, ["operator", "register", "--stake", "2", "--deployment", str(dep)],
+                      env=op_env)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["operator", "stake", "--amount", "0.5", "--deployment", str(dep)],
+                      env=op_env)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["operator", "unbond", "--amount", "1", "--deployment", str(dep)],
+                      env=op_env)
+    assert r.exit_code == 0, r.output
+    view = d.bind(Web3(Web3.HTTPProvider(node.url)))
+    acct = view.stakes.account_of(op.address)
+    assert (acct.role, acct.stake, acct.unbonding) == (Role.OPERATOR, 5 * ETHER // 2, ETHER)
+
+    ks = tmp_path / "verifier.json"
+    ks.write_text(json.dumps(Account.encrypt(ver.key, "pw", iterations=2)))
+    ver_env = {"VERINFER_CHAIN_RPC": node.url, "VERINFER_KEYSTORE_PASSWORD": "pw"}
+    r = runner.invoke(app, ["verifier", "register", "--stake", "0.2", "--deployment", str(dep),
+                            "--keystore", str(ks)], env=ver_env)
+    assert r.exit_code == 0, r.output
+    assert view.stakes.is_verifier(ver.address)
+
+    # Bad input: a second registration reverts with the contract's typed error.
+    r = runner.invoke(app, ["verifier", "register", "--stake", "0.2", "--deployment", str(dep),
+                            "--keystore", str(ks)], env=ver_env)
+    assert r.exit_code == 2
+    assert "AlreadyRegistered" in r.output

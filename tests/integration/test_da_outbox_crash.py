@@ -45,7 +45,9 @@ if mode == "resume":
     st = ob.status()
     print("status", st.pending, st.entries, flush=True)
     sys.exit(0 if st.pending == 0 else 3)
-pub.stop()
+import time
+while True:  # the first run never ends on its own: it is killed, perhaps mid-publish
+    time.sleep(1)
 '''
 
 

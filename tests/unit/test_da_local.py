@@ -56,6 +56,8 @@ def test_corrupted_file_is_rejected(store: LocalDAClient) -> None:
     _overwrite(store, p, b"evidence" * 99)  # truncated
     with pytest.raises(CommitmentMismatchError):
         store.get(p)
+    assert store.put(b"evidence" * 100) == p  # re-publishing repairs the stored copy
+    assert store.get(p) == b"evidence" * 100
 
 
 def test_missing_blob(store: LocalDAClient) -> None:

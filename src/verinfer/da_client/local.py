@@ -48,9 +48,11 @@ class LocalDAClient(DAClient):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                # content-addressed: an existing row holds the same bytes (get re-verifies)
+                # content-addressed: an existing row should hold the same bytes; if it was
+                # corrupted on disk, re-publishing repairs it
                 self._db.executemany("INSERT INTO blobs (commitment, data) VALUES (?, ?)"
-                                     " ON CONFLICT (commitment) DO NOTHING",
+                                     " ON CONFLICT (commitment) DO UPDATE SET data = excluded.data"
+                                     " WHERE data != excluded.data",
                                      zip(digests, blobs, strict=True))
                 self._db.execute("COMMIT")
             except BaseException:

@@ -1,0 +1,204 @@
+"""Produce receipts and DA evidence with the library functions, honestly or (``unsafe_``)
+dishonestly: what the operator's publish pipeline does per response choice, plus the cheats
+a verifier must catch. Used by tests, the devnet checks and the challenge benchmark to stand in
+for an operator; the cheating variants exist only to prove that each cheat is slashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from verinfer.engine.chat import ChatMessage, render_chat
+from verinfer.engine.engine import Engine, GenerationResult
+from verinfer.engine.sampling import SamplingParams, derive_seed
+from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.envelope import (
+    EnvelopeBinding,
+    EnvelopeContents,
+    EpochPublicKey,
+    ciphertext_hash,
+    seal,
+)
+from verinfer.receipts.signed import SignedReceipt
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One response's receipt and the ciphertext that must be on DA for it."""
+
+    signed: SignedReceipt
+    blob: bytes
+    request_body: bytes
+    text: str  # what the client read
+
+    @property
+    def digest(self) -> bytes:
+        return self.signed.digest
+
+
+def chat_body(content: str, *, max_tokens: int = 8, seed: int | None = None,
+              temperature: float | None = None, system: str | None = None) -> bytes:
+    msgs: list[dict[str, str]] = []
+    if system is not None:
+        msgs.append({"role": "system", "content": system})
+    msgs.append({"role": "user", "content": content})
+    body: dict[str, Any] = {"model": "tiny", "messages": msgs, "max_tokens": max_tokens}
+    if seed is not None:
+        body["seed"] = seed
+    if temperature is not None:
+        body["temperature"] = temperature
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def request_for_body(engine: Engine, body_bytes: bytes) -> ExecRequest:
+    """The ExecRequest an honest server runs for choice 0 of a chat body (same rules as
+    verinfer.operator: temperature 1, top_p 1, seed from the body or derived from its hash)."""
+    body = json.loads(body_bytes)
+    prompt = render_chat(engine.tokenizer,
+                         [ChatMessage(m["role"], m["content"]) for m in body["messages"]])
+    seed = body.get("seed")
+    if seed is None:
+        seed = derive_seed(hashlib.sha256(body_bytes).digest())
+    stop = body.get("stop")
+    params = SamplingParams(
+        max_tokens=body.get("max_completion_tokens") or body["max_tokens"],
+        temperature=1.0 if body.get("temperature") is None else float(body["temperature"]),
+        top_k=body.get("top_k") or 0,
+        top_p=1.0 if body.get("top_p") is None else float(body["top_p"]),
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()), seed=seed).validate()
+    return ExecRequest.from_engine(engine, prompt, params)
+
+
+class EvidenceFactory:
+    """Acts as one operator: signs receipts with its key and seals to the epoch key."""
+
+    def __init__(self, engine: Engine, signer: ReceiptSigner, domain: Domain, *,
+                 key_epoch: int, epoch_public_key: EpochPublicKey,
+                 now: Callable[[], float] = time.time) -> None:
+        self.engine, self.signer, self.domain = engine, signer, domain
+        self.key_epoch, self.epoch_public_key, self.now = key_epoch, epoch_public_key, now
+
+    @property
+    def operator(self) -> str:
+        return self.signer.address
+
+    def _generate(self, request: ExecRequest, engine: Engine | None = None) -> GenerationResult:
+        return (engine or self.engine).generate(list(request.prompt_token_ids),
+                                                request.sampling_params())
+
+    def _finish(self, body: bytes, request: ExecRequest, result: ExecResult, text: str,
+                *, blob: bytes | None = None) -> Evidence:
+        """Seal (unless a blob is forced), sign, return."""
+        if blob is None:
+            binding = EnvelopeBinding.for_execution(
+                operator=self.operator, chain_id=self.domain.chain_id, key_epoch=self.key_epoch,
+                request=request, result=result)
+            response = json.dumps({"choices": [{"message": {"content": text}}]}).encode()
+            blob = seal(EnvelopeContents(request, result, body, response), binding,
+                        self.epoch_public_key)
+        receipt = Receipt.create(
+            operator=self.operator, chain_id=self.domain.chain_id, model_id=request.model_id,
+            engine_fingerprint_hash=request.engine_fingerprint_hash, req_hash=request.hash,
+            out_hash=result.hash, key_epoch=self.key_epoch,
+            ciphertext_hash=ciphertext_hash(blob), now=lambda: int(self.now()))
+        return Evidence(SignedReceipt.sign(receipt, self.domain, self.signer), blob, body, text)
+
+    # ---- honest ------------------------------------------------------------------------------
+    def honest(self, body: bytes) -> Evidence:
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
+    # ---- cheats (each must be slashed) -----------------------------------------------------
+    def unsafe_tampered_text(self, body: bytes, replacement: str = "tampered!") -> Evidence:
+        """Serves other text than the model produced; the receipt commits to that text."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        res = replace(ExecResult.from_generation(gen),
+                      text_sha256=hashlib.sha256(replacement.encode()).digest())
+        return self._finish(body, request, res, replacement)
+
+    def unsafe_tampered_tokens(self, body: bytes) -> Evidence:
+        """Claims other output tokens (last one changed)."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        res = ExecResult.from_generation(gen)
+        toks = list(res.output_token_ids)
+        toks[-1] = (toks[-1] + 1) % self.engine.config.vocab_size
+        res = replace(res, output_token_ids=tuple(toks))
+        return self._finish(body, request, res, gen.text)
+
+    def unsafe_other_model(self, body: bytes, other: Engine) -> Evidence:
+        """Runs ``other`` (other weights) but claims this engine's model id."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request, other)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
+    def unsafe_injected_system_prompt(self, body: bytes, system: str) -> Evidence:
+        """Prepends a system prompt the client never sent, and runs that."""
+        b = json.loads(body)
+        b["messages"] = [{"role": "system", "content": system}, *b["messages"]]
+        injected = json.dumps(b, separators=(",", ":")).encode()
+        request = request_for_body(self.engine, injected)
+        seed = request_for_body(self.engine, body).seed
+        request = replace(request, seed=seed)  # keep the client's seed: only the prompt differs
+        gen = self._generate(request)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
+    def unsafe_wrong_seed(self, body: bytes, seed: int) -> Evidence:
+        """Samples with another seed than the client asked for (and says so in ExecRequest)."""
+        request = replace(request_for_body(self.engine, body), seed=seed)
+        gen = self._generate(request)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
+    def unsafe_hidden_wrong_seed(self, body: bytes, seed: int) -> Evidence:
+        """Samples with another seed but claims the client's seed in ExecRequest."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(replace(request, seed=seed))
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
+    def unsafe_stale_output(self, body: bytes, old: Evidence, old_text_result: ExecResult
+                            ) -> Evidence:
+        """Answers a new request with an old response (a cached result replayed): a new
+        receipt for the new request carrying the old ExecResult."""
+        request = request_for_body(self.engine, body)
+        return self._finish(body, request, old_text_result, old.text)
+
+    def unsafe_undecryptable(self, body: bytes) -> Evidence:
+        """Publishes bytes that are no envelope at all (the receipt commits to them)."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        junk = b"VIE\x01\x01" + self.key_epoch.to_bytes(8, "big") + hashlib.sha256(body).digest()
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text, blob=junk)
+
+    def unsafe_envelope_of_other_response(self, body: bytes, other: Evidence) -> Evidence:
+        """A correctly sealed envelope, but of another response (does not match the hashes)."""
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text,
+                            blob=other.blob)
+
+    def unsafe_mismatched_contents(self, body: bytes) -> Evidence:
+        """Seals, under this receipt's binding, an ExecResult other than the one the receipt
+        commits to (only a dishonest sealer can: ``seal`` refuses it, so HPKE is called
+        directly). It opens, but does not hash to outHash."""
+        from verinfer.receipts.envelope import MAGIC, SUITE_CODES
+
+        request = request_for_body(self.engine, body)
+        gen = self._generate(request)
+        claimed = ExecResult.from_generation(gen)
+        other = replace(claimed, text_sha256=hashlib.sha256(b"other").digest())
+        binding = EnvelopeBinding.for_execution(
+            operator=self.operator, chain_id=self.domain.chain_id, key_epoch=self.key_epoch,
+            request=request, result=claimed)
+        suite = self.epoch_public_key.suite
+        plaintext = EnvelopeContents(request, other, body, b"{}").to_bytes()
+        blob = (MAGIC + bytes([SUITE_CODES[suite]]) + self.key_epoch.to_bytes(8, "big")
+                + suite.hpke.encrypt(plaintext, self.epoch_public_key.hpke, binding.info(suite)))
+        return self._finish(body, request, claimed, gen.text, blob=blob)

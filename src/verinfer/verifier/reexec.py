@@ -1,0 +1,141 @@
+"""The re-execution job: runs inside the enclave with the epoch key and returns only a vote.
+
+Order of checks (docs/verifier.md §2), each deterministic so that honest members agree:
+1. the blob exists and hashes to the receipt's ciphertextHash      else INVALID_EVIDENCE
+2. it opens under the receipt's binding with the epoch key          else INVALID_EVIDENCE
+3. its ExecRequest/ExecResult hash to reqHash/outHash               else INVALID_EVIDENCE
+4. this engine can judge: same model id and tokenizer               else abstain (CannotJudge)
+5. the ExecRequest is what the client's request body asked for     else INVALID_EVIDENCE
+6. ONE forward pass (Engine.replay) over prompt + claimed tokens; if the claim reproduces,
+   the verifier's own ExecResult is built from the replay (no decode) and hashed;
+7. only when it does not, a full decode produces the correct ExecResult: vote its hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any
+
+from verinfer.engine.engine import Engine
+from verinfer.errors import InvalidRequestError
+from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.eip712 import Receipt
+from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash, open_envelope
+from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
+from verinfer.verifier.conformance import request_problems
+from verinfer.verifier.errors import CannotJudgeError
+from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+
+
+def _invalid(receipt: Receipt, reason: str, detail: str = "") -> Verdict:
+    return Verdict(INVALID_EVIDENCE, reason, receipt.out_hash, detail=detail)
+
+
+def check_engine(engine: Engine, request: ExecRequest) -> None:
+    """Raises CannotJudgeError unless ``engine`` runs the request's model and tokenizer."""
+    if request.model_id != bytes.fromhex(engine.model_id[2:]):
+        raise CannotJudgeError(f"request model 0x{request.model_id.hex()} is not this "
+                               f"verifier's model {engine.model_id}", param="model_id")
+    if request.tokenizer_hash != bytes.fromhex(engine.tokenizer.hash[2:]):
+        raise CannotJudgeError(f"request tokenizer 0x{request.tokenizer_hash.hex()} is not "
+                               f"this verifier's {engine.tokenizer.hash}", param="tokenizer_hash")
+
+
+def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
+              ) -> tuple[ExecResult, int, int]:
+    """The verifier's own ExecResult for ``request``: from one replay pass when the claimed
+    tokens reproduce, else from a full decode. Returns (result, replayed, decoded tokens)."""
+    params = request.sampling_params()
+    prompt = list(request.prompt_token_ids)
+    claim = list(claimed.output_token_ids)
+    replayed = 0
+    if claim and len(claim) <= params.max_tokens:
+        try:
+            rr = engine.replay(prompt, claim, params)
+        except InvalidRequestError:
+            rr = None  # e.g. longer than the context: decode settles it
+        if rr is not None:
+            replayed = len(rr.step_digests)
+            if rr.matches and rr.finish_reason is not None:
+                _, text = engine.output_state(claim, params)
+                mine = ExecResult(output_token_ids=tuple(claim), finish_reason=rr.finish_reason,
+                                  logit_digest=bytes.fromhex(rr.logit_digest[2:]),
+                                  text_sha256=hashlib.sha256(text.encode()).digest())
+                if mine.hash == claimed.hash:
+                    return mine, replayed, 0
+    gen = engine.generate(prompt, params)
+    return ExecResult.from_generation(gen), replayed, len(gen.token_ids)
+
+
+def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
+          private_key: EpochPrivateKey) -> Verdict:
+    """Steps 1-7 above. ``blob`` None means DA answered that it does not exist."""
+    if blob is None:
+        return _invalid(receipt, "ciphertext_unavailable")
+    if ciphertext_hash(blob) != receipt.ciphertext_hash:
+        return _invalid(receipt, "ciphertext_hash_mismatch")
+    try:
+        contents = open_envelope(blob, receipt, private_key)
+    except EnvelopeDecryptionError:
+        return _invalid(receipt, "ciphertext_undecryptable")
+    except EnvelopeContentError as e:
+        return _invalid(receipt, "evidence_mismatch", _field_names(e.message))
+    request = contents.request
+    check_engine(engine, request)
+    problems = request_problems(engine.tokenizer, request, contents.request_body)
+    if problems:
+        return _invalid(receipt, "request_nonconformant", "; ".join(problems))
+    mine, replayed, decoded = recompute(engine, request, contents.result)
+    reason = "match" if mine.hash == receipt.out_hash else "output_mismatch"
+    detail = ""
+    if reason == "output_mismatch":
+        detail = _diff(mine, contents.result)
+    return Verdict(mine.hash, reason, receipt.out_hash, replayed, decoded, detail)
+
+
+def _field_names(message: str) -> str:
+    """Keeps only which hashes differ (the message holds hashes, no plaintext)."""
+    names = [n for n in ("req_hash", "out_hash", "model_id", "engine fingerprint", "malformed")
+             if n in message]
+    return ", ".join(names) or "contents"
+
+
+def _diff(mine: ExecResult, claimed: ExecResult) -> str:
+    a, b = mine.output_token_ids, claimed.output_token_ids
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None and len(a) != len(b):
+        first = min(len(a), len(b))
+    if first is not None:
+        return f"tokens differ from step {first}"
+    if mine.logit_digest != claimed.logit_digest:
+        return "same tokens, different logit digest"
+    return "finish reason or text hash differs"
+
+
+# ---- the enclave job -----------------------------------------------------------------------
+_ENGINES: dict[tuple[str, str], Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine_for(model_path: str | Path, kernels: str = "invariant") -> Engine:
+    """One engine per (model file, kernel mode) per process: a long-lived enclave worker loads
+    its model once."""
+    key = (str(Path(model_path).resolve()), kernels)
+    with _ENGINES_LOCK:
+        eng = _ENGINES.get(key)
+        if eng is None:
+            eng = Engine.from_path(model_path, kernels)  # type: ignore[arg-type]
+            _ENGINES[key] = eng
+        return eng
+
+
+def verify_receipt_job(private_key: EpochPrivateKey, *, receipt: dict[str, Any],
+                       blob: bytes | None, model_path: str,
+                       kernels: str = "invariant") -> dict[str, Any]:
+    """Enclave job (``verinfer.verifier.reexec:verify_receipt_job``): ``f(private_key, **args)``.
+    ``receipt`` is the EIP-712 message JSON; ``blob`` the ciphertext from DA (None: absent).
+    Returns the verdict JSON (vote + reason), never plaintext."""
+    r = Receipt.from_json(receipt)
+    return judge(engine_for(model_path, kernels), r, blob, private_key).to_json()

@@ -74,3 +74,20 @@ def test_status_publish_and_proof(tmp_path: Path) -> None:
                         tuple(bytes.fromhex(s[2:]) for s in out["proof"]["siblings"]),
                         out["proof"]["leafCount"])
     assert verify_proof(digest, proof, bytes.fromhex(lines[0]["batchRoot"][2:]))
+
+
+def test_check_reports_availability(tmp_path: Path) -> None:
+    store = tmp_path / "da"
+    da = LocalDAClient(store)
+    good = da.put(b"kept")
+    missing = str(good).replace(good.commitment.hex(), "00" * 32)
+    r = runner.invoke(app, ["da", "check", str(good), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == {"bytes": 4, "ok": True, "pointer": str(good)}
+    r = runner.invoke(app, ["da", "check", str(good), missing, "da://nope/0x00",
+                            "--store", str(store)])
+    assert r.exit_code == 1
+    rows = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["ok"] for x in rows] == [True, False, False]
+    assert rows[1]["error"] == "BlobNotFoundError"
+    assert rows[2]["error"] == "MalformedPointerError"

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.errors import ClientError, VerinferError
 
@@ -66,6 +67,37 @@ def get(pointer: Annotated[str, typer.Argument(help="da://<backend>/0x<hex>")],
     else:
         out.write_bytes(blob)
         typer.echo(f"{len(blob)} bytes verified -> {out}", err=True)
+
+
+@app.command()
+def check(pointers: Annotated[list[str], typer.Argument(help="Pointers to check.")],
+          store: StoreOpt = None, redis_url: RedisOpt = None,
+          redis_prefix: PrefixOpt = "verinfer:da:", eigenda_url: EigenOpt = None) -> None:
+    """Availability: fetch and verify each pointer; print one JSON line each (size, seconds of
+    retention left where the backend expires blobs). Exit 1 if any is missing or bad."""
+    from verinfer.da_client.pointer import Pointer
+    from verinfer.da_client.redis_backend import RedisDAClient
+
+    cfg = _config(store, redis_url, redis_prefix, 0, eigenda_url)
+    clients: dict[str, DAClient] = {}
+    bad = 0
+    for text in pointers:
+        row: dict[str, object] = {"pointer": text}
+        try:
+            p = Pointer.parse(text)
+            client = clients.get(p.backend) or open_client(p.backend, cfg)
+            clients[p.backend] = client
+            row.update(ok=True, bytes=len(client.get(p)))
+            if isinstance(client, RedisDAClient):
+                row["retention_left_s"] = client.ttl_s(p)
+        except VerinferError as e:
+            bad += 1
+            row.update(ok=False, error=type(e).__name__, message=e.message)
+        typer.echo(json.dumps(row, sort_keys=True))
+    for c in clients.values():
+        c.close()
+    if bad:
+        raise typer.Exit(1)
 
 
 @app.command()

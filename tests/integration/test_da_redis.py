@@ -195,3 +195,16 @@ def test_outbox_holds_entries_while_redis_is_down(own_redis: OwnRedis, tmp_path:
             assert client.get(e.ciphertext) == digests[e.signed.digest]
     assert sorted(seen) == sorted(digests)
     client.close()
+
+
+@needs_shared
+def test_extend_retention_only_lengthens(prefix: str) -> None:
+    c = RedisDAClient(SHARED, prefix=prefix, retention_s=100)
+    p = c.put(b"challenged")
+    assert c.extend_retention(p, 5000)
+    ttl = c.ttl_s(p)
+    assert ttl is not None and ttl > 4900
+    assert c.extend_retention(p, 10)  # shorter: ignored
+    ttl = c.ttl_s(p)
+    assert ttl is not None and ttl > 4900
+    assert not c.extend_retention(Pointer.for_blob("redis", b"gone"), 10)

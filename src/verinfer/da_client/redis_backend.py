@@ -77,5 +77,19 @@ class RedisDAClient(DAClient):
             raise DAUnavailableError(f"redis ttl on {self.url} failed: {e}") from e
         return t if t >= 0 else None
 
+    def extend_retention(self, pointer: Pointer, retention_s: int) -> bool:
+        """Keep the blob at least ``retention_s`` more seconds (e.g. while a challenge is open);
+        never shortens it. False if the blob is gone."""
+        if retention_s <= 0:
+            raise ValueError(f"retention_s must be positive, got {retention_s!r}")
+        self._check_backend(pointer)
+        try:
+            if not self._r.exists(self.key(pointer)):
+                return False
+            self._r.expire(self.key(pointer), retention_s, gt=True)  # no-op if persistent
+            return True
+        except redis.RedisError as e:
+            raise DAUnavailableError(f"redis expire on {self.url} failed: {e}") from e
+
     def close(self) -> None:
         self._r.close()

@@ -1,0 +1,111 @@
+"""The enclave flow around the re-execution job: fetch the ciphertext from DA, then inside the
+enclave quote -> t shares from the KMS shards -> epoch key -> job -> zeroize; only the verdict
+comes back.
+
+Two modes (docs/verifier.md §4): ``inprocess`` runs the SoftwareEnclave runner in the node's
+process with a resident engine (the model is loaded once; used by the devnet and benchmark);
+``process`` spawns a fresh SoftwareEnclave child per job (``verinfer enclave`` semantics; the
+child loads the model each time). Neither is a security boundary (docs/kms.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from eth_account.signers.local import LocalAccount
+
+from verinfer.da_client.errors import BlobNotFoundError, DAUnavailableError
+from verinfer.da_client.pointer import Pointer
+from verinfer.enclave.attestation import measurement
+from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
+from verinfer.enclave.runner import AccountSigner, EnclaveRunner
+from verinfer.enclave.software import SoftwareAttester, load_root_private
+from verinfer.engine.engine import Engine
+from verinfer.kms.directory import load_directory
+from verinfer.kms.epochs import FileEpochRegistry
+from verinfer.receipts.eip712 import Receipt
+from verinfer.verifier.errors import EvidenceUnavailableError
+from verinfer.verifier.reexec import judge
+from verinfer.verifier.votes import Verdict
+
+EnclaveMode = Literal["inprocess", "process"]
+JOB_REF = "verinfer.verifier.reexec:verify_receipt_job"
+
+
+class BlobSource(Protocol):
+    def get(self, pointer: Pointer) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class EnclaveConfig:
+    root_key: Path  # SoftwareEnclave attestation root key
+    directory: Path  # shards.json
+    registry: Path  # epochs.json
+    container_digest: str
+    code_hash: str
+    model_path: Path
+    kernels: str = "invariant"
+    mode: EnclaveMode = "inprocess"
+    http_timeout_s: float = 5.0
+
+
+def fetch_blob(da: BlobSource, pointer: str | None, *, retries: int = 3,
+               sleep: float = 0.5) -> bytes | None:
+    """The ciphertext, verified against its pointer by the DA client; None when DA answers
+    that it does not exist; EvidenceUnavailableError while the backend stays down."""
+    if pointer is None:
+        return None
+    p = Pointer.parse(pointer)
+    for attempt in range(retries):
+        try:
+            return da.get(p)
+        except BlobNotFoundError:
+            return None
+        except DAUnavailableError as e:
+            if attempt == retries - 1:
+                raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e
+            time.sleep(sleep)
+    return None
+
+
+class EnclaveJudge:
+    def __init__(self, cfg: EnclaveConfig, account: LocalAccount, da: BlobSource,
+                 engine: Engine | None = None) -> None:
+        self.cfg, self.account, self.da = cfg, account, da
+        self.engine = engine
+        if cfg.mode == "inprocess" and engine is None:
+            self.engine = Engine.from_path(cfg.model_path, cfg.kernels)  # type: ignore[arg-type]
+
+    def _fingerprint(self) -> str:
+        if self.engine is not None:
+            return self.engine.fingerprint.canonical().decode()
+        return Engine.from_path(self.cfg.model_path).fingerprint.canonical().decode()
+
+    def judge(self, receipt: Receipt, pointer: str | None, *, purpose: str,
+              challenge_id: str) -> Verdict:
+        blob = fetch_blob(self.da, pointer)
+        if self.cfg.mode == "process":
+            spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
+                               self._fingerprint(), self.cfg.directory, self.cfg.registry,
+                               self.cfg.http_timeout_s)
+            out = SoftwareEnclave(spec, AccountSigner(self.account)).run(
+                JOB_REF, {"receipt": receipt.to_json(), "blob": blob,
+                          "model_path": str(self.cfg.model_path), "kernels": self.cfg.kernels},
+                epoch=receipt.key_epoch, purpose=purpose, challenge_id=challenge_id)
+            return Verdict.from_json(out.result)
+        assert self.engine is not None
+        engine = self.engine
+        attester = SoftwareAttester(
+            load_root_private(self.cfg.root_key),
+            measurement(self.cfg.container_digest, self.cfg.code_hash,
+                        engine.fingerprint.canonical().decode()), time.time)
+        runner = EnclaveRunner(attester=attester, shards=load_directory(self.cfg.directory),
+                               epochs=FileEpochRegistry(self.cfg.registry),
+                               signer=AccountSigner(self.account),
+                               timeout_s=self.cfg.http_timeout_s)
+        outcome = runner.run(lambda key: judge(engine, receipt, blob, key),
+                             epoch=receipt.key_epoch, purpose=purpose, challenge_id=challenge_id)
+        return outcome.result

@@ -21,14 +21,9 @@ contract BatchRegistry {
 
     /// @notice A batch was committed. `daPointer` is the `da://<backend>/0x<hex>` URI of the
     ///         batch manifest.
-    event BatchCommitted(
-        bytes32 indexed batchId,
-        address indexed operator,
-        bytes32 indexed root,
-        uint32 leafCount,
-        uint64 committedAt,
-        string daPointer
-    );
+    ///         The batch id is keccak256(abi.encode(operator, root)); the commit time is the
+    ///         block's timestamp.
+    event BatchCommitted(address indexed operator, bytes32 indexed root, uint32 leafCount, string daPointer);
 
     /// @notice Caller is not an operator with the minimum active stake.
     error NotActiveOperator(address caller);
@@ -63,7 +58,7 @@ contract BatchRegistry {
         if (b.committedAt != 0) revert BatchAlreadyCommitted(id, msg.sender, root);
         if (!stakes.isActiveOperator(msg.sender)) revert NotActiveOperator(msg.sender);
         _batches[id] = Batch(leafCount, uint64(block.timestamp), uint64(block.number));
-        emit BatchCommitted(id, msg.sender, root, leafCount, uint64(block.timestamp), daPointer);
+        emit BatchCommitted(msg.sender, root, leafCount, daPointer);
     }
 
     /// @notice The stored record of a batch (committedAt 0 = unknown).

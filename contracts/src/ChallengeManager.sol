@@ -66,11 +66,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         bytes32 receiptOutHash;
         bytes32 majorityOutHash; // set when resolved by quorum
         address operator;
-        uint64 openedAt;
+        uint40 openedAt;
         Status status;
+        uint40 targetBlock;
         address challenger;
         uint96 bond;
-        uint64 targetBlock;
         uint64 commitDeadline;
         uint64 revealDeadline;
         uint16 members;
@@ -126,12 +126,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     mapping(address => uint256) public credits;
     /// @notice Sum of `credits`.
     uint256 public totalCredits;
-    /// @notice Bonds of live challenges and claims held by this contract.
-    uint256 public totalBondsHeld;
     /// @notice Slashed ETH not paid out to anyone; held here forever.
     uint256 public totalBurnt;
 
     mapping(uint256 => Challenge) internal _challenges;
+
     mapping(uint256 => Member[]) internal _members;
     mapping(uint256 => mapping(address => Vote)) internal _votes;
     mapping(uint256 => Claim) internal _claims;
@@ -147,10 +146,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         address challenger,
         bytes32 batchId,
         uint256 bond,
-        uint64 targetBlock
+        uint40 targetBlock
     );
     /// @notice The target block hash was out of reach (>256 blocks); a new target was set.
-    event DrawRearmed(uint256 indexed id, uint64 oldTargetBlock, uint64 newTargetBlock);
+    event DrawRearmed(uint256 indexed id, uint40 oldTargetBlock, uint40 newTargetBlock);
     /// @notice The committee was drawn.
     event CommitteeDrawn(
         uint256 indexed id, address[] members, uint256[] weights, uint64 commitDeadline, uint64 revealDeadline
@@ -216,7 +215,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     /// @notice The challenge is not in the status this call needs.
     error WrongStatus(uint256 id, Status status, Status expected);
     /// @notice The randomness block has not been mined yet.
-    error DrawTooEarly(uint256 id, uint64 targetBlock, uint256 blockNumber);
+    error DrawTooEarly(uint256 id, uint40 targetBlock, uint256 blockNumber);
     /// @notice The draw period ended; resolve the challenge as inconclusive.
     error DrawPeriodOver(uint256 id, uint256 deadline, uint256 nowTs);
     /// @notice The caller is not on the committee.
@@ -288,7 +287,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     }
 
     /// @dev Checks version, chain and signer; returns the digest.
-    function _verifyReceipt(ReceiptLib.Receipt calldata r, bytes calldata signature)
+    function _verifyReceipt(ReceiptLib.Receipt calldata r, bytes calldata signature, bool checkOperator)
         internal
         view
         returns (bytes32 digest)
@@ -301,7 +300,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         if (err != ECDSA.RecoverError.NoError) revert InvalidSignature(digest);
         // INVARIANT: only the operator's own signature binds the operator.
         if (recovered != r.operator) revert SignerMismatch(r.operator, recovered);
-        if (!stakes.isOperator(r.operator)) revert NotOperator(r.operator);
+        if (checkOperator && !stakes.isOperator(r.operator)) revert NotOperator(r.operator);
     }
 
     /// @dev A receipt can have at most one live dispute and be slashed at most once.
@@ -332,9 +331,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint256 leafIndex,
         bytes32[] calldata siblings
     ) external payable returns (uint256 id) {
-        bytes32 digest = _verifyReceipt(r, signature);
+        // No operator-status check here: the batch lookup below is keyed by the operator, and
+        // committing a batch required an active operator.
+        bytes32 digest = _verifyReceipt(r, signature, false);
         ReceiptState storage rs = _checkDisputable(digest);
-        ProtocolConfig.Params memory p = config.params();
+        ProtocolConfig.OpenParams memory p = config.openParams();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
         bytes32 bid = _checkInclusion(r.operator, digest, batchRoot, leafIndex, siblings, p.challengeWindow);
         id = _storeChallenge(r, digest, bid, p);
@@ -355,19 +356,18 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         ReceiptLib.Receipt calldata r,
         bytes32 digest,
         bytes32 bid,
-        ProtocolConfig.Params memory p
+        ProtocolConfig.OpenParams memory p
     ) internal returns (uint256 id) {
         id = ++challengeCount;
         Challenge storage c = _challenges[id];
         c.receiptDigest = digest;
         c.receiptOutHash = r.outHash;
         c.operator = r.operator;
-        c.openedAt = uint64(block.timestamp);
+        c.openedAt = uint40(block.timestamp);
         c.challenger = msg.sender;
         c.bond = msg.value.toUint96();
-        c.targetBlock = uint64(block.number) + p.drawDelayBlocks;
+        c.targetBlock = uint40(block.number) + p.drawDelayBlocks;
         c.lockedStake = stakes.lock(r.operator, p.slashAmount);
-        totalBondsHeld += msg.value;
         emit ChallengeOpened(id, digest, r.operator, msg.sender, bid, msg.value, c.targetBlock);
     }
 
@@ -376,7 +376,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         Challenge storage c = _challenges[id];
         c.status = Status.Slashed;
         rs.slashed = true;
-        totalBondsHeld -= c.bond;
         uint256 slashed = _slashOperator(c.operator, c.lockedStake, c.receiptDigest, Fault.InvalidReceipt, id);
         uint256 reward = _payChallenger(c.challenger, c.bond, slashed, alphaBps);
         _burn(slashed - reward);
@@ -392,7 +391,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         bytes32[] calldata siblings,
         uint64 window
     ) internal view returns (bytes32 bid) {
-        bid = batches.batchId(operator, root);
+        bid = keccak256(abi.encode(operator, root)); // == BatchRegistry.batchId
         BatchRegistry.Batch memory b = batches.batch(bid);
         if (b.committedAt == 0) revert BatchNotFound(operator, root);
         // INVARIANT: a challenge opens only inside the batch's window.
@@ -417,7 +416,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         if (block.number <= c.targetBlock) revert DrawTooEarly(id, c.targetBlock, block.number);
         bytes32 bh = blockhash(c.targetBlock);
         if (bh == bytes32(0)) {
-            uint64 newTarget = uint64(block.number) + p.drawDelayBlocks;
+            uint40 newTarget = uint40(block.number) + p.drawDelayBlocks;
             emit DrawRearmed(id, c.targetBlock, newTarget);
             c.targetBlock = newTarget;
             return;
@@ -568,7 +567,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint256 quorum = uint256(p.quorumBps) * c.totalWeight;
         ReceiptState storage rs = _receipts[c.receiptDigest];
         rs.liveChallenge = 0;
-        totalBondsHeld -= c.bond;
         if (receiptWeight * BPS >= quorum) {
             c.status = Status.Dismissed;
             c.majorityOutHash = c.receiptOutHash;
@@ -657,7 +655,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     function _finishWithoutCommittee(uint256 id, Challenge storage c) internal {
         c.status = Status.Inconclusive;
         _receipts[c.receiptDigest].liveChallenge = 0;
-        totalBondsHeld -= c.bond;
         stakes.unlock(c.operator, c.lockedStake);
         _credit(c.challenger, c.bond);
         emit ChallengeResolved(id, Status.Inconclusive, bytes32(0), 0);
@@ -676,7 +673,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         payable
         returns (uint256 id)
     {
-        bytes32 digest = _verifyReceipt(r, signature);
+        bytes32 digest = _verifyReceipt(r, signature, true);
         ReceiptState storage rs = _checkDisputable(digest);
         ProtocolConfig.Params memory p = config.params();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
@@ -693,7 +690,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         cl.publishBy = publishBy;
         cl.lockedStake = stakes.lock(r.operator, p.slashAmount);
         rs.liveClaim = id.toUint64();
-        totalBondsHeld += msg.value;
         emit ClaimOpened(id, digest, r.operator, msg.sender, publishBy, cl.responseDeadline);
     }
 
@@ -721,7 +717,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
         cl.status = ClaimStatus.Answered;
         _receipts[cl.receiptDigest].liveClaim = 0;
-        totalBondsHeld -= cl.bond;
         stakes.unlock(cl.operator, cl.lockedStake);
         _credit(cl.operator, cl.bond);
         emit ClaimAnswered(id, bid);
@@ -740,7 +735,6 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         ReceiptState storage rs = _receipts[cl.receiptDigest];
         rs.liveClaim = 0;
         rs.slashed = true;
-        totalBondsHeld -= cl.bond;
         uint256 slashed = _slashOperator(cl.operator, cl.lockedStake, cl.receiptDigest, Fault.Withholding, id);
         uint256 toClaimant = _payChallenger(cl.claimant, cl.bond, slashed, config.params().challengerRewardBps);
         _burn(slashed - toClaimant);
@@ -794,6 +788,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     }
 
     // ---- views --------------------------------------------------------------------------
+
+    /// @notice Bonds of live challenges and claims: balance - credits - burnt.
+    function bondsHeld() external view returns (uint256) {
+        return address(this).balance - totalCredits - totalBurnt;
+    }
 
     function _challenge(uint256 id) internal view returns (Challenge storage c) {
         c = _challenges[id];

@@ -11,23 +11,36 @@ contract ProtocolConfig is Ownable {
     /// @notice Every protocol parameter. Times are seconds unless named blocks; shares are basis
     ///         points (1/10000). Amounts are wei.
     struct Params {
+        // slot 0: read by every openChallenge
         uint64 challengeWindow; // Δ: a receipt can be challenged until batch commit + Δ
         uint64 publicationDeadline; // a receipt must be in a batch committed by issuedAt + this
         uint64 responsePeriod; // time the operator has to answer a withholding claim
-        uint64 drawPeriod; // after opening, the committee must be drawn within this
-        uint64 commitPeriod; // after the draw, members commit votes within this
-        uint64 revealPeriod; // after the commit deadline, members reveal within this
-        uint64 unbondingPeriod; // unbond request -> withdrawal
         uint16 drawDelayBlocks; // k: randomness is blockhash(openBlock + k)
         uint16 committeeSize;
         uint16 quorumBps; // τ
         uint16 challengerRewardBps; // α, share of the slashed stake
-        uint16 majorityRewardBps; // β, share of the slashed stake
+        // slot 1
+        uint64 drawPeriod; // after opening, the committee must be drawn within this
+        uint64 commitPeriod; // after the draw, members commit votes within this
+        uint64 revealPeriod; // after the commit deadline, members reveal within this
+        uint64 unbondingPeriod; // unbond request -> withdrawal
+        // slot 2: read by every openChallenge
         uint128 challengeBond;
-        uint128 nonRevealPenalty;
         uint128 slashAmount; // stake taken from an operator per proven fault
+        // slots 3-4
+        uint128 nonRevealPenalty;
         uint128 minOperatorStake;
         uint128 minVerifierStake;
+        uint16 majorityRewardBps; // β, share of the slashed stake
+    }
+
+    /// @notice The parameters openChallenge needs (two storage slots).
+    struct OpenParams {
+        uint64 challengeWindow;
+        uint16 drawDelayBlocks;
+        uint16 challengerRewardBps;
+        uint128 challengeBond;
+        uint128 slashAmount;
     }
 
     /// @notice An allowlist entry: approved for receipts issued in [since, until) (until 0 = open).
@@ -110,6 +123,12 @@ contract ProtocolConfig is Ownable {
     /// @notice The current parameters.
     function params() external view returns (Params memory) {
         return _params;
+    }
+
+    /// @notice The subset of parameters openChallenge reads (cheaper than `params()`).
+    function openParams() external view returns (OpenParams memory) {
+        Params storage p = _params;
+        return OpenParams(p.challengeWindow, p.drawDelayBlocks, p.challengerRewardBps, p.challengeBond, p.slashAmount);
     }
 
     /// @notice The minimum active stake of an operator (one storage read, for hot paths).

@@ -12,6 +12,8 @@ import {ProtocolConfig} from "./ProtocolConfig.sol";
 contract StakeRegistry is Ownable {
     using SafeCast for uint256;
 
+    error AmountTooLarge(uint256 amount);
+
     /// @notice What an address is registered as (one role per address).
     enum Role {
         None,
@@ -22,11 +24,11 @@ contract StakeRegistry is Ownable {
     /// @notice One staker. `stake` includes `unbonding`; `locked` is reserved by live disputes
     ///         and may be taken by slashing. Active (voting / serving) stake = stake - unbonding.
     struct Account {
-        uint128 stake;
-        uint128 unbonding;
+        uint112 stake;
+        uint112 unbonding;
+        Role role; // same slot as stake: one read answers isActiveOperator
         uint128 locked;
         uint64 unbondReadyAt;
-        Role role;
     }
 
     /// @notice Upper bound on registered verifiers: the committee draw walks the whole list.
@@ -35,6 +37,9 @@ contract StakeRegistry is Ownable {
     ProtocolConfig public immutable config;
     /// @notice The only address allowed to lock, unlock and slash (set once by governance).
     address public challengeManager;
+    /// @notice ProtocolConfig.minOperatorStake, cached next to `challengeManager` so that a batch
+    ///         commit does not call the config. Refreshed by `syncParams` (anyone may call it).
+    uint96 public minOperatorStake;
     /// @notice Sum of all accounts' stake; equals this contract's balance.
     uint256 public totalStake;
 
@@ -55,6 +60,8 @@ contract StakeRegistry is Ownable {
     event Unlocked(address indexed account, uint256 amount, uint256 totalLocked);
     /// @notice Locked stake was slashed and sent to the ChallengeManager for distribution.
     event Slashed(address indexed account, uint256 amount, uint256 newStake);
+    /// @notice The cached operator minimum stake was refreshed.
+    event ParamsSynced(uint256 minOperatorStake);
     /// @notice The ChallengeManager address was fixed.
     event ChallengeManagerSet(address challengeManager);
 
@@ -85,6 +92,11 @@ contract StakeRegistry is Ownable {
     /// @notice An ETH transfer failed.
     error TransferFailed(address to, uint256 amount);
 
+    function _u112(uint256 x) private pure returns (uint112) {
+        if (x > type(uint112).max) revert AmountTooLarge(x);
+        return uint112(x);
+    }
+
     modifier onlyChallengeManager() {
         if (msg.sender != challengeManager) revert NotChallengeManager(msg.sender);
         _;
@@ -94,6 +106,18 @@ contract StakeRegistry is Ownable {
     /// @param config_ Source of the minimum stakes and the unbonding period.
     constructor(address governance, ProtocolConfig config_) Ownable(governance) {
         config = config_;
+        _syncParams();
+    }
+
+    /// @notice Copies the operator minimum stake from the ProtocolConfig (call after setParams).
+    function syncParams() external {
+        _syncParams();
+    }
+
+    function _syncParams() internal {
+        uint256 m = config.minOperatorStake();
+        minOperatorStake = m.toUint96();
+        emit ParamsSynced(m);
     }
 
     /// @notice Fixes the ChallengeManager (once).
@@ -120,7 +144,7 @@ contract StakeRegistry is Ownable {
             _verifiers.push(msg.sender);
         }
         a.role = role;
-        a.stake = msg.value.toUint128();
+        a.stake = _u112(msg.value);
         totalStake += msg.value;
         emit Registered(msg.sender, role, msg.value);
     }
@@ -130,7 +154,7 @@ contract StakeRegistry is Ownable {
         Account storage a = _accounts[msg.sender];
         if (a.role == Role.None) revert NotRegistered(msg.sender);
         if (msg.value == 0) revert ZeroAmount();
-        a.stake += msg.value.toUint128();
+        a.stake += _u112(msg.value);
         totalStake += msg.value;
         emit Bonded(msg.sender, msg.value, a.stake);
     }
@@ -144,7 +168,7 @@ contract StakeRegistry is Ownable {
         if (amount == 0) revert ZeroAmount();
         uint256 available = a.stake - a.unbonding;
         if (amount > available) revert UnbondExceedsStake(msg.sender, amount, available);
-        a.unbonding += amount;
+        a.unbonding += _u112(amount);
         a.unbondReadyAt = uint64(block.timestamp) + config.params().unbondingPeriod;
         emit UnbondRequested(msg.sender, amount, a.unbonding, a.unbondReadyAt);
     }
@@ -161,8 +185,8 @@ contract StakeRegistry is Ownable {
         uint256 free = a.stake - a.locked;
         amount = a.unbonding < free ? a.unbonding : free;
         if (amount == 0) revert NothingToWithdraw(msg.sender, a.unbonding, a.locked);
-        a.stake -= amount.toUint128();
-        a.unbonding -= amount.toUint128();
+        a.stake -= _u112(amount);
+        a.unbonding -= _u112(amount);
         totalStake -= amount;
         emit Withdrawn(msg.sender, amount);
         (bool ok,) = msg.sender.call{value: amount}("");
@@ -198,7 +222,7 @@ contract StakeRegistry is Ownable {
         Account storage a = _accounts[account];
         if (amount > a.locked) revert ExceedsLocked(account, amount, a.locked);
         a.locked -= amount.toUint128();
-        a.stake -= amount.toUint128();
+        a.stake -= _u112(amount);
         if (a.unbonding > a.stake) a.unbonding = a.stake;
         totalStake -= amount;
         emit Slashed(account, amount, a.stake);
@@ -228,7 +252,7 @@ contract StakeRegistry is Ownable {
     /// @notice True iff `who` is an operator with at least the minimum active stake.
     function isActiveOperator(address who) external view returns (bool) {
         Account storage a = _accounts[who];
-        return a.role == Role.Operator && a.stake - a.unbonding >= config.minOperatorStake();
+        return a.role == Role.Operator && a.stake - a.unbonding >= minOperatorStake;
     }
 
     /// @notice True iff `who` is registered as an operator (whatever its stake).

@@ -133,13 +133,25 @@ contract ChallengeManagerTest is Fixture {
     }
 
     function test_openChallenge_signerNotOperator_reverts() public {
+        // A non-operator has no committed batch: the lookup keyed by its address fails.
         uint256 key = 0xB0B;
         ReceiptLib.Receipt memory r = makeReceipt(HONEST_OUT, 1);
         r.operator = vm.addr(key);
         bytes memory sig = signReceipt(key, r);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotOperator.selector, vm.addr(key)));
+        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.BatchNotFound.selector, vm.addr(key), bytes32(uint256(1))));
         cm.openChallenge{value: 1 ether}(r, sig, bytes32(uint256(1)), 0, new bytes32[](0));
+    }
+
+    function test_claimUnpublished_signerNotOperator_reverts() public {
+        uint256 key = 0xB0B;
+        ReceiptLib.Receipt memory r = makeReceipt(HONEST_OUT, 1);
+        r.operator = vm.addr(key);
+        bytes memory sig = signReceipt(key, r);
+        vm.warp(block.timestamp + 2 hours);
+        vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotOperator.selector, vm.addr(key)));
+        cm.claimUnpublished{value: 1 ether}(r, sig);
     }
 
     function test_openChallenge_liveDispute_reverts() public {

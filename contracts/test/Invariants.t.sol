@@ -248,9 +248,13 @@ abstract contract ProtocolInvariants is Test {
         (StakeRegistry stakes, ChallengeManager cm,,) = handler.systems();
         vm.assertEq(handler.totalEth(), handler.initialEth(), "total ETH");
         vm.assertEq(address(stakes).balance, stakes.totalStake(), "registry balance == total stake");
-        vm.assertEq(
-            address(cm).balance, cm.totalBondsHeld() + cm.totalCredits() + cm.totalBurnt(), "cm balance accounting"
-        );
+        uint256 bonds = 0;
+        uint256[] memory ids = handler.liveChallengeIds();
+        for (uint256 i = 0; i < ids.length; i++) bonds += cm.challenge(ids[i]).bond;
+        ids = handler.liveClaimIds();
+        for (uint256 i = 0; i < ids.length; i++) bonds += cm.claim(ids[i]).bond;
+        vm.assertEq(address(cm).balance, bonds + cm.totalCredits() + cm.totalBurnt(), "cm balance accounting");
+        vm.assertEq(cm.bondsHeld(), bonds, "bondsHeld view");
     }
 
     /// No receipt is slashed twice.

@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {Fixture} from "./utils/Fixture.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
+import {ProtocolConfig} from "../src/ProtocolConfig.sol";
 
 contract StakeRegistryTest is Fixture {
     address internal newcomer = address(0xD00D);
@@ -136,6 +137,17 @@ contract StakeRegistryTest is Fixture {
         uint128 got = stakes.lock(operator, 50 ether);
         vm.assertEq(uint256(got), 20 ether);
         vm.assertEq(stakes.freeStake(operator), 0);
+    }
+
+    function test_syncParams_newMinimum_succeeds() public {
+        vm.assertEq(uint256(stakes.minOperatorStake()), 10 ether);
+        vm.assertTrue(stakes.isActiveOperator(operator), "active at 20 ether");
+        ProtocolConfig.Params memory p = defaultParams();
+        p.minOperatorStake = 25 ether;
+        config.setParams(p);
+        stakes.syncParams();
+        vm.assertEq(uint256(stakes.minOperatorStake()), 25 ether);
+        vm.assertFalse(stakes.isActiveOperator(operator), "inactive below the new minimum");
     }
 
     function test_setChallengeManager_twice_reverts() public {

@@ -15,7 +15,6 @@ class BatchCommitted:
     operator: str
     root: bytes
     leaf_count: int
-    committed_at: int
     da_pointer: str
     block_number: int
 
@@ -57,9 +56,9 @@ def _logs(event: Any, from_block: int, to_block: int | str) -> list[Any]:
 
 def batches_committed(reg: BatchRegistryContract, from_block: int = 0,
                       to_block: int | str = "latest") -> list[BatchCommitted]:
-    return [BatchCommitted(bytes(a["batchId"]), str(a["operator"]), bytes(a["root"]),
-                           int(a["leafCount"]), int(a["committedAt"]), str(a["daPointer"]),
-                           int(log["blockNumber"]))
+    return [BatchCommitted(BatchRegistryContract.batch_id(str(a["operator"]), bytes(a["root"])),
+                           str(a["operator"]), bytes(a["root"]), int(a["leafCount"]),
+                           str(a["daPointer"]), int(log["blockNumber"]))
             for log in _logs(reg.contract.events.BatchCommitted(), from_block, to_block)
             for a in [log["args"]]]
 

@@ -55,20 +55,20 @@ class Params:
     challenge_window: int
     publication_deadline: int
     response_period: int
-    draw_period: int
-    commit_period: int
-    reveal_period: int
-    unbonding_period: int
     draw_delay_blocks: int
     committee_size: int
     quorum_bps: int
     challenger_reward_bps: int
-    majority_reward_bps: int
+    draw_period: int
+    commit_period: int
+    reveal_period: int
+    unbonding_period: int
     challenge_bond: int
-    non_reveal_penalty: int
     slash_amount: int
+    non_reveal_penalty: int
     min_operator_stake: int
     min_verifier_stake: int
+    majority_reward_bps: int
 
     def as_tuple(self) -> tuple[int, ...]:
         return astuple(self)
@@ -96,13 +96,13 @@ def default_params() -> Params:
 class StakeAccount:
     stake: int
     unbonding: int
+    role: Role
     locked: int
     unbond_ready_at: int
-    role: Role
 
     @classmethod
     def from_tuple(cls, t: Any) -> StakeAccount:
-        return cls(int(t[0]), int(t[1]), int(t[2]), int(t[3]), Role(t[4]))
+        return cls(int(t[0]), int(t[1]), Role(t[2]), int(t[3]), int(t[4]))
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ class ChallengeInfo:
     operator: str
     opened_at: int
     status: Status
+    target_block: int
     challenger: str
     bond: int
-    target_block: int
     commit_deadline: int
     reveal_deadline: int
     members: int

@@ -1,0 +1,104 @@
+"""Gas of the hot contract paths, measured from real transaction receipts on anvil.
+
+Commits a 1024-receipt batch, opens challenges on its receipts (10-sibling proofs; the first
+challenge ever pays extra zero-to-nonzero storage writes, reported separately),
+draws the committee, commits and reveals one vote. gasUsed includes the 21000 intrinsic cost
+and calldata. Prints one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+from verinfer.chain.anvil import Anvil, dev_accounts, mine
+from verinfer.chain.bindings import TxSender, vote_commitment
+from verinfer.chain.deploy import deploy_all
+from verinfer.chain.signing import sign_receipt_typed
+from verinfer.chain.structs import ETHER, Kind, Role, default_params
+from verinfer.receipts.eip712 import Domain, Receipt
+from verinfer.receipts.merkle import build_tree
+
+LEAVES = 1024
+
+
+def main() -> dict[str, object]:
+    t0 = time.perf_counter()
+    with Anvil() as node:
+        w3 = node.web3()
+        gov, op, challenger, *verifiers = dev_accounts(6)
+        params = default_params()
+        d = deploy_all(w3, gov, params)
+
+        def as_(a):  # type: ignore[no-untyped-def]
+            return d.bind(w3, TxSender(w3, a))
+
+        model, fp = hashlib.sha256(b"m").digest(), hashlib.sha256(b"f").digest()
+        as_(gov).config.approve(Kind.MODEL, model)
+        as_(gov).config.approve(Kind.ENGINE_FINGERPRINT, fp)
+        as_(gov).config.register_key_epoch(1, b"\x04" * 32, b"\x00" * 32, 2, 3)
+        as_(op).stakes.register(Role.OPERATOR, 2 * ETHER)
+        for v in verifiers:
+            as_(v).stakes.register(Role.VERIFIER, ETHER)
+        domain = Domain(chain_id=d.chain_id, verifying_contract=d.challenge_manager)
+        now = int(w3.eth.get_block("latest")["timestamp"])
+        receipts = [Receipt(operator=op.address, chain_id=d.chain_id, model_id=model,
+                            engine_fingerprint_hash=fp,
+                            req_hash=hashlib.sha256(b"r%d" % i).digest(),
+                            out_hash=hashlib.sha256(b"o%d" % i).digest(), key_epoch=1,
+                            ciphertext_hash=hashlib.sha256(b"c%d" % i).digest(), issued_at=now)
+                    for i in range(LEAVES)]
+        tree = build_tree([r.digest(domain) for r in receipts])
+        pointer = "da://local/0x" + hashlib.sha256(b"manifest").hexdigest()
+        commit = as_(op).batches.commit_batch(tree.root, LEAVES, pointer)
+        idx = 777
+        proof = tree.proof(idx)
+        sig = sign_receipt_typed(receipts[idx], domain, op)
+        cm = as_(challenger).challenges
+        before = w3.eth.block_number
+        cid = cm.open_challenge(receipts[idx], sig, tree.root, proof.index, proof.siblings,
+                                params.challenge_bond)
+        open_first = w3.eth.get_block(before + 1)["gasUsed"]
+        # Steady state: a second challenge while one is live (challenge counter and the
+        # operator's lock slot are already non-zero, as on any chain past its first dispute).
+        idx2 = 5
+        p2 = tree.proof(idx2)
+        before = w3.eth.block_number
+        cm.open_challenge(receipts[idx2], sign_receipt_typed(receipts[idx2], domain, op),
+                          tree.root, p2.index, p2.siblings, params.challenge_bond)
+        open_gas = w3.eth.get_block(before + 1)["gasUsed"]
+        mine(w3, params.draw_delay_blocks + 1)
+        draw = cm.draw_committee(cid)
+        member = cm.committee(cid)[0].account
+        signer = next(v for v in verifiers if v.address == member)
+        out = receipts[idx].out_hash
+        salt = b"\x07" * 32
+        cv = as_(signer).challenges.commit_vote(cid, vote_commitment(cid, member, out, salt))
+        # Everyone else commits too so that the reveal opens at once.
+        for m in cm.committee(cid)[1:]:
+            s = next(v for v in verifiers if v.address == m.account)
+            as_(s).challenges.commit_vote(cid, vote_commitment(cid, m.account, out, salt))
+        rv = as_(signer).challenges.reveal_vote(cid, out, salt)
+    commit_gas = int(commit["gasUsed"])
+    return {
+        "commit_batch_gas": commit_gas,
+        "open_challenge_gas": int(open_gas),
+        "open_challenge_gas_first": int(open_first),
+        "draw_committee_gas": int(draw["gasUsed"]),
+        "commit_vote_gas": int(cv["gasUsed"]),
+        "reveal_vote_gas": int(rv["gasUsed"]),
+        "gas_per_receipt_1024": round(commit_gas / LEAVES, 2),
+        "batch_leaves": LEAVES,
+        "proof_siblings": len(proof.siblings),
+        "verifiers": len(verifiers),
+        "committee_size": params.committee_size,
+        "targets": {"commit_batch_gas": 60000, "open_challenge_gas": 250000,
+                    "commit_vote_gas": 70000, "reveal_vote_gas": 70000,
+                    "gas_per_receipt_1024": 100},
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()))

@@ -99,9 +99,11 @@ def test_report_signature_and_hash_are_checked(r: redis.Redis, keys: StreamKeys,
     d["report"]["matches"] = False
     with pytest.raises(AuditJobError, match="hash"):
         SignedAuditReport.from_json(d)
-    forged = SignedAuditReport(rep.report, rep.signature[:-1] + bytes([rep.signature[-1] ^ 1]))
+    forged = SignedAuditReport(rep.report, rep.signature[:-1] + bytes([55 - rep.signature[-1]]))
     with pytest.raises(AuditJobError, match="not by its auditor"):
         forged.verify()
+    with pytest.raises(AuditJobError, match="does not parse"):
+        SignedAuditReport(rep.report, b"\x01" * 65).verify()
 
 
 def test_failed_attempt_is_reclaimed_and_retried(r: redis.Redis, keys: StreamKeys,

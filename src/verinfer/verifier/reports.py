@@ -68,7 +68,11 @@ class SignedAuditReport:
     def verify(self) -> str:
         """Returns the signer; raises AuditJobError unless it is the report's auditor."""
         msg = encode_defunct(primitive=self.report.signing_digest())
-        signer = str(Account.recover_message(msg, signature=self.signature))
+        try:
+            signer = str(Account.recover_message(msg, signature=self.signature))
+        except Exception as e:  # eth-account raises ValueError/BadSignature on junk
+            raise AuditJobError(f"audit report signature does not parse: {e}",
+                                param="signature") from e
         if signer != self.report.auditor:
             raise AuditJobError(f"audit report signed by {signer}, not by its auditor "
                                 f"{self.report.auditor}", param="signature")

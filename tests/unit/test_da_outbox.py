@@ -387,3 +387,14 @@ def test_fails_over_to_fallback_while_primary_answers_503(outbox: Outbox, da: Lo
         assert {e.ciphertext.backend for e in m.entries} == {"eigenda"}
         assert outbox.status().entries["committed"] == 6
         primary.close()
+
+
+def test_receipt_bytes_outlive_pruning(outbox: Outbox, da: LocalDAClient,
+                                       clock: FakeClock) -> None:
+    digest, receipt, payload = sample_entry(b"kept receipt")
+    outbox.enqueue(digest, receipt, payload)
+    _publisher(outbox, da, InMemoryBatchSink(), clock).run_once(flush=True)
+    clock.t += 1
+    assert outbox.prune_committed_payloads(committed_before=clock.t) == 1
+    assert outbox.receipt(digest) == receipt
+    assert outbox.receipt(bytes(32)) is None

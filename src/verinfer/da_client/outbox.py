@@ -408,6 +408,13 @@ class Outbox:
                                    " WHERE receipt_digest = ?", (receipt_digest,)).fetchone()
         return None if row is None else (row[0], row[1], row[2])
 
+    def receipt(self, receipt_digest: bytes) -> bytes | None:
+        """The stored receipt bytes of one entry (kept after the payload is pruned)."""
+        with self._lock:
+            row = self._db.execute("SELECT receipt FROM entries WHERE receipt_digest = ?",
+                                   (receipt_digest,)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def batch(self, batch_id: int) -> BatchRow | None:
         with self._lock:
             row = self._db.execute(_BATCH_SELECT + " WHERE id = ?", (batch_id,)).fetchone()

@@ -103,7 +103,7 @@ def test_report_signature_and_hash_are_checked(r: redis.Redis, keys: StreamKeys,
     with pytest.raises(AuditJobError, match="not by its auditor"):
         forged.verify()
     with pytest.raises(AuditJobError, match="does not parse"):
-        SignedAuditReport(rep.report, b"\x01" * 65).verify()
+        SignedAuditReport(rep.report, b"\x01" * 64 + b"\x1d").verify()
 
 
 def test_failed_attempt_is_reclaimed_and_retried(r: redis.Redis, keys: StreamKeys,

@@ -83,6 +83,11 @@ def serve(
              "none = open API.")] = None,
     rate_limit: Annotated[float | None, typer.Option(
         help="Requests per minute per API key (or per client address).")] = None,
+    operator_dir: Annotated[Path | None, typer.Option(
+        help="Operator state directory (from `verinfer operator init`): signs a receipt for "
+             "every response and publishes the evidence.")] = None,
+    unsafe_no_evidence: Annotated[bool, typer.Option(
+        help="Serve without receipts or published evidence (nothing is verifiable).")] = False,
 ) -> None:
     """Serve the OpenAI-compatible API."""
     import uvicorn
@@ -100,16 +105,34 @@ def serve(
     except VerinferError as e:
         typer.echo(f"error: {e.message}", err=True)
         raise typer.Exit(2) from e
+    if (operator_dir is None) == (not unsafe_no_evidence):
+        typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
+                   "without any verifiable evidence, --unsafe-no-evidence", err=True)
+        raise typer.Exit(2)
     engine = Engine(loaded, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
                     max_context=max_context)
+    runtime = None
+    if operator_dir is not None:
+        from verinfer.operator.config import OperatorConfig
+        from verinfer.operator.runtime import build_runtime
+
+        try:
+            runtime = build_runtime(OperatorConfig.load(operator_dir), engine)
+        except VerinferError as e:
+            engine.close()
+            typer.echo(f"error: {e.message}", err=True)
+            raise typer.Exit(2) from e
     served_name = name or _default_name(loaded.name)
     typer.echo(f"serving {served_name} ({loaded.model_id[:18]}…) on http://{host}:{port}/v1 "
                f"[{engine.fingerprint.system_fingerprint}]", err=True)
     try:
-        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit)
+        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
+                              evidence=runtime.evidence if runtime else None)
         uvicorn.run(create_app(engine, served_name, config), host=host, port=port,
                     log_level="warning")
     finally:
+        if runtime is not None:
+            runtime.close()
         engine.close()
 
 
@@ -126,10 +149,21 @@ def demo(
 ) -> None:
     """The main job: start `verinfer serve` on the embedded model and complete one request
     with the official openai SDK."""
+    import tempfile
+
+    from eth_account import Account
+    from eth_account.messages import encode_typed_data
     from openai import OpenAI
 
     port = port or _free_port()
-    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port), "--name", "default"]
+    state = Path(tempfile.mkdtemp(prefix="verinfer-demo-"))
+    init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(state),
+                           "--batch-max-age-s", "1"], capture_output=True, text=True)
+    if init.returncode != 0:
+        typer.echo(init.stderr, err=True)
+        raise typer.Exit(init.returncode)
+    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port), "--name", "default",
+           "--operator-dir", str(state)]
     if model:
         cmd += ["--model", model]
     server = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -141,13 +175,30 @@ def demo(
             model="default", messages=[{"role": "user", "content": prompt}],
             max_tokens=max_tokens, temperature=0.0)
         dt = time.perf_counter() - t0
-        extra = r.model_extra or {}
-        ev = extra.get("verinfer", {})
+        ev = (r.choices[0].model_extra or {}).get("verinfer", {})
+        v = (r.model_extra or {})["verification"]
+        signer = Account.recover_message(encode_typed_data(full_message=v["receipt"]),
+                                         signature=v["signature"])
         typer.echo(f"prompt:  {prompt}")
         typer.echo(f"answer:  {r.choices[0].message.content!r}")
         typer.echo(f"finish:  {r.choices[0].finish_reason}; usage: {r.usage}; {dt:.2f}s")
         typer.echo(f"system_fingerprint: {r.system_fingerprint}")
         typer.echo(f"model_id: {ev.get('model_id')}  logit_digest: {ev.get('logit_digest')}")
+        typer.echo(f"receipt: {v['receipt_id']} signed by {signer} "
+                   f"({'matches' if signer == v['operator'] else 'DOES NOT MATCH'} the operator)")
+        typer.echo(f"req_hash: {v['req_hash']}  out_hash: {v['out_hash']}")
+        typer.echo(f"ciphertext: {v['da_pointer']} (key epoch {v['key_epoch']})")
+        import httpx
+
+        deadline = time.monotonic() + 30
+        st: dict[str, object] = {}
+        while time.monotonic() < deadline:
+            st = httpx.get(f"http://127.0.0.1:{port}/v1/receipts/{v['receipt_id']}").json()
+            if st.get("state") == "committed":
+                break
+            time.sleep(0.5)
+        typer.echo(f"publication: {st.get('state')}; batch: {st.get('batch')}")
+        typer.echo(f"operator state: {state}")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openai import OpenAI
 
 
 def free_port() -> int:
@@ -50,7 +52,28 @@ def running_server(model: Path, *extra: str, env: dict[str, str] | None = None
         proc.wait(timeout=30)
 
 
+def operator_init(directory: Path, *extra: str) -> dict[str, str]:
+    """`verinfer operator init` (light KDF, 0.3 s batches); returns its JSON answer."""
+    r = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(directory),
+                        "--light-kdf", "--batch-max-age-s", "0.3", *extra],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 @pytest.fixture(scope="module")
-def server(tiny_path: Path) -> Iterator[str]:
-    with running_server(tiny_path) as base:
+def operator_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("operator")
+    operator_init(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path: Path, operator_dir: Path) -> Iterator[str]:
+    with running_server(tiny_path, "--operator-dir", str(operator_dir)) as base:
         yield base
+
+
+@pytest.fixture()
+def client(server: str) -> OpenAI:
+    return OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)

@@ -15,7 +15,8 @@ from conftest import running_server
 def test_api_keys_and_rate_limits(tiny_path: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("sk-alpha\nsk-beta\n")
-    with running_server(tiny_path, "--api-keys-file", str(keys), "--rate-limit", "6") as base:
+    with running_server(tiny_path, "--api-keys-file", str(keys), "--rate-limit", "6",
+                        "--unsafe-no-evidence") as base:
         with pytest.raises(openai.AuthenticationError) as e:
             OpenAI(base_url=base + "/v1", api_key="sk-wrong", max_retries=0).models.list()
         assert isinstance(e.value.body, dict) and e.value.body["code"] == "invalid_api_key"

@@ -13,11 +13,6 @@ import pytest
 from openai import OpenAI
 
 
-@pytest.fixture()
-def client(server: str) -> OpenAI:
-    return OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0)
-
-
 def test_models_lists_the_served_model(client: OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == ["tiny"]
 
@@ -125,8 +120,9 @@ def test_oversized_body_is_413(server: str) -> None:
 
 
 def test_serve_with_a_missing_model_fails_clearly(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "verinfer", "serve", "--model",
-                        str(tmp_path / "none.gguf")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "verinfer", "serve", "--unsafe-no-evidence",
+                        "--model", str(tmp_path / "none.gguf")],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "does not exist" in r.stderr
 

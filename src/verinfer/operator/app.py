@@ -3,28 +3,35 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from verinfer.engine.engine import Engine
-from verinfer.errors import VerinferError
+from verinfer.engine.engine import Engine, GenerationResult
+from verinfer.errors import ModelNotFoundError, VerinferError
 from verinfer.operator.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from verinfer.operator.chat.serving import ServingChat
 from verinfer.operator.completions.protocol import Completion, CompletionRequest
 from verinfer.operator.completions.serving import ServingCompletions
 from verinfer.operator.errors import error_payload, error_response, install_error_handlers
+from verinfer.operator.evidence import EvidencePipeline, Execution
+from verinfer.operator.generation import Finalizer, Job
 from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelList
+from verinfer.operator.receipts_api import receipt_status
 from verinfer.operator.security import ApiKeys, RateLimiter
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -34,18 +41,37 @@ class ServerConfig:
     rate_limit_burst: int | None = None
     max_body_bytes: int = MAX_BODY_BYTES
     clock: Callable[[], float] = field(default=time.time)
+    evidence: EvidencePipeline | None = None  # None: no receipts (unsafe_no_evidence)
 
 
-def _sse(items: AsyncIterator[BaseModel]) -> AsyncIterator[bytes]:
+class _SentBytes:
+    """The exact SSE bytes a stream has produced so far (what its envelope must hold)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+
+def _sse(items: AsyncIterator[BaseModel], sent: _SentBytes) -> AsyncIterator[bytes]:
     async def gen() -> AsyncIterator[bytes]:
         try:
             async for item in items:
-                yield b"data: " + item.model_dump_json(exclude_none=True).encode() + b"\n\n"
+                frame = b"data: " + item.model_dump_json(exclude_none=True).encode() + b"\n\n"
+                sent.buf += frame
+                yield frame
         except VerinferError as e:  # the status line is gone: report in-band, OpenAI style
             yield b"data: " + json.dumps(error_payload(e)).encode() + b"\n\n"
+        except Exception:
+            log.exception("stream failed")
+            yield b"data: " + json.dumps({"error": {
+                "message": "internal server error", "type": "server_error", "param": None,
+                "code": None}}).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
 
     return gen()
+
+
+def _commitments(value: str | None) -> bytes | None:
+    return None if value is None else bytes.fromhex(value.removeprefix("0x"))
 
 
 def create_app(engine: Engine, model_name: str, config: ServerConfig | None = None) -> FastAPI:
@@ -91,27 +117,66 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     async def list_models() -> ModelList:
         return chat.models(int(cfg.clock()))
 
+    evidence = cfg.evidence
+
+    async def publish(jobs: list[Job], results: list[GenerationResult], commitments: str | None,
+                      body: bytes, response_body: bytes) -> dict[str, Any]:
+        assert evidence is not None
+        executions = [Execution(j.prompt_ids, j.params, r, _commitments(commitments))
+                      for j, r in zip(jobs, results, strict=True)]
+        t0 = time.perf_counter()
+        out = await asyncio.to_thread(evidence.publish, executions, body, response_body)
+        metrics.evidence_latency.observe(time.perf_counter() - t0)
+        return out
+
+    async def respond(resp: ChatCompletionResponse | Completion, jobs: list[Job],
+                      results: list[GenerationResult], commitments: str | None,
+                      body: bytes) -> Response:
+        metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
+        out = resp.model_dump_json(exclude_none=True).encode()
+        if evidence is not None:
+            resp.verification = await publish(jobs, results, commitments, body, out)
+            out = resp.model_dump_json(exclude_none=True).encode()
+        return Response(out, media_type="application/json")
+
+    def stream(make: Callable[[Finalizer | None], AsyncIterator[BaseModel]], jobs: list[Job],
+               commitments: str | None, body: bytes) -> StreamingResponse:
+        sent = _SentBytes()
+
+        async def finalize(results: list[GenerationResult]) -> dict[str, Any]:
+            metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
+            return await publish(jobs, results, commitments, body, bytes(sent.buf))
+
+        return StreamingResponse(_sse(make(finalize if evidence is not None else None), sent),
+                                 media_type="text/event-stream")
+
     @v1.post("/chat/completions", response_model=ChatCompletionResponse,
              response_model_exclude_none=True)
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
-        jobs = chat.prepare(req, await request.body())
+        body = await request.body()
+        jobs = chat.prepare(req, body)
         if req.stream:
-            return StreamingResponse(_sse(chat.create_stream(req, jobs)),
-                                     media_type="text/event-stream")
-        resp = await chat.create(req, jobs)
-        metrics.tokens.labels("completion").inc(resp.usage.completion_tokens)
-        return Response(resp.model_dump_json(exclude_none=True), media_type="application/json")
+            return stream(lambda fin: chat.create_stream(req, jobs, fin), jobs,
+                          req.prompt_commitments, body)
+        resp, results = await chat.create(req, jobs)
+        return await respond(resp, jobs, results, req.prompt_commitments, body)
 
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
     async def text_completions(req: CompletionRequest, request: Request) -> Response:
-        jobs = completions.prepare(req, await request.body())
+        body = await request.body()
+        jobs = completions.prepare(req, body)
         if req.stream:
-            return StreamingResponse(_sse(completions.create_stream(req, jobs)),
-                                     media_type="text/event-stream")
-        resp = await completions.create(req, jobs)
-        if resp.usage is not None:
-            metrics.tokens.labels("completion").inc(resp.usage.completion_tokens)
-        return Response(resp.model_dump_json(exclude_none=True), media_type="application/json")
+            return stream(lambda fin: completions.create_stream(req, jobs, fin), jobs,
+                          req.prompt_commitments, body)
+        resp, results = await completions.create(req, jobs)
+        return await respond(resp, jobs, results, req.prompt_commitments, body)
+
+    @v1.get("/receipts/{receipt_id}")
+    async def get_receipt(receipt_id: str) -> dict[str, Any]:
+        if evidence is None:
+            raise ModelNotFoundError("this server does not issue receipts", param="receipt_id")
+        return await asyncio.to_thread(receipt_status, evidence.outbox, evidence.domain,
+                                       receipt_id)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

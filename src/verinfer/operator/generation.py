@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from verinfer.engine.engine import MAX_TOP_LOGPROBS, Engine, GenerationResult, StepEvent
 from verinfer.engine.sampling import MAX_SEED, SamplingParams, derive_seed
@@ -18,6 +20,10 @@ from verinfer.errors import InvalidRequestError, ModelNotFoundError
 from verinfer.operator.protocol import EngineEvidence, ModelCard, ModelList, Usage
 
 MAX_CHOICES = 8
+
+# Called by a stream after its last content/usage chunk with every choice's result; returns
+# the verification object for the final chunk.
+Finalizer = Callable[[list[GenerationResult]], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,6 @@ class ServingBase:
             _check_root(opt.prompt_commitments)
         if opt.seed is not None and not 0 <= opt.seed <= MAX_SEED:
             raise InvalidRequestError(f"seed must be in [0, 2^64), got {opt.seed}", param="seed")
-        seed = opt.seed if opt.seed is not None else derive_seed(hashlib.sha256(req_bytes).digest())
         stop = (opt.stop,) if isinstance(opt.stop, str) else tuple(opt.stop or ())
         base = SamplingParams(
             max_tokens=opt.max_tokens if opt.max_tokens is not None else 1,
@@ -89,19 +94,27 @@ class ServingBase:
             top_k=opt.top_k or 0,
             top_p=1.0 if opt.top_p is None else opt.top_p,
             stop=stop,
-            seed=seed,
         ).validate()
         out: list[Job] = []
         for p, prompt in enumerate(prompts):
             params = base
             if opt.max_tokens is None:  # no explicit limit: up to the end of the context
                 params = replace(base, max_tokens=max(1, self.engine.max_context - len(prompt)))
+            # No seed given: derive it from what decides the output (never from transport
+            # details such as `stream`), so the same request streams the same text.
+            seed = opt.seed if opt.seed is not None else self.derived_seed(prompt, params)
             for i in range(n):
                 job = Job(p * n + i, prompt, replace(params, seed=choice_seed(seed, i)),
                           opt.top_logprobs)
                 self.engine.check_request(job.prompt_ids, job.params)
                 out.append(job)
         return out
+
+    def derived_seed(self, prompt: list[int], params: SamplingParams) -> int:
+        doc = json.dumps([self.engine.model_id, prompt, params.max_tokens, params.temperature,
+                          params.top_k, params.top_p, list(params.stop), params.ignore_eos],
+                         separators=(",", ":"))
+        return derive_seed(hashlib.sha256(doc.encode()).digest())
 
     async def run(self, jobs: Sequence[Job]) -> list[GenerationResult]:
         futs = [asyncio.wrap_future(self.engine.submit(j.prompt_ids, j.params,

@@ -15,5 +15,9 @@ class OperatorMetrics:
                                  buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
         self.tokens = Counter("verinfer_tokens_total", "Tokens processed", ["kind"],
                               registry=self.registry)
+        self.evidence_latency = Histogram(
+            "verinfer_evidence_seconds", "Receipt + envelope + durable outbox write per response",
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5))
         self.in_flight = Gauge("verinfer_requests_in_flight", "Requests being served",
                                registry=self.registry)

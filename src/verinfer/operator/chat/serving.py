@@ -22,6 +22,7 @@ from verinfer.operator.chat.protocol import (
     TopLogprob,
 )
 from verinfer.operator.generation import (
+    Finalizer,
     Job,
     SamplingOptions,
     ServingBase,
@@ -75,7 +76,8 @@ class ServingChat(ServingBase):
                                             top_logprobs=top))
         return ChoiceLogprobs(content=content)
 
-    async def create(self, req: ChatCompletionRequest, jobs: list[Job]) -> ChatCompletionResponse:
+    async def create(self, req: ChatCompletionRequest, jobs: list[Job]
+                     ) -> tuple[ChatCompletionResponse, list[GenerationResult]]:
         results = await self.run(jobs)
         return ChatCompletionResponse(
             id=self.new_id(),
@@ -88,9 +90,10 @@ class ServingChat(ServingBase):
                 for j, r in zip(jobs, results, strict=True)],
             usage=self.usage(jobs, results),
             system_fingerprint=self.engine.fingerprint.system_fingerprint,
-        )
+        ), results
 
-    async def create_stream(self, req: ChatCompletionRequest, jobs: list[Job]
+    async def create_stream(self, req: ChatCompletionRequest, jobs: list[Job],
+                            finalize: Finalizer | None = None
                             ) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks in OpenAI's order: a role chunk per choice, content deltas, each choice's
         finish chunk (with its engine evidence), then the usage chunk when asked for."""
@@ -118,7 +121,13 @@ class ServingChat(ServingBase):
                 yield chunk([ChunkChoice(index=job.index, delta=ChunkDelta(),
                                          finish_reason=item.finish_reason,
                                          verinfer=self.evidence(job, item))])
+        # The final chunk: usage when asked for, and the verification object covering every
+        # byte sent before it.
+        ordered = [results[j.index] for j in jobs]
+        final = chunk([])
         if req.stream_options is not None and req.stream_options.include_usage:
-            final = chunk([])
-            final.usage = self.usage(jobs, [results[j.index] for j in jobs])
+            final.usage = self.usage(jobs, ordered)
+        if finalize is not None:
+            final.verification = await finalize(ordered)
+        if final.usage is not None or final.verification is not None:
             yield final

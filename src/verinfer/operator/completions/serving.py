@@ -14,6 +14,7 @@ from verinfer.operator.completions.protocol import (
     CompletionRequest,
 )
 from verinfer.operator.generation import (
+    Finalizer,
     Job,
     SamplingOptions,
     ServingBase,
@@ -95,16 +96,17 @@ class ServingCompletions(ServingBase):
             logprobs=self._logprobs(res.logprobs, 0) if res.logprobs is not None else None,
             verinfer=self.evidence(job, res))
 
-    async def create(self, req: CompletionRequest, jobs: list[Job]) -> Completion:
+    async def create(self, req: CompletionRequest, jobs: list[Job]
+                     ) -> tuple[Completion, list[GenerationResult]]:
         results = await self.run(jobs)
         return Completion(
             id=self.new_id(), created=int(self.clock()), model=self.model_name,
             choices=[self._choice(j, r) for j, r in zip(jobs, results, strict=True)],
             system_fingerprint=self.engine.fingerprint.system_fingerprint,
-            usage=self.usage(jobs, results))
+            usage=self.usage(jobs, results)), results
 
-    async def create_stream(self, req: CompletionRequest, jobs: list[Job]
-                            ) -> AsyncIterator[Completion]:
+    async def create_stream(self, req: CompletionRequest, jobs: list[Job],
+                            finalize: Finalizer | None = None) -> AsyncIterator[Completion]:
         cid, created = self.new_id(), int(self.clock())
         fp = self.engine.fingerprint.system_fingerprint
 
@@ -128,7 +130,13 @@ class ServingCompletions(ServingBase):
                 results[job.index] = item
                 yield chunk([CompletionChoice(finish_reason=item.finish_reason, index=job.index,
                                               text="", verinfer=self.evidence(job, item))])
+        # The final chunk: usage when asked for, and the verification object covering every
+        # byte sent before it.
+        ordered = [results[j.index] for j in jobs]
+        final = chunk([])
         if req.stream_options is not None and req.stream_options.include_usage:
-            final = chunk([])
-            final.usage = self.usage(jobs, [results[j.index] for j in jobs])
+            final.usage = self.usage(jobs, ordered)
+        if finalize is not None:
+            final.verification = await finalize(ordered)
+        if final.usage is not None or final.verification is not None:
             yield final

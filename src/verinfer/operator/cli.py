@@ -1,0 +1,95 @@
+"""`verinfer operator …`: set up an operator's keys and evidence configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from verinfer.operator.config import (
+    CONFIG_NAME,
+    PASSWORD_ENV,
+    OperatorConfig,
+    create_keystore,
+    write_config,
+)
+
+app = typer.Typer(help="Operator set-up: keystore, evidence configuration, publication status.",
+                  no_args_is_help=True)
+
+NO_CHAIN = "0x0000000000000000000000000000000000000000"
+
+
+@app.command()
+def init(
+    directory: Annotated[Path, typer.Argument(help="Operator state directory.")],
+    chain_id: Annotated[int, typer.Option(help="Chain id of the receipts' EIP-712 domain.")]
+    = 31337,
+    challenge_manager: Annotated[str, typer.Option(
+        help="ChallengeManager address (the receipts' verifyingContract).")] = NO_CHAIN,
+    epochs_file: Annotated[Path | None, typer.Option(
+        help="KMS epoch registry (epochs.json). Default: provision a local 2-of-3 KMS in "
+             "<dir>/kms.")] = None,
+    key_epoch: Annotated[int, typer.Option(help="Key epoch envelopes are sealed to.")] = 1,
+    da: Annotated[str, typer.Option(help="Primary DA backend: local | redis.")] = "local",
+    redis_url: Annotated[str | None, typer.Option()] = None,
+    batch_max_entries: Annotated[int, typer.Option()] = 1024,
+    batch_max_age_s: Annotated[float, typer.Option()] = 5.0,
+    private_key_env: Annotated[str | None, typer.Option(
+        help="Import the operator key from this env var (0x hex) instead of generating one.")]
+    = None,
+    light_kdf: Annotated[bool, typer.Option(
+        help="Cheap keystore KDF (tests, devnets only).")] = False,
+) -> None:
+    """Create the operator keystore and operator.json (and a local KMS epoch if none given)."""
+    if (directory / CONFIG_NAME).exists():
+        typer.echo(f"error: {directory / CONFIG_NAME} already exists", err=True)
+        raise typer.Exit(2)
+    if da not in ("local", "redis"):
+        typer.echo("error: --da must be local or redis", err=True)
+        raise typer.Exit(2)
+    directory.mkdir(parents=True, exist_ok=True)
+    key = (bytes.fromhex(os.environ[private_key_env].removeprefix("0x")) if private_key_env
+           else secrets.token_bytes(32))
+    password = os.environ.get(PASSWORD_ENV)
+    password_file = None
+    if password is None:
+        password, password_file = secrets.token_urlsafe(24), "keystore.password"
+        pw = directory / password_file
+        pw.write_text(password + "\n")
+        os.chmod(pw, 0o600)
+    address = create_keystore(directory / "operator.keystore.json", key, password,
+                              light=light_kdf)
+    if epochs_file is None:
+        from verinfer.kms.local_cluster import provision
+
+        lay = provision(directory / "kms", epoch=key_epoch, threshold=2, shares=3,
+                        measurements=[])
+        epochs_file = lay.registry
+        typer.echo(f"provisioned a local 2-of-3 KMS (epoch {key_epoch}) in {directory / 'kms'}",
+                   err=True)
+    write_config(directory, {
+        "keystore": "operator.keystore.json", "password_file": password_file,
+        "chain_id": chain_id, "challenge_manager": challenge_manager,
+        "epochs_file": str(epochs_file.resolve()), "key_epoch": key_epoch,
+        "outbox": "outbox.sqlite",
+        "da": {"backend": da, "local_store": "da", "redis_url": redis_url,
+               "redis_prefix": "verinfer:da:", "eigenda_url": None},
+        "batch": {"max_entries": batch_max_entries, "max_age_s": batch_max_age_s},
+        "sink": {"kind": "jsonl", "path": "batches.jsonl"},
+    })
+    typer.echo(json.dumps({"operator": address, "config": str(directory / CONFIG_NAME)}))
+
+
+@app.command()
+def status(directory: Annotated[Path, typer.Argument(help="Operator state directory.")]) -> None:
+    """Publication status of the operator's outbox (entries and batches per state)."""
+    from verinfer.da_client.outbox import Outbox
+
+    cfg = OperatorConfig.load(directory)
+    with Outbox(cfg.path("outbox")) as ob:
+        typer.echo(json.dumps(ob.status().to_json(), indent=2))

@@ -1,0 +1,108 @@
+"""The publish pipeline of one response: ExecRequest/ExecResult → envelope → receipt →
+signature → durable outbox entry, and the ``verification`` object the client receives.
+
+Only the outbox write (one fsync, group-committed across concurrent requests) sits on the
+response's critical path; the DA upload, batching and the on-chain commit happen later in the
+publisher thread. The envelope holds the response body *before* the verification object is
+attached (the receipt names the ciphertext's hash, so the ciphertext cannot contain the
+receipt). For a stream, that body is the exact SSE bytes sent before the final chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verinfer.da_client.manifest import SignedReceipt as OutboxReceipt
+from verinfer.da_client.manifest import encode_signed_receipt
+from verinfer.da_client.outbox import Outbox
+from verinfer.da_client.pointer import Pointer
+from verinfer.engine.engine import Engine, GenerationResult
+from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, ciphertext_hash, seal
+from verinfer.receipts.epoch_keys import EpochPublicKey
+from verinfer.receipts.hexutil import to_hex
+from verinfer.receipts.signed import SignedReceipt
+
+VERIFICATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One choice as the engine ran it."""
+
+    prompt_ids: list[int]
+    params: Any  # SamplingParams
+    result: GenerationResult
+    prompt_commitments: bytes | None = None
+
+
+class EvidencePipeline:
+    def __init__(self, engine: Engine, signer: ReceiptSigner, domain: Domain, key_epoch: int,
+                 epoch_key: EpochPublicKey, outbox: Outbox, da_backend: str, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        if da_backend == "eigenda":
+            # The receipt would name a pointer only known after upload; publish through a
+            # content-addressed backend and let the publisher fail over (see docs/operator.md).
+            raise ValueError("the operator's primary DA backend must be content-addressed "
+                             "(local or redis)")
+        self.engine, self.signer, self.domain = engine, signer, domain
+        self.key_epoch, self.epoch_key, self.outbox = key_epoch, epoch_key, outbox
+        self.da_backend, self.clock = da_backend, clock
+
+    @property
+    def operator(self) -> str:
+        return self.signer.address
+
+    def seal_and_sign(self, ex: Execution, request_body: bytes, response_body: bytes
+                      ) -> tuple[SignedReceipt, bytes, ExecRequest, ExecResult]:
+        req = ExecRequest.from_engine(self.engine, ex.prompt_ids, ex.params,
+                                      ex.prompt_commitments)
+        res = ExecResult.from_generation(ex.result)
+        binding = EnvelopeBinding.for_execution(operator=self.operator,
+                                                chain_id=self.domain.chain_id,
+                                                key_epoch=self.key_epoch, request=req, result=res)
+        blob = seal(EnvelopeContents(req, res, request_body, response_body), binding,
+                    self.epoch_key)
+        receipt = Receipt.create(
+            operator=self.operator, chain_id=self.domain.chain_id, model_id=req.model_id,
+            engine_fingerprint_hash=req.engine_fingerprint_hash, req_hash=req.hash,
+            out_hash=res.hash, key_epoch=self.key_epoch, ciphertext_hash=ciphertext_hash(blob),
+            now=self.clock)
+        return SignedReceipt.sign(receipt, self.domain, self.signer), blob, req, res
+
+    def publish(self, executions: Sequence[Execution], request_body: bytes,
+                response_body: bytes) -> dict[str, Any]:
+        """Seals, signs and durably enqueues every choice (one transaction); returns the
+        ``verification`` object. Blocking: call it off the event loop."""
+        made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
+        self.outbox.enqueue_many([
+            (signed.digest, encode_signed_receipt(
+                OutboxReceipt(signed.receipt, signed.digest, signed.signature)), blob)
+            for signed, blob, _, _ in made])
+        entries = [self._entry(ex, signed, blob, req, res)
+                   for ex, (signed, blob, req, res) in zip(executions, made, strict=True)]
+        out = dict(entries[0])
+        if len(entries) > 1:
+            out["choices"] = entries
+        return out
+
+    def _entry(self, ex: Execution, signed: SignedReceipt, blob: bytes, req: ExecRequest,
+               res: ExecResult) -> dict[str, Any]:
+        return {
+            "version": VERIFICATION_VERSION,
+            "receipt_id": to_hex(signed.digest),
+            "receipt": signed.receipt.as_typed_data(signed.domain),
+            "signature": to_hex(signed.signature),
+            "operator": self.operator,
+            "req_hash": to_hex(req.hash),
+            "out_hash": to_hex(res.hash),
+            "seed": ex.params.seed,
+            "da_pointer": str(Pointer.for_blob(self.da_backend, blob)),
+            "key_epoch": self.key_epoch,
+            "exec_request": req.to_json(),
+            "exec_result": res.to_json(),
+        }

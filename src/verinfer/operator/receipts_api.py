@@ -1,0 +1,61 @@
+"""GET /v1/receipts/{id}: a receipt again, later, with where its evidence stands.
+
+The answer names the publication state (queued → published → batched → committed), the DA
+pointer of the ciphertext, and once batched the batch root, the manifest pointer and the
+receipt's Merkle inclusion proof — everything a watcher needs to open a challenge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verinfer.da_client.manifest import decode_signed_receipt, inclusion_proof
+from verinfer.da_client.outbox import Outbox
+from verinfer.errors import InvalidRequestError, ModelNotFoundError
+from verinfer.receipts.eip712 import Domain
+from verinfer.receipts.hexutil import to_hex
+
+
+class ReceiptNotFoundError(ModelNotFoundError):
+    code = "receipt_not_found"
+
+
+def parse_receipt_id(value: str) -> bytes:
+    body = value.removeprefix("0x")
+    if len(body) != 64 or not value.startswith("0x"):
+        raise InvalidRequestError(f"a receipt id is 0x + 64 hex digits, got {value[:80]!r}",
+                                  param="receipt_id")
+    try:
+        return bytes.fromhex(body)
+    except ValueError:
+        raise InvalidRequestError(f"a receipt id is 0x + 64 hex digits, got {value[:80]!r}",
+                                  param="receipt_id") from None
+
+
+def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str) -> dict[str, Any]:
+    digest = parse_receipt_id(receipt_id)
+    raw = outbox.receipt(digest)
+    state = outbox.entry_state(digest)
+    if raw is None or state is None:
+        raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
+                                   param="receipt_id")
+    signed = decode_signed_receipt(raw)
+    entry_state, pointer, batch_id = state
+    out: dict[str, Any] = {
+        "receipt_id": to_hex(digest),
+        "receipt": signed.receipt.as_typed_data(domain),
+        "signature": to_hex(signed.signature),
+        "state": entry_state,
+        "da_pointer": pointer,
+        "batch": None,
+    }
+    batch = outbox.batch(batch_id) if batch_id is not None else None
+    if batch is not None:
+        proof = inclusion_proof(batch.manifest, digest)
+        out["batch"] = {
+            "root": to_hex(batch.root), "leaf_count": batch.leaf_count,
+            "manifest_pointer": batch.manifest_pointer, "state": batch.state,
+            "proof": {"index": proof.index, "leaf_count": proof.leaf_count,
+                      "siblings": [to_hex(s) for s in proof.siblings]},
+        }
+    return out

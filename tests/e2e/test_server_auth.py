@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from conftest import running_server
+from support.servers import running_server
 
 
 def test_api_keys_and_rate_limits(tiny_path: Path, tmp_path: Path) -> None:

@@ -44,6 +44,11 @@ def init(
     = None,
     light_kdf: Annotated[bool, typer.Option(
         help="Cheap keystore KDF (tests, devnets only).")] = False,
+    rpc_url: Annotated[str | None, typer.Option(
+        help="Chain JSON-RPC URL: batches are committed on chain (needs --deployment).")] = None,
+    deployment: Annotated[Path | None, typer.Option(
+        help="deployment.json from `verinfer chain deploy` (sets chain id and the "
+             "ChallengeManager).")] = None,
 ) -> None:
     """Create the operator keystore and operator.json (and a local KMS epoch if none given)."""
     if (directory / CONFIG_NAME).exists():
@@ -52,6 +57,16 @@ def init(
     if da not in ("local", "redis"):
         typer.echo("error: --da must be local or redis", err=True)
         raise typer.Exit(2)
+    if (rpc_url is None) != (deployment is None):
+        typer.echo("error: --rpc-url and --deployment go together", err=True)
+        raise typer.Exit(2)
+    sink: dict[str, object] = {"kind": "jsonl", "path": "batches.jsonl"}
+    if deployment is not None:
+        from verinfer.chain.deploy import Deployment
+
+        dep = Deployment.load(deployment)
+        chain_id, challenge_manager = dep.chain_id, dep.challenge_manager
+        sink = {"kind": "chain", "rpc_url": rpc_url, "deployment": str(deployment.resolve())}
     directory.mkdir(parents=True, exist_ok=True)
     key = (bytes.fromhex(os.environ[private_key_env].removeprefix("0x")) if private_key_env
            else secrets.token_bytes(32))
@@ -80,7 +95,7 @@ def init(
         "da": {"backend": da, "local_store": "da", "redis_url": redis_url,
                "redis_prefix": "verinfer:da:", "eigenda_url": None},
         "batch": {"max_entries": batch_max_entries, "max_age_s": batch_max_age_s},
-        "sink": {"kind": "jsonl", "path": "batches.jsonl"},
+        "sink": sink,
     })
     typer.echo(json.dumps({"operator": address, "config": str(directory / CONFIG_NAME)}))
 

@@ -1,0 +1,38 @@
+"""The on-chain batch sink: the outbox publisher hands a finished batch here and it becomes a
+BatchRegistry commitment (root, leaf count, manifest DA pointer), which starts the receipts'
+challenge window.
+
+Idempotent by root: a batch the registry already holds for this operator (e.g. committed just
+before a crash) is not sent again, so a publisher that retries never double-commits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+from web3 import Web3
+
+from verinfer.chain.bindings import BatchRegistryContract, TxSender
+from verinfer.chain.deploy import Deployment
+from verinfer.da_client.sinks import BatchCommitment
+
+
+class ChainBatchSink:
+    def __init__(self, registry: BatchRegistryContract, operator: str) -> None:
+        self.registry, self.operator = registry, operator
+
+    @classmethod
+    def from_config(cls, sink: dict[str, Any], *, private_key: bytes) -> ChainBatchSink:
+        """``sink`` = {"kind": "chain", "rpc_url": …, "deployment": <deployment.json path>}."""
+        w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
+        dep = Deployment.load(Path(sink["deployment"]))
+        account = Account.from_key(private_key)
+        registry = BatchRegistryContract(w3, dep.batch_registry, TxSender(w3, account))
+        return cls(registry, str(account.address))
+
+    def commit(self, batch: BatchCommitment) -> None:
+        if self.registry.batch_of(self.operator, batch.root).exists:
+            return  # INVARIANT: one commitment per (operator, root), even across crashes
+        self.registry.commit_batch(batch.root, batch.leaf_count, str(batch.manifest))

@@ -1,0 +1,63 @@
+"""The operator against a real anvil: a served response's receipt lands in a batch that the
+BatchRegistry holds, and the chain computes the same receipt digest the client got."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from support.servers import operator_init, running_server
+from verinfer.chain.anvil import Anvil, dev_accounts
+from verinfer.chain.bindings import TxSender
+from verinfer.chain.deploy import deploy_all
+from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.receipts.eip712 import Receipt
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Anvil, Path]]:
+    with Anvil() as node:
+        w3 = node.web3()
+        gov, op = dev_accounts(2)
+        d = deploy_all(w3, gov, default_params())
+        dep = tmp_path_factory.mktemp("chain") / "deployment.json"
+        d.save(dep)
+        d.bind(w3, TxSender(w3, op)).stakes.register(Role.OPERATOR, 5 * ETHER)
+        yield node, dep
+
+
+def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_path: Path,
+                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    node, dep = chain
+    op = dev_accounts(2)[1]
+    monkeypatch.setenv("OPERATOR_KEY", op.key.hex())
+    info = operator_init(tmp_path / "op", "--private-key-env", "OPERATOR_KEY", "--rpc-url",
+                         node.url, "--deployment", str(dep))
+    assert info["operator"] == op.address
+    with running_server(tiny_path, "--operator-dir", str(tmp_path / "op"),
+                        env=dict(os.environ)) as base:
+        client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+        r = client.chat.completions.create(model="tiny", max_tokens=4, temperature=0,
+                                           messages=[{"role": "user", "content": "hi"}])
+        v = (r.model_extra or {})["verification"]
+        deadline = time.monotonic() + 60
+        while (st := httpx.get(f"{base}/v1/receipts/{v['receipt_id']}").json())["state"] \
+                != "committed" and time.monotonic() < deadline:
+            time.sleep(0.3)
+    assert st["state"] == "committed", st
+    w3 = node.web3()
+    from verinfer.chain.deploy import Deployment
+
+    contracts = Deployment.load(dep).bind(w3)
+    root = bytes.fromhex(st["batch"]["root"][2:])
+    info_on_chain = contracts.batches.batch_of(op.address, root)
+    assert info_on_chain.exists and info_on_chain.leaf_count == st["batch"]["leaf_count"]
+    receipt = Receipt.from_json(v["receipt"]["message"])
+    assert "0x" + contracts.challenges.receipt_digest(receipt).hex() == v["receipt_id"]

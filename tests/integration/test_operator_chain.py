@@ -3,7 +3,10 @@ BatchRegistry holds, and the chain computes the same receipt digest the client g
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +17,8 @@ from openai import OpenAI
 
 from support.servers import operator_init, running_server
 from verinfer.chain.anvil import Anvil, dev_accounts
-from verinfer.chain.bindings import TxSender
 from verinfer.chain.deploy import deploy_all
-from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.chain.structs import ETHER, default_params
 from verinfer.receipts.eip712 import Receipt
 
 
@@ -24,12 +26,18 @@ from verinfer.receipts.eip712 import Receipt
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Anvil, Path]]:
     with Anvil() as node:
         w3 = node.web3()
-        gov, op = dev_accounts(2)
+        gov = dev_accounts(1)[0]
         d = deploy_all(w3, gov, default_params())
         dep = tmp_path_factory.mktemp("chain") / "deployment.json"
         d.save(dep)
-        d.bind(w3, TxSender(w3, op)).stakes.register(Role.OPERATOR, 5 * ETHER)
         yield node, dep
+
+
+def _cli(*args: str) -> dict[str, int]:
+    r = subprocess.run([sys.executable, "-m", "verinfer", "operator", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_path: Path,
@@ -41,6 +49,8 @@ def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_pa
     info = operator_init(tmp_path / "op", "--private-key-env", "OPERATOR_KEY", "--rpc-url",
                          node.url, "--deployment", str(dep))
     assert info["operator"] == op.address
+    staked = _cli("register", str(tmp_path / "op"), "--stake", "5")
+    assert staked["stake_wei"] == 5 * ETHER
     with running_server(tiny_path, "--operator-dir", str(tmp_path / "op"),
                         env=dict(os.environ)) as base:
         client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
@@ -61,3 +71,6 @@ def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_pa
     assert info_on_chain.exists and info_on_chain.leaf_count == st["batch"]["leaf_count"]
     receipt = Receipt.from_json(v["receipt"]["message"])
     assert "0x" + contracts.challenges.receipt_digest(receipt).hex() == v["receipt_id"]
+    unbonding = _cli("unbond", str(tmp_path / "op"), "--amount", "1.5")
+    assert unbonding["unbonding_wei"] == 3 * ETHER // 2
+    assert unbonding["stake_wei"] == 5 * ETHER  # still slashable until withdrawn

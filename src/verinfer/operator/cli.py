@@ -108,3 +108,74 @@ def status(directory: Annotated[Path, typer.Argument(help="Operator state direct
     cfg = OperatorConfig.load(directory)
     with Outbox(cfg.path("outbox")) as ob:
         typer.echo(json.dumps(ob.status().to_json(), indent=2))
+
+
+def _contracts(directory: Path):  # type: ignore[no-untyped-def]
+    """The operator's bound contracts (rpc and deployment from its chain sink config)."""
+    from eth_account import Account
+    from web3 import Web3
+
+    from verinfer.chain.bindings import TxSender
+    from verinfer.chain.deploy import Deployment
+
+    cfg = OperatorConfig.load(directory)
+    sink = cfg.raw["sink"]
+    if sink.get("kind") != "chain":
+        typer.echo("error: this operator has no chain configured (operator init --rpc-url "
+                   "--deployment)", err=True)
+        raise typer.Exit(2)
+    w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
+    sender = TxSender(w3, Account.from_key(cfg.private_key()))
+    return Deployment.load(Path(sink["deployment"])).bind(w3, sender), sender.address
+
+
+def _stake_call(directory: Path, action: str, amount: str) -> None:
+    from verinfer.chain.cli import parse_ether
+    from verinfer.chain.structs import Role
+    from verinfer.errors import VerinferError
+
+    try:
+        c, address = _contracts(directory)
+        if action == "register":
+            c.stakes.register(Role.OPERATOR, parse_ether(amount))
+        elif action == "stake":
+            c.stakes.bond(parse_ether(amount))
+        elif action == "unbond":
+            c.stakes.request_unbond(parse_ether(amount))
+        else:
+            c.stakes.withdraw()
+        acct = c.stakes.account_of(address)
+    except VerinferError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        raise typer.Exit(2) from e
+    typer.echo(json.dumps({"operator": address, "stake_wei": acct.stake,
+                           "unbonding_wei": acct.unbonding,
+                           "unbond_ready_at": acct.unbond_ready_at}))
+
+
+DirArg = Annotated[Path, typer.Argument(help="Operator state directory.")]
+Amount = Annotated[str, typer.Option(help="ETH amount (exact decimal).")]
+
+
+@app.command()
+def register(directory: DirArg, stake: Amount) -> None:
+    """Register this operator on chain, bonding --stake ETH."""
+    _stake_call(directory, "register", stake)
+
+
+@app.command()
+def stake(directory: DirArg, amount: Amount) -> None:
+    """Add --amount ETH to the operator's bond."""
+    _stake_call(directory, "stake", amount)
+
+
+@app.command()
+def unbond(directory: DirArg, amount: Amount) -> None:
+    """Start unbonding --amount ETH (withdrawable after the unbonding delay)."""
+    _stake_call(directory, "unbond", amount)
+
+
+@app.command()
+def withdraw(directory: DirArg) -> None:
+    """Withdraw stake whose unbonding delay has passed."""
+    _stake_call(directory, "withdraw", "0")

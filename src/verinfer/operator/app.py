@@ -154,7 +154,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
              response_model_exclude_none=True)
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         body = await request.body()
-        jobs = chat.prepare(req, body)
+        jobs = chat.prepare(req)
         if req.stream:
             return stream(lambda fin: chat.create_stream(req, jobs, fin), jobs,
                           req.prompt_commitments, body)
@@ -164,7 +164,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
     async def text_completions(req: CompletionRequest, request: Request) -> Response:
         body = await request.body()
-        jobs = completions.prepare(req, body)
+        jobs = completions.prepare(req)
         if req.stream:
             return stream(lambda fin: completions.create_stream(req, jobs, fin), jobs,
                           req.prompt_commitments, body)

@@ -75,8 +75,7 @@ class ServingBase:
             raise ModelNotFoundError(f"the model {model!r} does not exist; this server serves "
                                      f"{self.model_name!r}", param="model")
 
-    def jobs(self, prompts: Sequence[list[int]], opt: SamplingOptions,
-             req_bytes: bytes) -> list[Job]:
+    def jobs(self, prompts: Sequence[list[int]], opt: SamplingOptions) -> list[Job]:
         n = 1 if opt.n is None else opt.n
         if not 1 <= n <= MAX_CHOICES:
             raise InvalidRequestError(f"n must be in [1, {MAX_CHOICES}], got {n}", param="n")

@@ -38,7 +38,7 @@ class ServingChat(ServingBase):
         self.clock = clock
         self.new_id = new_id or (lambda: "chatcmpl-" + uuid.uuid4().hex)
 
-    def prepare(self, req: ChatCompletionRequest, req_bytes: bytes) -> list[Job]:
+    def prepare(self, req: ChatCompletionRequest) -> list[Job]:
         self.check_model(req.model)
         reject_unsupported({
             "logit_bias": bool(req.logit_bias),
@@ -58,7 +58,7 @@ class ServingChat(ServingBase):
             seed=req.seed, n=req.n,
             top_logprobs=(req.top_logprobs or 0) if req.logprobs else None,
             prompt_commitments=req.prompt_commitments)
-        return self.jobs([prompt], opt, req_bytes)
+        return self.jobs([prompt], opt)
 
     def _logprobs(self, lps: Sequence[TokenLogprob]) -> ChoiceLogprobs:
         tok = self.engine.tokenizer

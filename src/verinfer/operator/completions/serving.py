@@ -55,7 +55,7 @@ class ServingCompletions(ServingBase):
             out.append(ids)
         return out
 
-    def prepare(self, req: CompletionRequest, req_bytes: bytes) -> list[Job]:
+    def prepare(self, req: CompletionRequest) -> list[Job]:
         self.check_model(req.model)
         reject_unsupported({
             "echo": bool(req.echo), "suffix": req.suffix is not None,
@@ -72,7 +72,7 @@ class ServingCompletions(ServingBase):
             max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
             top_k=req.top_k, stop=req.stop, seed=req.seed, n=req.n, top_logprobs=req.logprobs,
             prompt_commitments=req.prompt_commitments)
-        return self.jobs(self._prompts(req.prompt), opt, req_bytes)
+        return self.jobs(self._prompts(req.prompt), opt)
 
     def _logprobs(self, lps: Sequence[TokenLogprob], offset: int) -> CompletionLogprobs:
         tok = self.engine.tokenizer

@@ -1,0 +1,181 @@
+"""Opening disputes: a full challenge for a receipt in a committed batch, or a withholding
+claim for a signed receipt that no batch committed by its publication deadline contains.
+
+A receipt reference is a receipt id (0x + 64 hex: the EIP-712 digest), a DA pointer (of the
+receipt's ciphertext or of a one-receipt manifest), or a file holding a SignedReceipt JSON or
+an API response's ``verification`` object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verinfer.chain.anvil import increase_time, mine
+from verinfer.chain.bindings import Contracts
+from verinfer.chain.structs import ClaimStatus, Status
+from verinfer.da_client.pointer import Pointer
+from verinfer.errors import VerinferError
+from verinfer.receipts.merkle import MerkleProof
+from verinfer.receipts.signed import SignedReceipt
+from verinfer.verifier.chain_view import BatchRecord, ChainView
+from verinfer.verifier.enclave_judge import BlobSource
+from verinfer.verifier.errors import ChallengeStateError, ReceiptRefError
+
+FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
+
+
+@dataclass(frozen=True)
+class Located:
+    signed: SignedReceipt
+    batch: BatchRecord | None
+    proof: MerkleProof | None
+    ciphertext: str | None
+
+
+def _signed_from_json(d: Any, view: ChainView) -> SignedReceipt:
+    if isinstance(d, dict) and "verification" in d:
+        d = d["verification"]
+    if isinstance(d, dict) and "receipt" in d and "signature" in d and "domain" not in d:
+        d = {**d, "domain": view.domain.to_json()}
+        d.pop("receiptDigest", None)
+        d = {k: d[k] for k in ("receipt", "domain", "signature", "digest") if k in d}
+    return SignedReceipt.from_json(d)
+
+
+def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
+    """Finds the signed receipt and, if committed, its batch, proof and ciphertext pointer."""
+    signed: SignedReceipt | None = None
+    digest: bytes | None = None
+    pointer: str | None = None
+    path = Path(ref)
+    if ref.startswith("da://"):
+        pointer = str(Pointer.parse(ref))
+    elif ref.startswith("0x") and len(ref) == 66:
+        digest = bytes.fromhex(ref[2:])
+    elif path.is_file():
+        try:
+            signed = _signed_from_json(json.loads(path.read_text()), view)
+        except (ValueError, VerinferError) as e:
+            raise ReceiptRefError(f"{ref}: not a signed receipt JSON: {e}", param="ref") from e
+        digest = signed.digest
+    else:
+        raise ReceiptRefError(f"{ref!r} is neither a receipt id, a DA pointer nor a file",
+                              param="ref")
+    for b in view.batches():
+        try:
+            m = view.manifest(da, b.manifest_pointer)
+        except VerinferError:
+            continue  # a missing or bad manifest is someone else's dispute
+        for entry in m.entries:
+            hit = (digest is not None and entry.signed.digest == digest) or \
+                (pointer is not None and str(entry.ciphertext) == pointer)
+            if hit:
+                found = SignedReceipt(entry.signed.receipt, view.domain, entry.signed.signature)
+                return Located(signed or found, b, m.proof(entry.signed.digest),
+                               str(entry.ciphertext))
+    if signed is None:
+        raise ReceiptRefError(f"{ref} is in no committed batch (pass the receipt file to "
+                              "claim that it was withheld)", param="ref")
+    return Located(signed, None, None, None)
+
+
+class Challenger:
+    def __init__(self, view: ChainView, contracts: Contracts, da: BlobSource, *,
+                 unsafe_devnet_time_travel: bool = False,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.view, self.c, self.da = view, contracts, da
+        self.travel, self.sleep = unsafe_devnet_time_travel, sleep
+        self._stall: dict[int, int] = {}
+        self.stall_polls = 40  # ~10 s without progress before skipping a phase deadline
+
+    def open(self, loc: Located) -> tuple[str, int]:
+        """('challenge', id) for a committed receipt, ('claim', id) for a withheld one."""
+        bond = self.c.config.params().challenge_bond
+        if loc.batch is not None and loc.proof is not None:
+            cid = self.c.challenges.open_challenge(
+                loc.signed.receipt, loc.signed.signature, loc.batch.root, loc.proof.index,
+                loc.proof.siblings, bond)
+            return "challenge", cid
+        p = self.c.config.params()
+        _, ts = self.view.head()
+        publish_by = loc.signed.receipt.issued_at + p.publication_deadline
+        if ts <= publish_by:
+            if not self.travel:
+                raise ChallengeStateError(
+                    f"receipt 0x{loc.signed.digest.hex()} is not in a committed batch yet, but "
+                    f"its publication deadline ({publish_by}) has not passed (chain time {ts})")
+            increase_time(self.view.w3, publish_by - ts + 1)
+        return "claim", self.c.challenges.claim_unpublished(loc.signed.receipt,
+                                                            loc.signed.signature, bond)
+
+    def status(self, kind: str, ident: int) -> dict[str, Any]:
+        if kind == "claim":
+            cl = self.c.challenges.claim(ident)
+            return {"kind": "claim", "id": ident, "status": cl.status.name.lower(),
+                    "receiptDigest": "0x" + cl.receipt_digest.hex(), "operator": cl.operator,
+                    "responseDeadline": cl.response_deadline}
+        info = self.c.challenges.challenge(ident)
+        if info.status.name == "NONE":
+            raise ChallengeStateError(f"no challenge {ident}", param="id")
+        return {"kind": "challenge", "id": ident, "status": info.status.name.lower(),
+                "receiptDigest": "0x" + info.receipt_digest.hex(), "operator": info.operator,
+                "receiptOutHash": "0x" + info.receipt_out_hash.hex(),
+                "majorityOutHash": "0x" + info.majority_out_hash.hex(),
+                "members": info.members, "commits": info.commits, "reveals": info.reveals,
+                "commitDeadline": info.commit_deadline, "revealDeadline": info.reveal_deadline,
+                "committee": [m.account for m in self.c.challenges.committee(ident)]
+                if info.members else []}
+
+    def settle_claim(self, claim_id: int) -> ClaimStatus:
+        """After the operator's response period: uphold an unanswered claim."""
+        cl = self.c.challenges.claim(claim_id)
+        _, ts = self.view.head()
+        if cl.status is ClaimStatus.OPEN:
+            if ts <= cl.response_deadline:
+                if not self.travel:
+                    return cl.status
+                increase_time(self.view.w3, cl.response_deadline - ts + 1)
+            self.c.challenges.resolve_unpublished(claim_id)
+        return self.c.challenges.claim(claim_id).status
+
+    def wait(self, cid: int, *, timeout_s: float = 600.0, poll_s: float = 0.25,
+             on_update: Callable[[dict[str, Any]], None] = lambda s: None) -> Status:
+        """Follows a challenge to its end. With devnet time travel it mines to the draw block,
+        and skips past a phase deadline once nothing else can happen in that phase."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            st = self.status("challenge", cid)
+            if st != last:
+                on_update(st)
+                last = st
+            info = self.c.challenges.challenge(cid)
+            if info.status in FINAL:
+                return info.status
+            if self.travel:
+                self._nudge(cid, info)
+            self.sleep(poll_s)
+        raise ChallengeStateError(f"challenge {cid} not resolved within {timeout_s}s")
+
+    def _nudge(self, cid: int, info: Any) -> None:
+        number, ts = self.view.head()
+        if info.status is Status.AWAITING_DRAW and number <= info.target_block:
+            mine(self.view.w3, info.target_block - number + 1)
+        elif info.status is Status.VOTING:
+            self._stall[cid] = self._stall.get(cid, 0) + 1
+            if self._stall[cid] < self.stall_polls:
+                return
+            self._stall[cid] = 0
+            if info.commits < info.members and ts <= info.commit_deadline:
+                increase_time(self.view.w3, info.commit_deadline - ts + 1)
+            elif info.reveals < info.members and ts <= info.reveal_deadline:
+                increase_time(self.view.w3, info.reveal_deadline - ts + 1)
+            elif info.reveals == info.members or ts > info.reveal_deadline:
+                with contextlib.suppress(VerinferError):
+                    self.c.challenges.resolve(cid)

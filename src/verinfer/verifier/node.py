@@ -1,0 +1,210 @@
+"""The committee member node: follows the chain, and when drawn for a challenge runs the
+enclave flow, commits, then reveals its vote within the deadlines, resolves challenges that
+are ready, and withdraws its rewards.
+
+Each ``step()`` reads the chain once and moves every known challenge forward by at most one
+transaction, so a node that restarts continues where it stopped: its votes and salts are kept
+in a JSON state file (a salt must survive until the reveal, or the member is penalized).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from eth_account.signers.local import LocalAccount
+
+from verinfer.chain.anvil import mine
+from verinfer.chain.bindings import Contracts, vote_commitment
+from verinfer.chain.errors import ChainError, ContractRevertError
+from verinfer.chain.structs import Role, Status, VoteState
+from verinfer.errors import VerinferError
+from verinfer.receipts.eip712 import Receipt
+from verinfer.verifier.chain_view import ChainView, OpenedChallenge
+from verinfer.verifier.enclave_judge import BlobSource
+from verinfer.verifier.votes import Verdict
+
+FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
+
+
+class JudgeFn(Protocol):
+    def __call__(self, receipt: Receipt, pointer: str | None, *, purpose: str,
+                 challenge_id: str) -> Verdict: ...
+
+
+@dataclass
+class NodeConfig:
+    state_file: Path
+    committee_file: Path | None = None  # devnet: mirror chain committees for the KMS shards
+    resolve: bool = True  # settle challenges whose votes are in
+    claim_rewards: bool = True
+    unsafe_devnet_mine: bool = False  # mine blocks to reach the draw block (anvil only)
+    max_judge_attempts: int = 5
+
+
+@dataclass
+class NodeStats:
+    judged: int = 0
+    committed: int = 0
+    revealed: int = 0
+    resolved: int = 0
+    withdrawn_wei: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class VerifierNode:
+    def __init__(self, view: ChainView, contracts: Contracts, account: LocalAccount,
+                 judge: JudgeFn, da: BlobSource, cfg: NodeConfig, *,
+                 salt: Callable[[], bytes] = lambda: secrets.token_bytes(32),
+                 log: Callable[[str], None] = lambda s: None,
+                 tx_lock: threading.Lock | None = None) -> None:
+        self.view, self.c, self.account, self.judge, self.da = view, contracts, account, judge, da
+        self.cfg, self.salt, self.log = cfg, salt, log
+        self.tx_lock = tx_lock or threading.Lock()
+        self.me = str(account.address)
+        self.stats = NodeStats()
+        self._state: dict[str, dict[str, Any]] = self._load()
+        self._finished: set[int] = set()
+        self._attempts: dict[int, int] = {}
+
+    # ---- persistent votes --------------------------------------------------------------------
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data: dict[str, dict[str, Any]] = json.loads(self.cfg.state_file.read_text())
+            return data
+        except FileNotFoundError:
+            return {}
+
+    def _save(self) -> None:
+        tmp = self.cfg.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._state, indent=1, sort_keys=True))
+        tmp.replace(self.cfg.state_file)
+
+    # ---- registration ------------------------------------------------------------------------
+    def ensure_registered(self, stake_wei: int) -> bool:
+        """Registers as a verifier with ``stake_wei`` unless already registered."""
+        if self.c.stakes.account_of(self.me).role is Role.VERIFIER:
+            return False
+        with self.tx_lock:
+            self.c.stakes.register(Role.VERIFIER, stake_wei)
+        return True
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self, stop: Callable[[], bool], poll_s: float = 0.25) -> None:
+        while not stop():
+            try:
+                self.step()
+            except VerinferError as e:
+                self._error(f"step: {e.message}")
+            except Exception as e:  # keep serving: one bad RPC answer must not end the node
+                self._error(f"step: {type(e).__name__}: {e}")
+            time.sleep(poll_s)
+
+    def _error(self, msg: str) -> None:
+        self.stats.errors.append(msg)
+        self.log(msg)
+
+    def step(self) -> None:
+        number, ts = self.view.head()
+        for oc in self.view.opened():
+            if oc.challenge_id not in self._finished:
+                self._advance(oc, number, ts)
+        if self.cfg.claim_rewards and self.c.challenges.credits(self.me) > 0:
+            amount = self.c.challenges.credits(self.me)
+            if self._send(lambda: self.c.challenges.withdraw_credits(), "withdrawCredits"):
+                self.stats.withdrawn_wei += amount
+
+    def _send(self, fn: Callable[[], object], what: str) -> bool:
+        try:
+            with self.tx_lock:
+                fn()
+            return True
+        except ContractRevertError as e:  # someone else was first, or a deadline passed
+            self.log(f"{what}: {e.error_name}{e.error_args}")
+        except ChainError as e:
+            self.log(f"{what}: {e.message}")
+        return False
+
+    def _advance(self, oc: OpenedChallenge, number: int, ts: int) -> None:
+        cid = oc.challenge_id
+        info = self.c.challenges.challenge(cid)
+        if info.status in FINAL:
+            self._finished.add(cid)
+            return
+        if info.status is Status.AWAITING_DRAW:
+            if number > info.target_block:
+                if self._send(lambda: self.c.challenges.draw_committee(cid), "drawCommittee"):
+                    self.log(f"challenge {cid}: committee drawn")
+            elif self.cfg.unsafe_devnet_mine:
+                mine(self.view.w3, info.target_block - number + 1)
+            return
+        vote = self.c.challenges.vote(cid, self.me)
+        if vote.state is VoteState.NONE:
+            if self.cfg.resolve and (info.reveals == info.members or ts > info.reveal_deadline):
+                self._resolve(cid)
+            return
+        if vote.state is VoteState.MEMBER:
+            if ts <= info.commit_deadline:
+                self._commit(oc, info.commit_deadline)
+            return
+        if vote.state is VoteState.COMMITTED:
+            reveal_open = info.commits == info.members or ts > info.commit_deadline
+            if reveal_open and ts <= info.reveal_deadline:
+                self._reveal(cid)
+            return
+        if self.cfg.resolve and (info.reveals == info.members or ts > info.reveal_deadline):
+            self._resolve(cid)
+
+    def _commit(self, oc: OpenedChallenge, deadline: int) -> None:
+        cid = oc.challenge_id
+        key = str(cid)
+        if key not in self._state:
+            if self._attempts.get(cid, 0) >= self.cfg.max_judge_attempts:
+                return
+            self._attempts[cid] = self._attempts.get(cid, 0) + 1
+            if self.cfg.committee_file is not None:
+                self.view.write_committee_file(self.cfg.committee_file)
+            try:
+                pointer = self.view.ciphertext_pointer(self.da, oc.batch_id, oc.signed.digest)
+                verdict = self.judge(oc.signed.receipt, pointer, purpose="full_challenge",
+                                     challenge_id=key)
+            except VerinferError as e:
+                self._error(f"challenge {cid}: cannot judge yet: {e.message}")
+                return
+            self.stats.judged += 1
+            self._state[key] = {"vote": "0x" + verdict.vote.hex(), "salt": "0x" + self.salt().hex(),
+                                "reason": verdict.reason, "phase": "judged"}
+            self._save()
+            self.log(f"challenge {cid}: vote {verdict.reason} "
+                     f"({'agrees' if verdict.agrees else 'disagrees'} with the receipt)")
+        st = self._state[key]
+        commitment = vote_commitment(cid, self.me, bytes.fromhex(st["vote"][2:]),
+                                     bytes.fromhex(st["salt"][2:]))
+        if self._send(lambda: self.c.challenges.commit_vote(cid, commitment), "commitVote"):
+            st["phase"] = "committed"
+            self._save()
+            self.stats.committed += 1
+
+    def _reveal(self, cid: int) -> None:
+        st = self._state.get(str(cid))
+        if st is None:
+            self._error(f"challenge {cid}: committed but no stored vote (state file lost)")
+            self._finished.add(cid)
+            return
+        if self._send(lambda: self.c.challenges.reveal_vote(
+                cid, bytes.fromhex(st["vote"][2:]), bytes.fromhex(st["salt"][2:])),
+                "revealVote"):
+            st["phase"] = "revealed"
+            self._save()
+            self.stats.revealed += 1
+
+    def _resolve(self, cid: int) -> None:
+        if self._send(lambda: self.c.challenges.resolve(cid), "resolve"):
+            self.stats.resolved += 1
+            self.log(f"challenge {cid}: resolved")

@@ -161,7 +161,7 @@ def test_offline_member_and_free_riders_gain_nothing(stack: Stack) -> None:
     try:
         ch = stack.challenger()
         _kind, cid = ch.open(locate(ch.view, stack.da, "0x" + ev.digest.hex()))
-        ch.stall_polls = 10
+        ch.stall_s = 3.0
         # a member that never committed cannot reveal; copying a commitment cannot be revealed
         # (the commitment binds the voter), so the copier is penalized like a non-revealer
         c_off = bind(stack.w3, stack.d, offline)

@@ -91,8 +91,8 @@ class Challenger:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.view, self.c, self.da = view, contracts, da
         self.travel, self.sleep = unsafe_devnet_time_travel, sleep
-        self._stall: dict[int, int] = {}
-        self.stall_polls = 40  # ~10 s without progress before skipping a phase deadline
+        self._progress: dict[int, tuple[tuple[int, int, int], float]] = {}
+        self.stall_s = 30.0  # no commit/reveal for this long: skip to the phase deadline
 
     def open(self, loc: Located) -> tuple[str, int]:
         """('challenge', id) for a committed receipt, ('claim', id) for a withheld one."""
@@ -168,10 +168,15 @@ class Challenger:
         if info.status is Status.AWAITING_DRAW and number <= info.target_block:
             mine(self.view.w3, info.target_block - number + 1)
         elif info.status is Status.VOTING:
-            self._stall[cid] = self._stall.get(cid, 0) + 1
-            if self._stall[cid] < self.stall_polls:
+            seen = (info.commits, info.reveals, info.status.value)
+            last = self._progress.get(cid)
+            if last is None or last[0] != seen:
+                self._progress[cid] = (seen, time.monotonic())
+                if info.reveals != info.members:
+                    return
+            elif time.monotonic() - last[1] < self.stall_s:
                 return
-            self._stall[cid] = 0
+            self._progress[cid] = (seen, time.monotonic())
             if info.commits < info.members and ts <= info.commit_deadline:
                 increase_time(self.view.w3, info.commit_deadline - ts + 1)
             elif info.reveals < info.members and ts <= info.reveal_deadline:

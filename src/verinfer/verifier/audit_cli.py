@@ -1,0 +1,117 @@
+"""`verinfer audit --sample-rate r`: light audits of randomly sampled committed receipts."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Annotated
+
+import redis
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from verinfer.errors import VerinferError
+from verinfer.receipts.signed import SignedReceipt
+from verinfer.verifier.audit_stream import AuditQueue, StreamKeys
+from verinfer.verifier.chain_view import ChainView
+from verinfer.verifier.challenger import Challenger, locate
+from verinfer.verifier.cli_common import (
+    DA_STORE_OPT,
+    DEPLOYMENT_OPT,
+    KEYSTORE_OPT,
+    REDIS_DA_OPT,
+    RPC_OPT,
+    fail,
+    wire,
+)
+from verinfer.verifier.enclave_judge import BlobSource
+from verinfer.verifier.reports import SignedAuditReport
+
+app = typer.Typer(help="Light audits (no slashing); escalate mismatches to full challenges.")
+console = Console(stderr=True)
+
+
+def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Random,
+                    from_block: int | None = None) -> list[tuple[SignedReceipt, str]]:
+    """Each receipt of every committed batch independently with probability ``rate``."""
+    out = []
+    for b in view.batches(from_block):
+        m = view.manifest(da, b.manifest_pointer)
+        for e in m.entries:
+            if rng.random() < rate:
+                out.append((SignedReceipt(e.signed.receipt, view.domain, e.signed.signature),
+                            str(e.ciphertext)))
+    return out
+
+
+@app.callback(invoke_without_command=True)
+def audit(
+    sample_rate: Annotated[float, typer.Option(help="Fraction of receipts to audit.")] = 0.05,
+    rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
+    deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
+    keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
+    da_store: Annotated[Path | None, DA_STORE_OPT] = None,
+    da_redis_url: Annotated[str | None, REDIS_DA_OPT] = None,
+    redis_url: Annotated[str, typer.Option(help="Redis holding the audit streams.")]
+    = "redis://127.0.0.1:6379/0",
+    prefix: Annotated[str, typer.Option(help="Stream key prefix.")] = "verinfer:",
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (default: random).")] = None,
+    timeout_s: Annotated[float, typer.Option()] = 300.0,
+    escalate: Annotated[bool, typer.Option(
+        help="Open a full challenge (bond from the key) for every mismatch.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Sample receipts from committed batches, queue audit jobs, collect signed reports."""
+    if not 0.0 < sample_rate <= 1.0:
+        raise typer.BadParameter(f"--sample-rate must be in (0, 1], got {sample_rate}")
+    try:
+        w = wire(rpc_url, deployment, keystore, da_store, da_redis_url, need_account=escalate)
+        rng = random.Random(seed)
+        with console.status("reading committed batches…"):
+            picked = sample_receipts(w.view, w.da, sample_rate, rng)
+        q = AuditQueue(redis.Redis.from_url(redis_url, decode_responses=True),
+                       StreamKeys(prefix))
+        start = q.r.xinfo_stream(q.keys.reports)["last-generated-id"] \
+            if q.r.exists(q.keys.reports) else "0-0"
+        jobs = {q.enqueue(s, p): s for s, p in picked}
+        got: dict[str, SignedAuditReport] = {}
+        with Progress(TextColumn("auditing"), BarColumn(), TextColumn("{task.completed}/"
+                      "{task.total}"), TimeElapsedColumn(), console=console) as prog:
+            task = prog.add_task("audit", total=len(jobs))
+            deadline = time.monotonic() + timeout_s
+            while len(got) < len(jobs) and time.monotonic() < deadline:
+                for _, rep in q.reports(str(start)):
+                    if rep.report.job_id in jobs and rep.report.job_id not in got:
+                        rep.verify()
+                        got[rep.report.job_id] = rep
+                prog.update(task, completed=len(got))
+                time.sleep(0.2)
+        mismatches = [r for r in got.values() if not r.report.verdict.agrees]
+        escalated = []
+        if escalate and mismatches:
+            ch = Challenger(w.view, w.contracts, w.da)
+            for rep in mismatches:
+                kind, cid = ch.open(locate(w.view, w.da, "0x" + rep.report.receipt_digest.hex()))
+                escalated.append({"receipt": "0x" + rep.report.receipt_digest.hex(),
+                                  kind: cid})
+        summary = {"sampled": len(jobs), "reported": len(got), "matches": len(got) -
+                   len(mismatches), "mismatches": len(mismatches), "escalated": escalated,
+                   "missing": len(jobs) - len(got)}
+        if as_json:
+            typer.echo(json.dumps(summary))
+        else:
+            t = Table(title="light audit")
+            for k in ("sampled", "reported", "matches", "mismatches", "missing"):
+                t.add_row(k, str(summary[k]))
+            console.print(t)
+            for rep in mismatches:
+                console.print(f"[red]mismatch[/red] 0x{rep.report.receipt_digest.hex()} "
+                              f"{rep.report.verdict.reason} (auditor {rep.report.auditor})")
+        if mismatches and not escalate:
+            raise typer.Exit(3)
+    except VerinferError as e:
+        raise fail(e) from e

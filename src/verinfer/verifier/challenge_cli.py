@@ -1,0 +1,106 @@
+"""`verinfer challenge <receipt-id | DA pointer | receipt file>` and
+`verinfer challenge status <id>`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from typer.core import TyperGroup
+
+from verinfer.errors import VerinferError
+from verinfer.verifier.challenger import Challenger, locate
+from verinfer.verifier.cli_common import (
+    DA_STORE_OPT,
+    DEPLOYMENT_OPT,
+    KEYSTORE_OPT,
+    REDIS_DA_OPT,
+    RPC_OPT,
+    fail,
+    wire,
+)
+
+
+class _DefaultToOpen(TyperGroup):
+    """`verinfer challenge <ref>` means `verinfer challenge open <ref>`."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.commands:
+            args = ["open", *args]
+        return super().resolve_command(ctx, args)
+
+
+app = typer.Typer(help="Open a full challenge (or a withholding claim) and follow it.",
+                  cls=_DefaultToOpen, no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _table(st: dict[str, Any]) -> Table:
+    t = Table(title=f"{st['kind']} {st['id']}", show_header=False)
+    for k, v in st.items():
+        if k not in ("kind", "id"):
+            t.add_row(k, ", ".join(v) if isinstance(v, list) else str(v))
+    return t
+
+
+@app.command("status")
+def status(
+    ident: Annotated[int, typer.Argument(help="Challenge (or, with --claim, claim) id.")],
+    rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
+    deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
+    claim: Annotated[bool, typer.Option(help="A withholding claim id.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show a challenge's (or claim's) status."""
+    try:
+        w = wire(rpc_url, deployment, None, None, None, need_account=False)
+        st = Challenger(w.view, w.contracts, w.da).status("claim" if claim else "challenge",
+                                                         ident)
+        typer.echo(json.dumps(st)) if as_json else console.print(_table(st))
+    except VerinferError as e:
+        raise fail(e) from e
+
+
+@app.command("open")
+def challenge(
+    ref: Annotated[str, typer.Argument(
+        help="Receipt id (0x…32 bytes), DA pointer, or receipt JSON file.")],
+    rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
+    deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
+    keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
+    da_store: Annotated[Path | None, DA_STORE_OPT] = None,
+    da_redis_url: Annotated[str | None, REDIS_DA_OPT] = None,
+    wait: Annotated[bool, typer.Option(help="Follow the challenge to its resolution.")] = True,
+    timeout_s: Annotated[float, typer.Option()] = 600.0,
+    unsafe_devnet_time_travel: Annotated[bool, typer.Option(
+        help="anvil only: mine to the draw block, skip expired phases.")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Challenge a receipt, or show a challenge's status."""
+    try:
+        w = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
+        ch = Challenger(w.view, w.contracts, w.da,
+                        unsafe_devnet_time_travel=unsafe_devnet_time_travel)
+        with console.status("locating the receipt in committed batches…"):
+            loc = locate(w.view, w.da, ref)
+        kind, cid = ch.open(loc)
+        console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
+        if kind == "claim":
+            if wait:
+                with console.status("waiting for the operator's response period…"):
+                    console.log(f"claim {cid}: {ch.settle_claim(cid).name.lower()}")
+            st = ch.status("claim", cid)
+        else:
+            if wait:
+                with console.status("waiting for the committee…") as sp:
+                    ch.wait(cid, timeout_s=timeout_s, on_update=lambda s: sp.update(
+                        f"{s['status']}: {s['commits']}/{s['members']} committed, "
+                        f"{s['reveals']}/{s['members']} revealed"))
+            st = ch.status("challenge", cid)
+        typer.echo(json.dumps(st)) if as_json else console.print(_table(st))
+    except VerinferError as e:
+        raise fail(e) from e

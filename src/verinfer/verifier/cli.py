@@ -1,0 +1,105 @@
+"""`verinfer verifier run`: a committee member node (and light-audit worker)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import redis
+import typer
+from rich.console import Console
+
+from verinfer.chain.structs import ETHER
+from verinfer.errors import VerinferError
+from verinfer.kms.local_cluster import ClusterLayout
+from verinfer.verifier.audit_stream import AuditJob, AuditWorker, StreamKeys
+from verinfer.verifier.cli_common import (
+    DA_STORE_OPT,
+    DEPLOYMENT_OPT,
+    KEYSTORE_OPT,
+    REDIS_DA_OPT,
+    RPC_OPT,
+    fail,
+    wire,
+)
+from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
+from verinfer.verifier.node import NodeConfig, VerifierNode
+from verinfer.verifier.reports import SignedAuditReport
+from verinfer.verifier.votes import Verdict
+
+app = typer.Typer(help="Verifier node: committee duties and light audits.",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command()
+def run(
+    rpc_url: Annotated[str, RPC_OPT],
+    deployment: Annotated[Path, DEPLOYMENT_OPT],
+    model: Annotated[Path, typer.Option(help="The model file this verifier re-executes.")],
+    kms_dir: Annotated[Path, typer.Option(
+        help="KMS layout root (epochs.json, shards.json, attestation/root.key, committee.json).")],
+    state_dir: Annotated[Path, typer.Option(help="Where votes and salts are kept.")],
+    keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
+    da_store: Annotated[Path | None, DA_STORE_OPT] = None,
+    da_redis_url: Annotated[str | None, REDIS_DA_OPT] = None,
+    stake: Annotated[float, typer.Option(help="ETH to stake when not yet registered.")] = 1.0,
+    container_digest: Annotated[str, typer.Option()] = "sha256:" + "00" * 32,
+    code_hash: Annotated[str, typer.Option()] = "verinfer-devnet",
+    enclave: Annotated[str, typer.Option(help="inprocess | process")] = "inprocess",
+    mirror_committee: Annotated[bool, typer.Option(
+        help="Write chain committees into <kms-dir>/committee.json (devnet KMS oracle).")]
+    = False,
+    audit_redis_url: Annotated[str | None, typer.Option(
+        help="Serve light audits from this Redis (streams under --audit-prefix).")] = None,
+    audit_prefix: Annotated[str, typer.Option()] = "verinfer:",
+    poll_s: Annotated[float, typer.Option()] = 0.2,
+    unsafe_devnet_mine: Annotated[bool, typer.Option(
+        help="Mine anvil blocks to reach a challenge's draw block (devnet only).")] = False,
+) -> None:
+    """Register (if needed), then follow the chain: judge, commit, reveal, resolve, withdraw."""
+    try:
+        wired = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
+        assert wired.account is not None
+        acct = wired.account
+        lay = ClusterLayout(kms_dir, 0)
+        if enclave not in ("inprocess", "process"):
+            raise typer.BadParameter("--enclave must be inprocess or process")
+        cfg = EnclaveConfig(lay.root_key, lay.directory, lay.registry, container_digest,
+                            code_hash, model, mode=enclave)  # type: ignore[arg-type]
+        judge = EnclaveJudge(cfg, acct, wired.da)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        lock = threading.Lock()
+        node = VerifierNode(wired.view, wired.contracts, acct, judge.judge, wired.da,
+                            NodeConfig(state_dir / "votes.json",
+                                       committee_file=lay.committee if mirror_committee
+                                       else None, unsafe_devnet_mine=unsafe_devnet_mine),
+                            log=lambda m: console.log(m), tx_lock=lock)
+        if node.ensure_registered(int(stake * ETHER)):
+            console.log(f"registered verifier {acct.address} with {stake} ETH")
+        if mirror_committee:
+            wired.view.write_committee_file(lay.committee)
+    except VerinferError as e:
+        raise fail(e) from e
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if audit_redis_url is not None:
+        def audit_judge(job: AuditJob) -> Verdict:
+            return judge.judge(job.signed.receipt, job.ciphertext, purpose="light_audit",
+                               challenge_id=f"audit-{job.job_id}")
+
+        def record(rep: SignedAuditReport) -> None:
+            with lock:
+                wired.contracts.audits.record_audit(
+                    rep.report.receipt_digest, rep.report.verdict.vote,
+                    rep.report.verdict.agrees, rep.report.report_hash)
+
+        worker = AuditWorker(redis.Redis.from_url(audit_redis_url, decode_responses=True),
+                             StreamKeys(audit_prefix), consumer=acct.address.lower(),
+                             account=acct, judge=audit_judge, sink=record, min_idle_ms=5000)
+        threading.Thread(target=worker.run, args=(stop.is_set,), daemon=True).start()
+    console.log(f"verifier {acct.address} following {deployment}")
+    node.run(stop.is_set, poll_s)

@@ -1,0 +1,193 @@
+"""`verinfer devnet up|down|status`: a whole local network as real processes, state in a
+directory, described by <dir>/devnet.json (endpoints, addresses, pids)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from verinfer.chain.anvil import free_port
+from verinfer.chain.artifacts import tool_path
+from verinfer.devnet.network import (
+    deploy_network,
+    devnet_params,
+    provision_kms,
+    register_epoch,
+    roles,
+)
+from verinfer.engine.engine import Engine
+from verinfer.engine.tiny import write_tiny_llama
+from verinfer.kms.local_cluster import ShardProcesses
+
+app = typer.Typer(help="Local network: anvil, contracts, KMS, DA, operator, verifiers.",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+STATE = "devnet.json"
+
+
+def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+    with log.open("ab") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=f, env={**os.environ, **(env or {})},
+                             start_new_session=True)
+    return p.pid
+
+
+def _wait_http(url: str, timeout_s: float, body: dict[str, Any] | None = None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(url, json=body, timeout=1) if body else httpx.get(url, timeout=1)
+            if r.status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+@app.command()
+def up(
+    directory: Annotated[Path, typer.Option("--dir", help="State directory.")] = Path(".devnet"),
+    model: Annotated[Path | None, typer.Option(help="Model file (default: tiny test model).")]
+    = None,
+    verifiers: Annotated[int, typer.Option()] = 4,
+    redis_url: Annotated[str, typer.Option()] = "redis://127.0.0.1:6379/0",
+    operator_port: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Start everything and write <dir>/devnet.json."""
+    directory = directory.resolve()
+    if (directory / STATE).exists():
+        console.print(f"[red]error[/red]: {directory / STATE} exists: `verinfer devnet down`")
+        raise typer.Exit(2)
+    (directory / "logs").mkdir(parents=True, exist_ok=True)
+    model = (model or write_tiny_llama(directory / "tiny.gguf")).resolve()
+    state: dict[str, Any] = {"dir": str(directory), "model": str(model), "pids": {},
+                             "redis_prefix": f"verinfer-devnet-{uuid.uuid4().hex[:8]}:"}
+
+    def save() -> None:
+        (directory / STATE).write_text(json.dumps(state, indent=2))
+
+    with console.status("starting anvil…"):
+        port = free_port()
+        rpc = f"http://127.0.0.1:{port}"
+        state["pids"]["anvil"] = _spawn([str(tool_path("anvil")), "--host", "127.0.0.1",
+                                         "--port", str(port), "--silent"],
+                                        directory / "logs" / "anvil.log")
+        save()
+        if not _wait_http(rpc, 30, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId",
+                                    "params": []}):
+            raise typer.Exit(1)
+    from web3 import Web3
+
+    w3 = Web3(Web3.HTTPProvider(rpc))
+    engine = Engine.from_path(model)
+    r = roles(verifiers)
+    with console.status("deploying contracts, KMS epoch…"):
+        d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)))
+        d.save(directory / "deployment.json")
+        lay = provision_kms(directory / "kms", engine)
+        register_epoch(w3, d, r, lay)
+    engine.close()
+    with console.status("starting 5 KMS shards (t = 3)…"):
+        shards = ShardProcesses(lay, extra_args=["--rate-capacity", "1000", "--rate-refill",
+                                                 "100"])
+        shards.start()
+        for i, p in shards.procs.items():
+            state["pids"][f"kms-{i}"] = p.pid
+        save()
+    da_store = directory / "da"
+    common = ["--rpc-url", rpc, "--deployment", str(directory / "deployment.json"),
+              "--da-store", str(da_store)]
+    for i, acct in enumerate(r.verifiers):
+        state["pids"][f"verifier-{i}"] = _spawn(
+            [sys.executable, "-m", "verinfer", "verifier", "run", *common, "--model", str(model),
+             "--kms-dir", str(lay.root), "--state-dir", str(directory / f"verifier-{i}"),
+             "--mirror-committee", "--unsafe-devnet-mine", "--audit-redis-url", redis_url,
+             "--audit-prefix", state["redis_prefix"]],
+            directory / "logs" / f"verifier-{i}.log",
+            {"VERINFER_CHAIN_PRIVATE_KEY": acct.key.hex()})
+    save()
+    op_dir = directory / "operator"
+    op_port = operator_port or free_port()
+    env = {"VI_DEVNET_OPERATOR_KEY": r.operator.key.hex()}
+    init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(op_dir),
+                           "--epochs-file", str(lay.registry), "--key-epoch", "1",
+                           "--private-key-env", "VI_DEVNET_OPERATOR_KEY", "--light-kdf",
+                           "--rpc-url", rpc, "--deployment", str(directory / "deployment.json")],
+                          capture_output=True, text=True, env={**os.environ, **env})
+    operator_url = None
+    if init.returncode == 0:
+        state["pids"]["operator"] = _spawn(
+            [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
+             str(op_port), "--operator-dir", str(op_dir)], directory / "logs" / "operator.log")
+        operator_url = f"http://127.0.0.1:{op_port}"
+    else:
+        console.print(f"[yellow]operator init failed[/yellow]: {init.stderr.strip()[-300:]}")
+    state.update({
+        "rpc_url": rpc, "chain_id": d.chain_id, "deployment": d.__dict__,
+        "kms": {"root": str(lay.root), "shards": [s.url for s in lay.shards_info()],
+                "threshold": 3},
+        "da_store": str(da_store), "redis_url": redis_url, "operator_url": operator_url,
+        "accounts": {"operator": r.operator.address, "challenger": r.challenger.address,
+                     "challenger_key": r.challenger.key.hex(),
+                     "verifiers": [a.address for a in r.verifiers]}})
+    save()
+    if operator_url and not _wait_http(operator_url + "/v1/models", 120):
+        console.print("[yellow]operator did not answer /v1/models within 120 s[/yellow]")
+    console.print(f"devnet up: {directory / STATE}")
+    typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+@app.command()
+def status(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) -> None:
+    """Which processes are alive, and the chain head."""
+    state = json.loads((directory / STATE).read_text())
+    t = Table(title=f"devnet {directory}")
+    t.add_column("process")
+    t.add_column("pid")
+    t.add_column("alive")
+    for name, pid in state["pids"].items():
+        t.add_row(name, str(pid), "yes" if _alive(pid) else "[red]no[/red]")
+    console.print(t)
+
+
+@app.command()
+def down(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) -> None:
+    """Stop every process this devnet started (by pid) and remove devnet.json."""
+    path = directory / STATE
+    if not path.exists():
+        console.print("no devnet here")
+        return
+    state = json.loads(path.read_text())
+    pids = list(state["pids"].values())
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    path.unlink()
+    console.print("devnet down")

@@ -107,7 +107,8 @@ def up(
         for i, p in shards.procs.items():
             state["pids"][f"kms-{i}"] = p.pid
         save()
-    da_store = directory / "da"
+    op_dir = directory / "operator"
+    da_store = op_dir / "da"  # the operator's local DA store: verifiers read what it published
     common = ["--rpc-url", rpc, "--deployment", str(directory / "deployment.json"),
               "--da-store", str(da_store)]
     for i, acct in enumerate(r.verifiers):
@@ -119,7 +120,6 @@ def up(
             directory / "logs" / f"verifier-{i}.log",
             {"VERINFER_CHAIN_PRIVATE_KEY": acct.key.hex()})
     save()
-    op_dir = directory / "operator"
     op_port = operator_port or free_port()
     env = {"VI_DEVNET_OPERATOR_KEY": r.operator.key.hex()}
     init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(op_dir),

@@ -145,6 +145,10 @@ contract StakeRegistry is Ownable {
         }
         a.role = role;
         a.stake = _u112(msg.value);
+        // Pre-warm the second slot (locked, unbondReadyAt): a dispute's first lock then rewrites
+        // a live slot (~3k gas) instead of creating one (~20k) inside openChallenge. A ready time
+        // of 1 is in the past, so it allows nothing: withdraw still needs unbonding > 0.
+        a.unbondReadyAt = 1;
         totalStake += msg.value;
         emit Registered(msg.sender, role, msg.value);
     }

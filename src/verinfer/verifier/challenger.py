@@ -21,6 +21,7 @@ from verinfer.chain.bindings import Contracts
 from verinfer.chain.structs import ClaimStatus, Status
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
+from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
 from verinfer.receipts.merkle import MerkleProof
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.chain_view import BatchRecord, ChainView
@@ -38,14 +39,52 @@ class Located:
     ciphertext: str | None
 
 
-def _signed_from_json(d: Any, view: ChainView) -> SignedReceipt:
-    if isinstance(d, dict) and "verification" in d:
+TYPED_DATA_KEYS = {"domain", "types", "primaryType", "message"}
+
+
+def signed_from_json(d: Any, domain: Domain) -> SignedReceipt:
+    """Parses every form a client may hold, for the chain's ``domain``:
+
+    - an API response (``{"verification": {...}}``; choice 0 of an n > 1 response),
+    - the response's ``verification`` object (``receipt`` = EIP-712 typed data, ``signature``,
+      ``receipt_id``),
+    - a bare SignedReceipt JSON (``receipt``, ``domain``, ``signature``, optional ``digest``),
+    - a manifest entry (``receipt`` message, ``signature``, optional ``receiptDigest``).
+    The receipt must be for ``domain`` and its signature must recover to its operator."""
+    if isinstance(d, dict) and isinstance(d.get("verification"), dict):
         d = d["verification"]
-    if isinstance(d, dict) and "receipt" in d and "signature" in d and "domain" not in d:
-        d = {**d, "domain": view.domain.to_json()}
-        d.pop("receiptDigest", None)
-        d = {k: d[k] for k in ("receipt", "domain", "signature", "digest") if k in d}
-    return SignedReceipt.from_json(d)
+    if not isinstance(d, dict) or "receipt" not in d or "signature" not in d:
+        raise ReceiptRefError("expected a verification object, a signed receipt or an API "
+                              f"response with a verification object, got {str(d)[:200]!r}",
+                              param="ref")
+    r = d["receipt"]
+    claimed_id = d.get("receipt_id", d.get("receiptDigest", d.get("digest")))
+    if isinstance(r, dict) and set(r) == TYPED_DATA_KEYS:
+        if r["primaryType"] != "Receipt":
+            raise ReceiptRefError(f"typed data of {r['primaryType']!r}, not a Receipt",
+                                  param="primaryType")
+        types = r["types"].get("Receipt") if isinstance(r["types"], dict) else None
+        fields = [(f.get("name"), f.get("type")) if isinstance(f, dict) else f
+                  for f in (types if isinstance(types, list) else [])]
+        if fields != [(n, t) for n, t, _ in RECEIPT_FIELDS]:
+            raise ReceiptRefError(f"typed data's Receipt type is not verinfer's: {fields}",
+                                  param="types")
+        signed = SignedReceipt.from_json({"receipt": r["message"], "domain": r["domain"],
+                                          "signature": d["signature"]})
+    elif "domain" in d:
+        signed = SignedReceipt.from_json({k: d[k] for k in ("receipt", "domain", "signature",
+                                                            "digest") if k in d})
+    else:
+        signed = SignedReceipt.from_json({"receipt": r, "domain": domain.to_json(),
+                                          "signature": d["signature"]})
+    if signed.domain != domain:
+        raise ReceiptRefError(f"the receipt is signed for {signed.domain.to_json()}, not for "
+                              f"this chain's {domain.to_json()}", param="domain")
+    if claimed_id is not None and str(claimed_id).lower() != "0x" + signed.digest.hex():
+        raise ReceiptRefError(f"receipt id {claimed_id} does not match the receipt "
+                              f"(0x{signed.digest.hex()})", param="receipt_id")
+    signed.verify()
+    return signed
 
 
 def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
@@ -60,7 +99,7 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
         digest = bytes.fromhex(ref[2:])
     elif path.is_file():
         try:
-            signed = _signed_from_json(json.loads(path.read_text()), view)
+            signed = signed_from_json(json.loads(path.read_text()), view.domain)
         except (ValueError, VerinferError) as e:
             raise ReceiptRefError(f"{ref}: not a signed receipt JSON: {e}", param="ref") from e
         digest = signed.digest

@@ -32,6 +32,16 @@ def choice_seed(seed: int, index: int) -> int:
                                       + index.to_bytes(4, "big")).digest())
 
 
+def derived_seed(model_id: bytes, prompt: Sequence[int], max_tokens: int, temperature: float,
+                 top_k: int, top_p: float, stop: Sequence[str], ignore_eos: bool) -> int:
+    """The seed of a request whose body gives none (protocol rule, same as the operator's,
+    docs/operator.md): derived from what decides the output (model id, prompt ids, decode
+    policy), never from transport details such as ``stream``."""
+    doc = json.dumps(["0x" + model_id.hex(), list(prompt), max_tokens, float(temperature),
+                      top_k, float(top_p), list(stop), ignore_eos], separators=(",", ":"))
+    return derive_seed(hashlib.sha256(doc.encode()).digest())
+
+
 def _prompts(tokenizer: Tokenizer, body: dict[str, Any]) -> list[list[int]]:
     if "messages" in body:
         msgs = body["messages"]
@@ -83,7 +93,10 @@ def request_problems(tokenizer: Tokenizer, request: ExecRequest,
     n = body.get("n") if body.get("n") is not None else 1
     base = body.get("seed")
     if base is None:
-        base = derive_seed(hashlib.sha256(request_body).digest())
+        # the policy fields are checked against the body below; here they only key the seed
+        base = derived_seed(request.model_id, request.prompt_token_ids, request.max_tokens,
+                            request.temperature, request.top_k, request.top_p, request.stop,
+                            False)
     if type(base) is not int or type(n) is not int or not 1 <= n <= MAX_CHOICES:
         problems.append("seed or n in the body is malformed")
     elif request.seed not in {choice_seed(base, i) for i in range(n)}:

@@ -15,7 +15,7 @@ from typing import Any
 
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams, derive_seed
+from verinfer.engine.sampling import SamplingParams
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import (
@@ -26,6 +26,7 @@ from verinfer.receipts.envelope import (
     seal,
 )
 from verinfer.receipts.signed import SignedReceipt
+from verinfer.verifier.conformance import derived_seed
 
 
 @dataclass(frozen=True)
@@ -58,20 +59,24 @@ def chat_body(content: str, *, max_tokens: int = 8, seed: int | None = None,
 
 def request_for_body(engine: Engine, body_bytes: bytes) -> ExecRequest:
     """The ExecRequest an honest server runs for choice 0 of a chat body (same rules as
-    verinfer.operator: temperature 1, top_p 1, seed from the body or derived from its hash)."""
+    verinfer.operator: temperature 1, top_p 1, seed from the body or derived from
+    the model id, prompt and decode policy)."""
     body = json.loads(body_bytes)
     prompt = render_chat(engine.tokenizer,
                          [ChatMessage(m["role"], m["content"]) for m in body["messages"]])
-    seed = body.get("seed")
-    if seed is None:
-        seed = derive_seed(hashlib.sha256(body_bytes).digest())
     stop = body.get("stop")
     params = SamplingParams(
         max_tokens=body.get("max_completion_tokens") or body["max_tokens"],
         temperature=1.0 if body.get("temperature") is None else float(body["temperature"]),
         top_k=body.get("top_k") or 0,
         top_p=1.0 if body.get("top_p") is None else float(body["top_p"]),
-        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()), seed=seed).validate()
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ())).validate()
+    seed = body.get("seed")
+    if seed is None:
+        seed = derived_seed(bytes.fromhex(engine.model_id[2:]), prompt, params.max_tokens,
+                            params.temperature, params.top_k, params.top_p, params.stop,
+                            params.ignore_eos)
+    params = replace(params, seed=seed)
     return ExecRequest.from_engine(engine, prompt, params)
 
 

@@ -222,10 +222,6 @@ def test_chunked_body_over_4_mib_is_413(http: httpx.Client) -> None:
     assert r.status_code == 413, r.text[:300]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: top_k >= 2^32 passes request validation "
-                   "(operator/generation.py ServingBase.jobs, SamplingParams.validate); it only "
-                   "fails when the receipt's ExecRequest is encoded, after generation, so a "
-                   "stream delivers the whole text and then an in-band error with no receipt")
 def test_unencodable_option_is_rejected_before_a_stream_starts(http: httpx.Client) -> None:
     r = http.post(CHAT, json=chat(top_k=2**40, temperature=1, stream=True))
     assert r.status_code == 400, r.text[:300]

@@ -26,6 +26,7 @@ from verinfer.errors import InvalidRequestError
 
 PRNG_DOMAIN = b"verinfer/sampling/v1"
 MAX_SEED = 2**64 - 1
+MAX_U32 = 2**32 - 1  # the receipts' canonical encoding holds top_k and max_tokens as u32
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,12 @@ class SamplingParams:
         if not 0.0 <= self.temperature <= 2.0:
             raise InvalidRequestError(
                 f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature")
-        if self.top_k < 0:
-            raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k!r}", param="top_k")
+        if not 0 <= self.top_k <= MAX_U32:
+            raise InvalidRequestError(f"top_k must be in [0, 2^32), got {self.top_k!r}",
+                                      param="top_k")
+        if self.max_tokens > MAX_U32:
+            raise InvalidRequestError(f"max_tokens must be < 2^32, got {self.max_tokens!r}",
+                                      param="max_tokens")
         if not 0.0 < self.top_p <= 1.0:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}",
                                       param="top_p")
@@ -56,6 +61,12 @@ class SamplingParams:
                                       param="seed")
         if len(self.stop) > 4 or any(not s for s in self.stop):
             raise InvalidRequestError("stop takes up to 4 non-empty strings", param="stop")
+        for s in self.stop:
+            try:
+                s.encode()
+            except UnicodeEncodeError:  # a lone surrogate from JSON "\ud800": not text
+                raise InvalidRequestError(f"stop string {s!r} is not valid Unicode",
+                                          param="stop") from None
         return self
 
     @property

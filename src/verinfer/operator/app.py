@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.errors import ModelNotFoundError, VerinferError
@@ -70,6 +72,68 @@ def _sse(items: AsyncIterator[BaseModel], sent: _SentBytes) -> AsyncIterator[byt
     return gen()
 
 
+# Request JSON is parsed by the stdlib decoder, whose nesting guard is the interpreter's
+# recursion limit; py_ecc (imported by eth-account) raises that limit to 100000, at which a
+# deeply nested body overflows the C stack and kills the process. Keep it at the default.
+SAFE_RECURSION_LIMIT = 1000
+
+
+def _cap_recursion() -> None:
+    if sys.getrecursionlimit() > SAFE_RECURSION_LIMIT:
+        sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
+
+
+class Edge:
+    """Pure ASGI middleware (no task group, so errors keep their type): the body limit —
+    Content-Length up front, and the bytes actually received for a chunked body — plus the
+    request metrics."""
+
+    def __init__(self, app: Any, limit: int, metrics: OperatorMetrics) -> None:
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        _cap_recursion()
+        route, m = scope["path"], self.metrics
+        size = dict(scope["headers"]).get(b"content-length", b"")
+        if size.isdigit() and int(size) > self.limit:
+            m.requests.labels(route, "413").inc()
+            await error_response(413, f"request body of {int(size)} bytes exceeds the limit "
+                                 f"of {self.limit}", "invalid_request_error",
+                                 code="request_too_large")(scope, receive, send)
+            return
+        seen, status = 0, 500
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # An HTTPException: FastAPI turns any other error raised while it reads
+                    # the body into a generic 400.
+                    raise StarletteHTTPException(
+                        413, f"request body exceeds the limit of {self.limit} bytes")
+            return message
+
+        async def sent(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        t0 = time.perf_counter()
+        m.in_flight.inc()
+        try:
+            await self.app(scope, counted, sent)
+        finally:
+            m.in_flight.dec()
+            m.requests.labels(route, str(status)).inc()
+            m.latency.labels(route).observe(time.perf_counter() - t0)
+
+
 def _commitments(value: str | None) -> bytes | None:
     return None if value is None else bytes.fromhex(value.removeprefix("0x"))
 
@@ -84,24 +148,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
                if cfg.rate_limit_per_minute else None)
     metrics = OperatorMetrics()
     install_error_handlers(app)
-
-    @app.middleware("http")
-    async def _edge(request: Request, call_next):  # type: ignore[no-untyped-def]
-        route = request.url.path
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > cfg.max_body_bytes:
-            metrics.requests.labels(route, "413").inc()
-            return error_response(413, f"request body of {size} bytes exceeds the limit of "
-                                  f"{cfg.max_body_bytes}", "invalid_request_error")
-        t0 = time.perf_counter()
-        metrics.in_flight.inc()
-        try:
-            response = await call_next(request)
-        finally:
-            metrics.in_flight.dec()
-        metrics.requests.labels(route, str(response.status_code)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - t0)
-        return response
+    _cap_recursion()
 
     async def caller(request: Request) -> str:
         who = keys.check(request.headers.get("authorization"))
@@ -188,4 +235,5 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(v1)
+    app.add_middleware(Edge, limit=cfg.max_body_bytes, metrics=metrics)
     return app

@@ -8,14 +8,12 @@ Choice ``i`` of a request with ``n`` choices is its own engine sequence with see
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from verinfer.engine.engine import MAX_TOP_LOGPROBS, Engine, GenerationResult, StepEvent
-from verinfer.engine.sampling import MAX_SEED, SamplingParams, derive_seed
+from verinfer.engine.sampling import MAX_SEED, SamplingParams, choice_seed, request_seed
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
 from verinfer.operator.protocol import EngineEvidence, ModelCard, ModelList, Usage
 
@@ -47,14 +45,6 @@ class SamplingOptions:
     n: int | None
     top_logprobs: int | None
     prompt_commitments: str | None
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Choice 0 uses the request's seed; choice i > 0 a seed derived from (seed, i)."""
-    if index == 0:
-        return seed
-    return derive_seed(hashlib.sha256(b"verinfer/choice/v1" + seed.to_bytes(8, "big")
-                                      + index.to_bytes(4, "big")).digest())
 
 
 def reject_unsupported(fields: dict[str, bool]) -> None:
@@ -101,19 +91,14 @@ class ServingBase:
                 params = replace(base, max_tokens=max(1, self.engine.max_context - len(prompt)))
             # No seed given: derive it from what decides the output (never from transport
             # details such as `stream`), so the same request streams the same text.
-            seed = opt.seed if opt.seed is not None else self.derived_seed(prompt, params)
+            seed = (opt.seed if opt.seed is not None
+                    else request_seed(self.engine.model_id, prompt, params))
             for i in range(n):
                 job = Job(p * n + i, prompt, replace(params, seed=choice_seed(seed, i)),
                           opt.top_logprobs)
                 self.engine.check_request(job.prompt_ids, job.params)
                 out.append(job)
         return out
-
-    def derived_seed(self, prompt: list[int], params: SamplingParams) -> int:
-        doc = json.dumps([self.engine.model_id, prompt, params.max_tokens, params.temperature,
-                          params.top_k, params.top_p, list(params.stop), params.ignore_eos],
-                         separators=(",", ":"))
-        return derive_seed(hashlib.sha256(doc.encode()).digest())
 
     async def run(self, jobs: Sequence[Job]) -> list[GenerationResult]:
         futs = [asyncio.wrap_future(self.engine.submit(j.prompt_ids, j.params,

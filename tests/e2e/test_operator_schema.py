@@ -220,6 +220,8 @@ def test_chunked_body_over_4_mib_is_413(http: httpx.Client) -> None:
 
     r = http.post(CHAT, content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413, r.text[:300]
+    assert_error_shape(r)
+    assert http.get("/health").status_code == 200
 
 
 def test_unencodable_option_is_rejected_before_a_stream_starts(http: httpx.Client) -> None:
@@ -249,6 +251,8 @@ def test_receipt_ids(http: httpx.Client) -> None:
 
 
 def test_deeply_nested_json_does_not_kill_the_server(tiny_path: Any, tmp_path: Any) -> None:
+    # Its own server: before f964eed this request segfaulted the process (py_ecc raises the
+    # recursion limit to 100000 and the stdlib JSON decoder overflowed the C stack).
     from support.servers import operator_init
 
     operator_init(tmp_path / "op")

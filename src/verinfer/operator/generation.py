@@ -15,7 +15,13 @@ from typing import Any
 from verinfer.engine.engine import MAX_TOP_LOGPROBS, Engine, GenerationResult, StepEvent
 from verinfer.engine.sampling import MAX_SEED, SamplingParams, choice_seed, request_seed
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
-from verinfer.operator.protocol import EngineEvidence, ModelCard, ModelList, Usage
+from verinfer.operator.protocol import (
+    EngineEvidence,
+    ModelCard,
+    ModelList,
+    StreamOptions,
+    Usage,
+)
 
 MAX_CHOICES = 8
 
@@ -131,6 +137,16 @@ class ServingBase:
             else:
                 pending -= 1
                 yield jobs[k], futs[k].result()  # raises the engine's error, if any
+
+    async def final_fields(self, options: StreamOptions | None, jobs: Sequence[Job],
+                           results: dict[int, GenerationResult], finalize: Finalizer | None
+                           ) -> tuple[Usage | None, dict[str, Any] | None]:
+        """A stream's final chunk: usage when asked for, and the verification object covering
+        every byte sent before it."""
+        ordered = [results[j.index] for j in jobs]
+        usage = self.usage(jobs, ordered) if options is not None and options.include_usage \
+            else None
+        return usage, (await finalize(ordered) if finalize is not None else None)
 
     def evidence(self, job: Job, res: GenerationResult) -> EngineEvidence:
         return EngineEvidence(

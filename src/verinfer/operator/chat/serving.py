@@ -121,13 +121,8 @@ class ServingChat(ServingBase):
                 yield chunk([ChunkChoice(index=job.index, delta=ChunkDelta(),
                                          finish_reason=item.finish_reason,
                                          verinfer=self.evidence(job, item))])
-        # The final chunk: usage when asked for, and the verification object covering every
-        # byte sent before it.
-        ordered = [results[j.index] for j in jobs]
         final = chunk([])
-        if req.stream_options is not None and req.stream_options.include_usage:
-            final.usage = self.usage(jobs, ordered)
-        if finalize is not None:
-            final.verification = await finalize(ordered)
+        final.usage, final.verification = await self.final_fields(req.stream_options, jobs,
+                                                                  results, finalize)
         if final.usage is not None or final.verification is not None:
             yield final

@@ -130,13 +130,8 @@ class ServingCompletions(ServingBase):
                 results[job.index] = item
                 yield chunk([CompletionChoice(finish_reason=item.finish_reason, index=job.index,
                                               text="", verinfer=self.evidence(job, item))])
-        # The final chunk: usage when asked for, and the verification object covering every
-        # byte sent before it.
-        ordered = [results[j.index] for j in jobs]
         final = chunk([])
-        if req.stream_options is not None and req.stream_options.include_usage:
-            final.usage = self.usage(jobs, ordered)
-        if finalize is not None:
-            final.verification = await finalize(ordered)
+        final.usage, final.verification = await self.final_fields(req.stream_options, jobs,
+                                                                  results, finalize)
         if final.usage is not None or final.verification is not None:
             yield final

@@ -61,6 +61,8 @@ def audit(
     prefix: Annotated[str, typer.Option(help="Stream key prefix.")] = "verinfer:",
     seed: Annotated[int | None, typer.Option(help="Sampling seed (default: random).")] = None,
     timeout_s: Annotated[float, typer.Option()] = 300.0,
+    from_block: Annotated[int | None, typer.Option(
+        help="Only batches committed at or after this block (default: all).")] = None,
     escalate: Annotated[bool, typer.Option(
         help="Open a full challenge (bond from the key) for every mismatch.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -72,7 +74,7 @@ def audit(
         w = wire(rpc_url, deployment, keystore, da_store, da_redis_url, need_account=escalate)
         rng = random.Random(seed)
         with console.status("reading committed batches…"):
-            picked = sample_receipts(w.view, w.da, sample_rate, rng)
+            picked = sample_receipts(w.view, w.da, sample_rate, rng, from_block)
         q = AuditQueue(redis.Redis.from_url(redis_url, decode_responses=True),
                        StreamKeys(prefix))
         start = q.r.xinfo_stream(q.keys.reports)["last-generated-id"] \

@@ -46,7 +46,7 @@ from verinfer.verifier.evidence import Evidence, chat_body, request_for_body
 
 VI = [sys.executable, "-m", "verinfer"]
 MODEL = "verinfer-tiny-llama-seed0"
-N_CHALLENGES = int(os.environ.get("VERINFER_DEVNET_CHALLENGES", "8"))
+N_CHALLENGES = int(os.environ.get("VERINFER_DEVNET_CHALLENGES", "16"))
 PARALLEL = 4  # concurrent challenges (each locks the slash amount of the operator's stake)
 BOND = devnet_params().challenge_bond
 
@@ -58,7 +58,9 @@ def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
                         timeout=300)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
-        yield Devnet(d)
+        dn = Devnet(d)
+        dn.wait_ready()
+        yield dn
     finally:
         subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60)
     assert not (d / "devnet.json").exists()

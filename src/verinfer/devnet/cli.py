@@ -67,6 +67,14 @@ def up(
     operator_port: Annotated[int, typer.Option()] = 0,
 ) -> None:
     """Start everything and write <dir>/devnet.json."""
+    state = start(directory, model, verifiers, redis_url, operator_port)
+    typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
+
+
+def start(directory: Path, model: Path | None, verifiers: int = 4,
+          redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0
+          ) -> dict[str, Any]:
+    """`devnet up` without the stdout line; returns the devnet.json state."""
     directory = directory.resolve()
     if (directory / STATE).exists():
         console.print(f"[red]error[/red]: {directory / STATE} exists: `verinfer devnet down`")
@@ -147,7 +155,7 @@ def up(
     if operator_url and not _wait_http(operator_url + "/v1/models", 120):
         console.print("[yellow]operator did not answer /v1/models within 120 s[/yellow]")
     console.print(f"devnet up: {directory / STATE}")
-    typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
+    return state
 
 
 def _alive(pid: int) -> bool:
@@ -191,3 +199,33 @@ def down(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) ->
             os.kill(pid, signal.SIGKILL)
     path.unlink()
     console.print("devnet down")
+
+
+@app.command()
+def demo(
+    directory: Annotated[Path | None, typer.Option(
+        "--dir", help="Where the devnet lives (default: a new temporary directory).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model file, or `tiny` for the tiny test model (default: embedded Gemma 3 270M).")]
+    = None,
+    keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per answer.")] = 24,
+) -> None:
+    """Up, ask through the openai SDK, verify, wait for the batch, challenge one receipt,
+    show the committee's verdict, down."""
+    from verinfer.devnet.demo import run_demo
+    from verinfer.errors import VerinferError
+
+    out = Console()
+    try:
+        res = run_demo(directory, model, keep=keep, max_tokens=max_tokens, console=out)
+    except VerinferError as e:
+        console.print(f"[red]error[/red]: {e.message}")
+        raise typer.Exit(1) from e
+    typer.echo(json.dumps({"status": res.status, "challenge_id": res.challenge_id,
+                           "receipts": [a.verification["receipt_id"] for a in res.answers],
+                           "signers_ok": all(a.signer == a.verification["operator"]
+                                             for a in res.answers),
+                           "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}))
+    if res.status != "dismissed":
+        raise typer.Exit(1)

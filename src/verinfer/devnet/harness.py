@@ -21,7 +21,7 @@ from web3 import Web3
 
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.structs import ETHER
+from verinfer.chain.structs import ETHER, Role
 from verinfer.da_client.local import LocalDAClient
 from verinfer.devnet.network import bind, epoch_public_key, publish_batch, roles
 from verinfer.engine.engine import Engine
@@ -77,6 +77,17 @@ class Devnet:
     @property
     def read(self) -> Contracts:
         return bind(self.w3, self.deployment)
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Until every verifier process registered on chain (a committee needs them all)."""
+        deadline = time.monotonic() + timeout_s
+        for addr in self.state["accounts"]["verifiers"]:
+            while self.read.stakes.account_of(addr).role is not Role.VERIFIER:
+                if time.monotonic() > deadline:
+                    raise DevnetStateError(f"verifier {addr} did not register within "
+                                           f"{timeout_s}s (see {self.dir / 'logs'})",
+                                           param="verifiers")
+                time.sleep(0.5)
 
     def pid(self, name: str) -> int:
         return int(self.state["pids"][name])

@@ -1,0 +1,174 @@
+"""`verinfer devnet demo`: the whole protocol in one command, on real processes.
+
+devnet up → a few requests through the official openai SDK → each answer's verification
+(receipt id, signer recovered with eth-account, DA pointer) → the operator's batch committed on
+chain → one full challenge of one receipt → the committee's verdict (dismissed, bond to the
+committee) → a summary → devnet down (unless ``--keep``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from openai import OpenAI
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from verinfer.chain.structs import ETHER, Status
+from verinfer.devnet.harness import Devnet, DevnetStateError
+
+PROMPTS = ("In one sentence, what is a lighthouse?", "Name three colors of the rainbow.")
+
+
+@dataclass
+class Answer:
+    kind: str
+    prompt: str
+    text: str
+    verification: dict[str, Any]
+    signer: str = ""
+
+
+@dataclass
+class DemoResult:
+    answers: list[Answer] = field(default_factory=list)
+    challenge_id: int = 0
+    status: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)
+    credited: dict[str, int] = field(default_factory=dict)
+    majority_matches_receipt: bool = False
+
+
+def ask(dn: Devnet, max_tokens: int) -> list[Answer]:
+    """One plain chat, one streamed chat, one completion, through the openai SDK."""
+    client = OpenAI(base_url=dn.operator_url + "/v1", api_key="devnet", max_retries=0,
+                    timeout=300)
+    model = client.models.list().data[0].id
+    out: list[Answer] = []
+    r = client.chat.completions.create(model=model, max_tokens=max_tokens, seed=7,
+                                       messages=[{"role": "user", "content": PROMPTS[0]}])
+    out.append(Answer("chat", PROMPTS[0], r.choices[0].message.content or "",
+                      dict((r.model_extra or {})["verification"])))
+    text, last = "", None
+    for chunk in client.chat.completions.create(
+            model=model, max_tokens=max_tokens, temperature=0, stream=True,
+            messages=[{"role": "user", "content": PROMPTS[1]}]):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        last = chunk
+    assert last is not None
+    out.append(Answer("chat (stream, greedy)", PROMPTS[1], text,
+                      dict((last.model_extra or {})["verification"])))
+    c = client.completions.create(model=model, prompt="The capital of France is",
+                                  max_tokens=max_tokens, seed=3)
+    out.append(Answer("completion", "The capital of France is", c.choices[0].text,
+                      dict((c.model_extra or {})["verification"])))
+    for a in out:  # what any client can check with eth-account alone
+        a.signer = Account.recover_message(encode_typed_data(full_message=a.verification[
+            "receipt"]), signature=a.verification["signature"])
+    return out
+
+
+def _answer_panel(i: int, a: Answer, operator: str) -> Panel:
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row("asked", a.prompt)
+    t.add_row("answer", a.text.strip() or "[dim](empty)[/dim]")
+    t.add_row("receipt id", a.verification["receipt_id"])
+    ok = "[green]✓ the operator[/green]" if a.signer == operator else "[red]✗ not the operator"
+    t.add_row("signer", f"{a.signer} {ok} (recovered with eth-account from the EIP-712 receipt)")
+    t.add_row("DA pointer", a.verification["da_pointer"])
+    return Panel(t, title=f"answer {i + 1}: {a.kind}", title_align="left")
+
+
+def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_tokens: int,
+             console: Console) -> DemoResult:
+    from verinfer.devnet.cli import down, start  # the CLI's own steps, in process
+
+    res = DemoResult()
+    d = (directory or Path(tempfile.mkdtemp(prefix="verinfer-devnet-"))).resolve() / "devnet"
+    model_path: Path | None
+    if model is None:
+        from verinfer.engine.loader import embedded_model_path
+
+        model_path = embedded_model_path()
+    elif model == "tiny":
+        model_path = None  # `devnet up` writes the tiny test model
+    else:
+        model_path = Path(model)
+    console.rule("[bold]verinfer devnet demo")
+    if (d / "devnet.json").exists():
+        raise DevnetStateError(f"a devnet already runs in {d}", param="dir")
+    t0 = time.monotonic()
+    try:
+        start(d, model_path)
+        dn = Devnet(d)
+        with console.status("waiting for the 4 verifiers to register on chain…"):
+            dn.wait_ready()
+        res.seconds["devnet_up"] = time.monotonic() - t0
+        console.print(f"devnet up in {res.seconds['devnet_up']:.0f} s: anvil {dn.rpc_url}, "
+                      f"operator {dn.operator_url}, 5 KMS shards (t = 3), 4 verifiers; "
+                      f"model {Path(dn.state['model']).name}")
+        t1 = time.monotonic()
+        with console.status("asking the operator (openai SDK)…"):
+            res.answers = ask(dn, max_tokens)
+        res.seconds["requests"] = time.monotonic() - t1
+        operator = dn.state["accounts"]["operator"]
+        for i, a in enumerate(res.answers):
+            console.print(_answer_panel(i, a, operator))
+        target = res.answers[0].verification["receipt_id"]
+        t2 = time.monotonic()
+        with console.status("waiting for the operator's batch to be committed on chain…"):
+            loc = dn.wait_located(target, timeout_s=120)
+        assert loc.batch is not None and loc.proof is not None
+        res.seconds["committed"] = time.monotonic() - t2
+        console.print(f"batch 0x{loc.batch.batch_id.hex()[:16]}… committed at block "
+                      f"{loc.batch.block_number}: root "
+                      f"0x{loc.batch.root.hex()}, {loc.batch.leaf_count} receipts, manifest "
+                      f"{loc.batch.manifest_pointer}")
+        ch = dn.challenger()
+        t3 = time.monotonic()
+        _, cid = ch.open(loc)
+        res.challenge_id = cid
+        console.print(f"opened challenge {cid} on receipt {target} (bond "
+                      f"{ch.c.config.params().challenge_bond / ETHER} ETH)")
+        with console.status("the committee re-executes in its enclaves…") as sp:
+            final = ch.wait(cid, timeout_s=600, on_update=lambda s: sp.update(
+                f"challenge {cid}: {s['status']}, {s['commits']}/{s['members']} committed, "
+                f"{s['reveals']}/{s['members']} revealed"))
+        res.seconds["challenge"] = time.monotonic() - t3
+        res.status = final.name.lower()
+        info = dn.read.challenges.challenge(cid)
+        res.majority_matches_receipt = info.majority_out_hash == info.receipt_out_hash
+        res.credited = dn.payout(cid).credited
+        console.print(_summary(res, info))
+    finally:
+        if not (d / "devnet.json").exists():
+            pass
+        elif keep:
+            console.print(f"kept running: `verinfer devnet down --dir {d}`")
+        else:
+            down(directory=d)
+    return res
+
+
+def _summary(res: DemoResult, info: Any) -> Panel:
+    t = Table(show_header=False, box=None)
+    t.add_row("answers", f"{len(res.answers)}, each signed by the operator and published to DA")
+    t.add_row("challenge", f"{res.challenge_id}: [bold]{res.status}[/bold] "
+              f"({info.reveals}/{info.members} members revealed)")
+    t.add_row("majority vote", "= the receipt's outHash" if res.majority_matches_receipt
+              else "≠ the receipt's outHash")
+    t.add_row("bond", ", ".join(f"{a[:10]}… +{w / ETHER:g} ETH"
+                                for a, w in sorted(res.credited.items())) or "-")
+    t.add_row("timings", ", ".join(f"{k} {v:.1f} s" for k, v in res.seconds.items()))
+    color = "green" if res.status == Status.DISMISSED.name.lower() else "red"
+    return Panel(t, title=f"[{color}]verdict: {res.status}", border_style=color)

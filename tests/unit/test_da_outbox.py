@@ -398,3 +398,18 @@ def test_receipt_bytes_outlive_pruning(outbox: Outbox, da: LocalDAClient,
     assert outbox.prune_committed_payloads(committed_before=clock.t) == 1
     assert outbox.receipt(digest) == receipt
     assert outbox.receipt(bytes(32)) is None
+
+
+def test_jsonl_sink_appends_cleanly_after_a_torn_line(tmp_path: Path) -> None:
+    from verinfer.da_client.pointer import Pointer
+    from verinfer.da_client.sinks import BatchCommitment, JsonlBatchSink, read_jsonl_batches
+
+    path = tmp_path / "batches.jsonl"
+    first = BatchCommitment(1, b"\x01" * 32, 3, Pointer("local", b"\x0a" * 32))
+    JsonlBatchSink(path).commit(first)
+    with path.open("a") as f:
+        f.write('{"batchId": 2, "batchR')  # the process died mid-append
+    second = BatchCommitment(2, b"\x02" * 32, 5, Pointer("local", b"\x0b" * 32))
+    JsonlBatchSink(path).commit(second)
+    roots = [b["batchRoot"] for b in read_jsonl_batches(path)]
+    assert roots == ["0x" + "01" * 32, "0x" + "02" * 32]

@@ -71,6 +71,8 @@ class JsonlBatchSink:
             if batch.root in self._roots:
                 return
             line = json.dumps(batch.to_json(), sort_keys=True) + "\n"
+            if _ends_torn(self.path):  # a crash mid-append left a partial line: close it off
+                line = "\n" + line
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(line)
                 f.flush()
@@ -78,6 +80,18 @@ class JsonlBatchSink:
             self._roots.add(batch.root)
         log.info("batch %d committed: root 0x%s, %d leaves, manifest %s", batch.batch_id,
                  batch.root.hex(), batch.leaf_count, batch.manifest)
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def read_jsonl_batches(path: Path) -> list[dict[str, Any]]:

@@ -111,6 +111,11 @@ def test_malformed_json_and_wrong_types_are_400(server: str) -> None:
                    json={"model": "tiny", "messages": [{"role": "user", "content": "x"}],
                          "max_tokens": "many"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+    for field, value in (("logprobs", "yes"), ("n", 1.5), ("temperature", "0.5")):
+        r = httpx.post(server + "/v1/chat/completions",
+                       json={"model": "tiny", "messages": [{"role": "user", "content": "x"}],
+                             field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, (field, r.text)
 
 
 def test_oversized_body_is_413(server: str) -> None:

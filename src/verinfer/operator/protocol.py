@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Requests: unknown fields and loose coercions ("yes" as a bool, 1.5 as an int) are
+    errors, not guesses."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StreamOptions(Strict):

@@ -134,6 +134,40 @@ class Edge:
             m.latency.labels(route).observe(time.perf_counter() - t0)
 
 
+_ERRORS = {"400": "Bad request: invalid JSON, field types, ranges or combinations",
+           "401": "Missing or unknown API key", "404": "Unknown model or receipt",
+           "413": "Request body over the size limit", "429": "Rate limit reached",
+           "500": "Server error"}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema with the errors we really answer: OpenAI's error shape under 400
+    (FastAPI documents its own 422, which this server never sends) and 401/404/413/429/500."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    from verinfer.operator.protocol import ErrorResponse
+
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    err = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+    comps.update(err.pop("$defs", {}))
+    comps["ErrorResponse"] = err
+    for name in ("HTTPValidationError", "ValidationError"):
+        comps.pop(name, None)
+    for path in schema.get("paths", {}).values():
+        for op in path.values():
+            responses = op.setdefault("responses", {})
+            responses.pop("422", None)
+            for code, text in _ERRORS.items():
+                responses.setdefault(code, {"description": text,
+                                            "content": {"application/json": {"schema": ref}}})
+    app.openapi_schema = schema
+    return schema
+
+
 def _commitments(value: str | None) -> bytes | None:
     return None if value is None else bytes.fromhex(value.removeprefix("0x"))
 
@@ -235,5 +269,6 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(v1)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(Edge, limit=cfg.max_body_bytes, metrics=metrics)
     return app

@@ -53,6 +53,7 @@ def ask(dn: Devnet, max_tokens: int) -> list[Answer]:
     model = client.models.list().data[0].id
     out: list[Answer] = []
     r = client.chat.completions.create(model=model, max_tokens=max_tokens, seed=7,
+                                       temperature=0.7,
                                        messages=[{"role": "user", "content": PROMPTS[0]}])
     out.append(Answer("chat", PROMPTS[0], r.choices[0].message.content or "",
                       dict((r.model_extra or {})["verification"])))

@@ -37,10 +37,12 @@ from verinfer.verifier.node import JudgeFn, NodeConfig, VerifierNode
 class LocalStack:
     def __init__(self, root: Path, engine: Engine, model_path: Path, params: Params, *,
                  n_verifiers: int = 4, wrap_judge: Callable[[JudgeFn], JudgeFn] | None = None,
-                 log: Callable[[str], None] = lambda s: None) -> None:
+                 log: Callable[[str], None] = lambda s: None,
+                 on_timings: Callable[[dict[str, float]], None] | None = None) -> None:
         self.root, self.engine, self.model_path, self.params = root, engine, model_path, params
         self.n_verifiers, self.wrap_judge, self.log = n_verifiers, wrap_judge, log
         self.threads: list[tuple[threading.Thread, threading.Event]] = []
+        self.on_timings = on_timings
 
     def __enter__(self) -> LocalStack:
         self.anvil = Anvil().start()
@@ -64,7 +66,8 @@ class LocalStack:
         for i, acct in enumerate(r.verifiers):
             vw3 = Web3(Web3.HTTPProvider(self.anvil.url))
             c = bind(vw3, self.d, acct)
-            judge: JudgeFn = EnclaveJudge(cfg, acct, self.da, self.engine).judge
+            judge: JudgeFn = EnclaveJudge(cfg, acct, self.da, self.engine,
+                                          on_timings=self.on_timings).judge
             if self.wrap_judge is not None:
                 judge = self.wrap_judge(judge)
             node = VerifierNode(ChainView(vw3, self.d, c), c, acct, judge, self.da,

@@ -11,6 +11,7 @@ child loads the model each time). Neither is a security boundary (docs/kms.md).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -27,8 +28,9 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Receipt
+from verinfer.receipts.envelope import EpochPrivateKey
 from verinfer.verifier.errors import EvidenceUnavailableError
-from verinfer.verifier.reexec import judge
+from verinfer.verifier.reexec import JobClock, judge
 from verinfer.verifier.votes import Verdict
 
 EnclaveMode = Literal["inprocess", "process"]
@@ -73,8 +75,12 @@ def fetch_blob(da: BlobSource, pointer: str | None, *, retries: int = 3,
 
 class EnclaveJudge:
     def __init__(self, cfg: EnclaveConfig, account: LocalAccount, da: BlobSource,
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None, *,
+                 on_timings: Callable[[dict[str, float]], None] | None = None) -> None:
+        """``on_timings`` (inprocess mode, benchmarks) receives each job's JobClock seconds
+        plus ``key_release_*_s``: quote, t KMS shares, key assembly, before the job starts."""
         self.cfg, self.account, self.da = cfg, account, da
+        self.on_timings = on_timings
         self.engine = engine
         if cfg.mode == "inprocess" and engine is None:
             self.engine = Engine.from_path(cfg.model_path, cfg.kernels)  # type: ignore[arg-type]
@@ -106,6 +112,16 @@ class EnclaveJudge:
                                epochs=FileEpochRegistry(self.cfg.registry),
                                signer=AccountSigner(self.account),
                                timeout_s=self.cfg.http_timeout_s)
-        outcome = runner.run(lambda key: judge(engine, receipt, blob, key),
-                             epoch=receipt.key_epoch, purpose=purpose, challenge_id=challenge_id)
+        start = JobClock()
+        clock: list[JobClock] = []
+
+        def job(key: EpochPrivateKey) -> Verdict:
+            start.lap("key_release")
+            clock.append(JobClock())
+            return judge(engine, receipt, blob, key, clock[0])
+
+        outcome = runner.run(job, epoch=receipt.key_epoch, purpose=purpose,
+                             challenge_id=challenge_id)
+        if self.on_timings is not None and clock:
+            self.on_timings({**start.seconds, **clock[0].seconds})
         return outcome.result

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash, open_envelope
 from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 from verinfer.verifier.conformance import request_problems
+from verinfer.verifier.cpu_clock import job_cpu_time
 from verinfer.verifier.errors import CannotJudgeError
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 
@@ -69,9 +72,43 @@ def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
     return ExecResult.from_generation(gen), replayed, len(gen.token_ids)
 
 
+class JobClock:
+    """Where a job's time goes (benchmarks): process CPU, this thread's CPU, the job's CPU
+    (process CPU less the other Python threads', cpu_clock.py) and wall time
+    of decryption (hash check + HPKE open) and of re-execution (conformance + replay, and the
+    decode when the claim does not reproduce). Clocks are injectable."""
+
+    def __init__(self, cpu: Callable[[], float] = time.process_time,
+                 thread_cpu: Callable[[], float] = time.thread_time,
+                 wall: Callable[[], float] = time.perf_counter,
+                 job_cpu: Callable[[], float] = job_cpu_time) -> None:
+        self.clocks = {"cpu": cpu, "thread_cpu": thread_cpu, "wall": wall, "job_cpu": job_cpu}
+        self.seconds: dict[str, float] = {}
+        self._mark = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {k: c() for k, c in self.clocks.items()}
+
+    def lap(self, phase: str) -> None:
+        now = self._now()
+        for k, v in now.items():
+            key = f"{phase}_{k}_s"
+            self.seconds[key] = self.seconds.get(key, 0.0) + v - self._mark[k]
+        self._mark = now
+
+
 def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
-          private_key: EpochPrivateKey) -> Verdict:
+          private_key: EpochPrivateKey, clock: JobClock | None = None) -> Verdict:
     """Steps 1-7 above. ``blob`` None means DA answered that it does not exist."""
+    clock = clock or JobClock()
+    try:
+        return _judge(engine, receipt, blob, private_key, clock)
+    finally:
+        clock.lap("reexec")
+
+
+def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
+           private_key: EpochPrivateKey, clock: JobClock) -> Verdict:
     if blob is None:
         return _invalid(receipt, "ciphertext_unavailable")
     if ciphertext_hash(blob) != receipt.ciphertext_hash:
@@ -82,6 +119,7 @@ def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
         return _invalid(receipt, "ciphertext_undecryptable")
     except EnvelopeContentError as e:
         return _invalid(receipt, "evidence_mismatch", _field_names(e.message))
+    clock.lap("decrypt")  # from here on: the re-execution itself
     request = contents.request
     check_engine(engine, request)
     problems = request_problems(engine.tokenizer, request, contents.request_body)

@@ -8,8 +8,9 @@ then rounds alternate ours / HF for batch 1 and batch 4 (prompt 16 tokens, 64 ne
 greedy, EOS ignored); each side's median over the rounds is reported. tok/s counts generated
 tokens of the whole batch over wall time including prefill, as HF ``generate`` does.
 Replay: wall time of one replay pass over a 128-token generation / the wall time it took to
-generate those tokens. Peak RSS: VmHWM of a real ``verinfer serve`` process holding the model
-after it has answered a request.
+generate those tokens. Peak RSS: VmHWM of a real ``verinfer serve`` process (with its evidence
+pipeline: receipts, envelopes, outbox, publisher) holding the model after it has answered a
+request.
 """
 
 from __future__ import annotations
@@ -76,8 +77,14 @@ def server_peak_rss_mb() -> float:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    import tempfile
+
+    state = Path(tempfile.mkdtemp(prefix="verinfer-bench-")) / "operator"
+    subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(state),
+                    "--light-kdf"], check=True, capture_output=True)
     proc = subprocess.Popen([sys.executable, "-m", "verinfer", "serve", "--port", str(port),
-                             "--name", "default"], stderr=subprocess.PIPE)
+                             "--name", "default", "--operator-dir", str(state)],
+                            stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:

@@ -7,6 +7,8 @@ shards t = 3, local DA, the operator's `verinfer serve`, 4 `verinfer verifier ru
 - `verinfer challenge` with every reference form a client holds;
 - each cheat, produced with the operator's key and the library functions and published through
   the devnet's DA and BatchRegistry, is slashed; a withheld receipt's claim is upheld;
+- a second operator process (the operator's key) serving other weights under the same model
+  name: its receipts name an unapproved model id and are slashed at once;
 - `verinfer audit --sample-rate 1 --escalate`: signed reports recorded on chain, the mismatch
   escalated to a full challenge that slashes;
 - a verifier process killed: the verdict is still reached; revealing without a commitment, or
@@ -16,6 +18,7 @@ shards t = 3, local DA, the operator's `verinfer serve`, 4 `verinfer verifier ru
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
 import json
 import os
 import random
@@ -33,9 +36,11 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from openai import OpenAI
 
+from verinfer.chain.anvil import free_port
 from verinfer.chain.bindings import vote_commitment
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.structs import ClaimStatus, Role, Status
+from verinfer.da_client.local import LocalDAClient
 from verinfer.devnet.harness import Devnet
 from verinfer.devnet.network import bind, devnet_params
 from verinfer.engine.engine import Engine
@@ -289,6 +294,69 @@ def test_audit_samples_records_reports_and_escalates_a_mismatch(devnet: Devnet, 
     assert by_digest[bad.digest]["observedOutHash"] != bad.signed.receipt.out_hash
     ch = devnet.challenger()  # the escalated challenge, followed to its verdict
     assert ch.wait(esc["challenge"], timeout_s=240) is Status.SLASHED
+
+
+def test_operator_process_serving_other_weights_is_slashed_at_once(devnet: Devnet,
+                                                                   tmp_path: Path) -> None:
+    """A second `verinfer serve` with the operator's key runs other weights (seed-1 tiny model)
+    under the same served model name. Its honest receipts name the real weights' model id,
+    which governance never approved: the challenge slashes at once, no committee needed."""
+    op2 = tmp_path / "operator-other-weights"
+    weights = write_tiny_llama(tmp_path / "other-weights.gguf", seed=1)
+    env = {**os.environ, "VI_OP2_KEY": devnet.roles.operator.key.hex()}
+    init = subprocess.run([*VI, "operator", "init", str(op2), "--epochs-file",
+                           str(Path(devnet.state["kms"]["root"]) / "epochs.json"),
+                           "--key-epoch", "1", "--private-key-env", "VI_OP2_KEY", "--light-kdf",
+                           "--rpc-url", devnet.rpc_url, "--deployment",
+                           str(devnet.dir / "deployment.json")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert init.returncode == 0, init.stderr[-2000:]
+    port = free_port()
+    with (tmp_path / "op2.log").open("wb") as log:
+        proc = subprocess.Popen([*VI, "serve", "--model", str(weights), "--name", MODEL,
+                                 "--port", str(port), "--operator-dir", str(op2)],
+                                stdout=log, stderr=log)
+    try:
+        c = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=5,
+                   timeout=60)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                c.models.list()
+                break
+            except Exception:
+                assert time.monotonic() < deadline and proc.poll() is None, \
+                    (tmp_path / "op2.log").read_text()[-2000:]
+                time.sleep(0.5)
+        r = c.chat.completions.create(model=MODEL, max_tokens=6, seed=5,
+                                      messages=[{"role": "user", "content": "other weights"}])
+        v = dict((r.model_extra or {})["verification"])
+        _check_client_side(v, devnet.state["accounts"]["operator"])  # validly signed...
+        assert v["receipt"]["message"]["modelId"] != "0x" + sha256_hex(
+            Path(devnet.state["model"]))  # ...for a model nobody approved
+        da2 = LocalDAClient(op2 / "da")
+        deadline = time.monotonic() + 60
+        while (loc := locate(devnet.view, da2, str(_write(tmp_path / "v.json", v)))).batch \
+                is None:
+            assert time.monotonic() < deadline, "the second operator never committed its batch"
+            time.sleep(0.5)
+        ch = devnet.challenger()
+        kind, cid = ch.open(loc)
+        info = devnet.read.challenges.challenge(cid)
+        assert kind == "challenge" and info.status is Status.SLASHED and info.members == 0
+        assert devnet.payout(cid).slashed == devnet_params().slash_amount
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _write(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def sha256_hex(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_offline_verifier_and_free_riders_gain_nothing(devnet: Devnet, engine: Engine) -> None:

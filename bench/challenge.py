@@ -78,6 +78,10 @@ def main() -> None:
     c0, w0 = time.process_time(), time.perf_counter()
     gen = engine.generate(list(req.prompt_token_ids), req.sampling_params())
     op_cpu, op_wall = time.process_time() - c0, time.perf_counter() - w0
+    # context: the engine's own replay of the same output, alone in this process (no stack)
+    c0 = time.process_time()
+    engine.replay(list(req.prompt_token_ids), list(gen.token_ids), req.sampling_params())
+    bare_replay_cpu = time.process_time() - c0
     with LocalStack(tmp, engine, model_path, devnet_params(committee_size=4),
                     wrap_judge=wrap, on_timings=jobs.append) as st:
         walls = []
@@ -113,6 +117,7 @@ def main() -> None:
             med([j["reexec_thread_cpu_s"] for j in jobs]) / op_cpu, 4),
         "verifier_reexec_wall_over_operator_wall": round(
             med([j["reexec_wall_s"] for j in jobs]) / op_wall, 4),
+        "engine_replay_alone_over_operator": round(bare_replay_cpu / op_cpu, 4),
         "verifier_decrypt_cpu_s": round(med([j.get("decrypt_cpu_s", 0.0) for j in jobs]), 5),
         "verifier_key_release_wall_s": round(med([j["key_release_wall_s"] for j in jobs]), 4),
         "verifier_key_release_cpu_s": round(med([j["key_release_cpu_s"] for j in jobs]), 4),

@@ -121,7 +121,9 @@ class Outcome:
     seconds: float
 
 
-def _challenge(devnet: Devnet, ref: str, stall_s: float = 30.0) -> Outcome:
+def _challenge(devnet: Devnet, ref: str, stall_s: float = 120.0) -> Outcome:
+    """Open and follow one challenge. Concurrent challenges share the chain clock: skipping a
+    phase for one would expire the others, so only a long stall (not load) triggers it."""
     ch = devnet.challenger(stall_s=stall_s)
     t0 = time.monotonic()
     kind, cid = ch.open(devnet.wait_located(ref))

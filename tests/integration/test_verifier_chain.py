@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +71,10 @@ class Stack:
         t.join(timeout=30)
 
 
+def _tagged_log(i: int) -> Callable[[str], None]:
+    return lambda m: print(f"[v{i}] {m}", flush=True)
+
+
 @pytest.fixture(scope="module")
 def stack(tiny_engine: Engine, tiny_path: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -97,7 +101,7 @@ def stack(tiny_engine: Engine, tiny_path: Path,
                              EnclaveJudge(cfg, acct, da, tiny_engine).judge, da,
                              NodeConfig(tmp / f"v{i}.json", committee_file=lay.committee,
                                         unsafe_devnet_mine=True),
-                             log=lambda m, i=i: print(f"[v{i}] {m}", flush=True))
+                             log=_tagged_log(i))
             assert n.ensure_registered(ETHER)
             nodes.append(n)
         with ShardProcesses(lay, extra_args=["--rate-capacity", "100", "--rate-refill", "10"]

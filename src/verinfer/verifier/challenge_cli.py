@@ -68,7 +68,8 @@ def status(
 @app.command("open")
 def challenge(
     ref: Annotated[str, typer.Argument(
-        help="Receipt id (0x…32 bytes), DA pointer, or receipt JSON file.")],
+        help="Receipt id (0x…32 bytes), DA pointer, or a JSON file: an API response, its "
+             "`verification` object, a signed receipt or a manifest entry.")],
     rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
     deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
     keystore: Annotated[Path | None, KEYSTORE_OPT] = None,

@@ -3,7 +3,7 @@ shards t = 3, local DA, the operator's `verinfer serve`, 4 `verinfer verifier ru
 
 - an honest operator under mixed concurrent openai-SDK load: randomly chosen receipts are fully
   challenged (concurrently) and all dismissed, every bond credited to the committee, 0 slashes
-  (VERINFER_DEVNET_CHALLENGES=30 for the issue's 30; VERINFER_DEVNET_SEED picks the sample);
+  (VERINFER_DEVNET_CHALLENGES, default the issue's 30; VERINFER_DEVNET_SEED picks the sample);
 - `verinfer challenge` with every reference form a client holds;
 - each cheat, produced with the operator's key and the library functions and published through
   the devnet's DA and BatchRegistry, is slashed; a withheld receipt's claim is upheld;
@@ -51,7 +51,7 @@ from verinfer.verifier.evidence import Evidence, chat_body, request_for_body
 
 VI = [sys.executable, "-m", "verinfer"]
 MODEL = "verinfer-tiny-llama-seed0"
-N_CHALLENGES = int(os.environ.get("VERINFER_DEVNET_CHALLENGES", "16"))
+N_CHALLENGES = int(os.environ.get("VERINFER_DEVNET_CHALLENGES", "30"))
 PARALLEL = 4  # concurrent challenges (each locks the slash amount of the operator's stake)
 BOND = devnet_params().challenge_bond
 

@@ -22,7 +22,8 @@ def test_devnet_demo_on_the_tiny_model(tmp_path: Path) -> None:
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["status"] == "dismissed" and res["signers_ok"] and len(res["receipts"]) == 3
     squashed = re.sub(r"[\s│]", "", out.stdout)  # rich folds long values across lines
-    for text in ("answer1:chat", "answer2:chat(stream,greedy)", "answer3:completion",
+    for text in ("answer1:completion(greedy)", "answer2:completion(stream,seed11)",
+                 "answer3:chat(seed7)",
                  "✓theoperator", "da://local/0x", "verdict:dismissed", "+0.025ETH",
                  *res["receipts"]):
         assert text in squashed, text

@@ -24,7 +24,8 @@ from rich.table import Table
 from verinfer.chain.structs import ETHER, Status
 from verinfer.devnet.harness import Devnet, DevnetStateError
 
-PROMPTS = ("In one sentence, what is a lighthouse?", "Name three colors of the rainbow.")
+COMPLETION_PROMPTS = ("The capital of France is", "The lighthouse keeper opened the door and")
+CHAT_PROMPT = "In one sentence, what is a lighthouse?"
 
 
 @dataclass
@@ -47,30 +48,31 @@ class DemoResult:
 
 
 def ask(dn: Devnet, max_tokens: int) -> list[Answer]:
-    """One plain chat, one streamed chat, one completion, through the openai SDK."""
+    """A greedy completion, a streamed seeded completion and a seeded chat, through the
+    openai SDK."""
     client = OpenAI(base_url=dn.operator_url + "/v1", api_key="devnet", max_retries=0,
                     timeout=300)
     model = client.models.list().data[0].id
     out: list[Answer] = []
-    r = client.chat.completions.create(model=model, max_tokens=max_tokens, seed=7,
-                                       temperature=0.7,
-                                       messages=[{"role": "user", "content": PROMPTS[0]}])
-    out.append(Answer("chat", PROMPTS[0], r.choices[0].message.content or "",
-                      dict((r.model_extra or {})["verification"])))
+    c = client.completions.create(model=model, prompt=COMPLETION_PROMPTS[0],
+                                  max_tokens=max_tokens, temperature=0)
+    out.append(Answer("completion (greedy)", COMPLETION_PROMPTS[0], c.choices[0].text,
+                      dict((c.model_extra or {})["verification"])))
     text, last = "", None
-    for chunk in client.chat.completions.create(
-            model=model, max_tokens=max_tokens, temperature=0, stream=True,
-            messages=[{"role": "user", "content": PROMPTS[1]}]):
-        if chunk.choices and chunk.choices[0].delta.content:
-            text += chunk.choices[0].delta.content
+    for chunk in client.completions.create(model=model, prompt=COMPLETION_PROMPTS[1],
+                                           max_tokens=max_tokens, seed=11, temperature=0.8,
+                                           stream=True):
+        if chunk.choices:
+            text += chunk.choices[0].text
         last = chunk
     assert last is not None
-    out.append(Answer("chat (stream, greedy)", PROMPTS[1], text,
+    out.append(Answer("completion (stream, seed 11)", COMPLETION_PROMPTS[1], text,
                       dict((last.model_extra or {})["verification"])))
-    c = client.completions.create(model=model, prompt="The capital of France is",
-                                  max_tokens=max_tokens, seed=3)
-    out.append(Answer("completion", "The capital of France is", c.choices[0].text,
-                      dict((c.model_extra or {})["verification"])))
+    r = client.chat.completions.create(model=model, max_tokens=max_tokens, seed=7,
+                                       temperature=0.7,
+                                       messages=[{"role": "user", "content": CHAT_PROMPT}])
+    out.append(Answer("chat (seed 7)", CHAT_PROMPT, r.choices[0].message.content or "",
+                      dict((r.model_extra or {})["verification"])))
     for a in out:  # what any client can check with eth-account alone
         a.signer = Account.recover_message(encode_typed_data(full_message=a.verification[
             "receipt"]), signature=a.verification["signature"])

@@ -11,9 +11,7 @@ import pytest
 
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
-from verinfer.operator.generation import choice_seed as operator_choice_seed
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
-from verinfer.verifier.conformance import choice_seed
 from verinfer.verifier.errors import CannotJudgeError
 from verinfer.verifier.evidence import Evidence, EvidenceFactory, chat_body, request_for_body
 from verinfer.verifier.reexec import judge, verify_receipt_job
@@ -144,9 +142,3 @@ def test_job_entry_point_loads_its_own_engine(tiny_path: Path, factory: Evidence
     assert Verdict.from_json(out).reason == "match"
     assert set(out) == {"vote", "reason", "receipt_out_hash", "agrees", "replayed_tokens",
                         "decoded_tokens", "detail"}
-
-
-def test_choice_seed_rule_matches_the_operator() -> None:
-    for seed in (0, 42, 2**64 - 1):
-        for i in range(4):
-            assert choice_seed(seed, i) == operator_choice_seed(seed, i)

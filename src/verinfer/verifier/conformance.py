@@ -9,37 +9,17 @@ serving code (verinfer.operator.generation) and are part of the protocol (docs/v
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from verinfer.engine.chat import ChatMessage, render_chat
-from verinfer.engine.sampling import derive_seed
+from verinfer.engine.sampling import choice_seed, request_seed
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import VerinferError
 from verinfer.receipts.canonical import ExecRequest
 
 MAX_CHOICES = 8
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Seed of choice ``index`` of a request with seed ``seed`` (protocol rule, same as the
-    operator's: choice 0 keeps the seed, choice i > 0 derives one from (seed, i))."""
-    if index == 0:
-        return seed
-    return derive_seed(hashlib.sha256(b"verinfer/choice/v1" + seed.to_bytes(8, "big")
-                                      + index.to_bytes(4, "big")).digest())
-
-
-def derived_seed(model_id: bytes, prompt: Sequence[int], max_tokens: int, temperature: float,
-                 top_k: int, top_p: float, stop: Sequence[str], ignore_eos: bool) -> int:
-    """The seed of a request whose body gives none (protocol rule, same as the operator's,
-    docs/operator.md): derived from what decides the output (model id, prompt ids, decode
-    policy), never from transport details such as ``stream``."""
-    doc = json.dumps(["0x" + model_id.hex(), list(prompt), max_tokens, float(temperature),
-                      top_k, float(top_p), list(stop), ignore_eos], separators=(",", ":"))
-    return derive_seed(hashlib.sha256(doc.encode()).digest())
 
 
 def _prompts(tokenizer: Tokenizer, body: dict[str, Any]) -> list[list[int]]:
@@ -94,9 +74,9 @@ def request_problems(tokenizer: Tokenizer, request: ExecRequest,
     base = body.get("seed")
     if base is None:
         # the policy fields are checked against the body below; here they only key the seed
-        base = derived_seed(request.model_id, request.prompt_token_ids, request.max_tokens,
-                            request.temperature, request.top_k, request.top_p, request.stop,
-                            False)
+        # API requests never set ignore_eos: derive as the operator does from such a body
+        base = request_seed("0x" + request.model_id.hex(), request.prompt_token_ids,
+                            replace(request.sampling_params(), ignore_eos=False))
     if type(base) is not int or type(n) is not int or not 1 <= n <= MAX_CHOICES:
         problems.append("seed or n in the body is malformed")
     elif request.seed not in {choice_seed(base, i) for i in range(n)}:

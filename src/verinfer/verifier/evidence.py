@@ -15,7 +15,7 @@ from typing import Any
 
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams
+from verinfer.engine.sampling import SamplingParams, request_seed
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import (
@@ -26,7 +26,6 @@ from verinfer.receipts.envelope import (
     seal,
 )
 from verinfer.receipts.signed import SignedReceipt
-from verinfer.verifier.conformance import derived_seed
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,7 @@ def request_for_body(engine: Engine, body_bytes: bytes) -> ExecRequest:
         stop=(stop,) if isinstance(stop, str) else tuple(stop or ())).validate()
     seed = body.get("seed")
     if seed is None:
-        seed = derived_seed(bytes.fromhex(engine.model_id[2:]), prompt, params.max_tokens,
-                            params.temperature, params.top_k, params.top_p, params.stop,
-                            params.ignore_eos)
+        seed = request_seed(engine.model_id, prompt, params)
     params = replace(params, seed=seed)
     return ExecRequest.from_engine(engine, prompt, params)
 

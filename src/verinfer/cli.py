@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import _click as click  # typer ships its own click; its group API is that one's
+from typer.core import TyperGroup
 
-app = typer.Typer(help="verinfer: verifiable inference on a deterministic engine.",
-                  no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks (run from the repository root).", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-
-# Each part owns its sub-commands in `<part>/cli.py` exposing a typer app named `app`.
-# Parts are registered here as they land; a part listed but not yet present is skipped.
+# Each part owns its sub-commands in `<part>/cli.py`, a typer app named `app`. They load on
+# first use: importing every part (torch, web3, …) costs ~2.5 s, and the devnet starts a
+# dozen `verinfer …` processes that each need one part only.
 _SUBCOMMANDS = {
     "da": "verinfer.da_client.cli",
     "kms": "verinfer.kms.cli",
@@ -34,23 +32,26 @@ _SUBCOMMANDS = {
 }
 
 
-def _register_subcommands() -> None:
-    import importlib
-    import importlib.util
+class _LazyGroup(TyperGroup):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*super().list_commands(ctx), *_SUBCOMMANDS]
 
-    for name, module in _SUBCOMMANDS.items():
-        if importlib.util.find_spec(module.rsplit(".", 1)[0]) is None:
-            continue
-        try:
-            spec = importlib.util.find_spec(module)
-        except ModuleNotFoundError:
-            spec = None
-        if spec is None:
-            continue
-        app.add_typer(importlib.import_module(module).app, name=name)
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = _SUBCOMMANDS.get(cmd_name)
+        if module is None:
+            return super().get_command(ctx, cmd_name)
+        import importlib
+
+        # get_group, not get_command: a one-command part (`verifier run`) must stay a group
+        cmd = typer.main.get_group(importlib.import_module(module).app)
+        cmd.name = cmd_name
+        return cmd
 
 
-_register_subcommands()
+app = typer.Typer(cls=_LazyGroup, help="verinfer: verifiable inference on a deterministic "
+                  "engine.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (run from the repository root).", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="Path to a .gguf/.safetensors model (default: embedded Gemma 3 270M).")]

@@ -10,7 +10,6 @@ manifest on DA holds it, and the jsonl batch sink names each root exactly once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -21,8 +20,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +27,7 @@ import httpx
 import openai
 from openai import OpenAI
 
-from support.servers import free_port, operator_init
+from support.servers import Server, launched_server, operator_init
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.outbox import Outbox
@@ -40,42 +37,6 @@ from verinfer.receipts.merkle import MerkleProof, verify_proof
 CLIENTS = 6
 MIN_RESPONSES_BEFORE_KILL = 12
 DRAIN_TIMEOUT_S = 90.0
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    base: str
-
-
-@contextlib.contextmanager
-def launch(model: Path, operator_dir: Path, log: Path) -> Iterator[Server]:
-    """`verinfer serve` as a direct child (its pid is the server's own: SIGKILL reaches it)."""
-    port = free_port()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
-             str(port), "--name", "tiny", "--max-context", "512", "--operator-dir",
-             str(operator_dir)], stdout=out, stderr=subprocess.STDOUT)
-    server = Server(proc, f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}: {log.read_text()[-3000:]}")
-            try:
-                if httpx.get(server.base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not start")
-            time.sleep(0.1)
-        yield server
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
 
 
 def verifications(kind: str, result: Any) -> list[dict[str, Any]]:
@@ -219,7 +180,7 @@ def test_no_acknowledged_response_is_lost_across_sigkill(tiny_path: Path,
     received: list[dict[str, Any]] = []
     at_crash: Counter[str] = Counter()
     for crash in range(2):
-        with launch(tiny_path, operator_dir, log) as server:
+        with launched_server(tiny_path, "--operator-dir", str(operator_dir), log=log) as server:
             traffic_then_kill(server, received, seed=crash)
         at_crash = states_at_crash(operator_dir, received)
         # Acknowledged means durably enqueued: the killed process already holds every one.
@@ -229,7 +190,7 @@ def test_no_acknowledged_response_is_lost_across_sigkill(tiny_path: Path,
     assert at_crash["committed"] < len(received), at_crash
     ids = [v["receipt_id"] for v in received]
     assert len(set(ids)) == len(ids), "a receipt id was issued twice"
-    with launch(tiny_path, operator_dir, log) as server:
+    with launched_server(tiny_path, "--operator-dir", str(operator_dir), log=log) as server:
         states = wait_committed(server.base, ids)
     check_committed_evidence(operator_dir, received, states)
     # Nothing is left half-way either (entries the clients never saw included).

@@ -7,8 +7,10 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,34 +22,54 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass
+class Server:
+    proc: subprocess.Popen[bytes]  # the server's own process: SIGKILL reaches it
+    base: str
+    log: Path
+
+
 @contextlib.contextmanager
-def running_server(model: Path, *extra: str, env: dict[str, str] | None = None
-                   ) -> Iterator[str]:
-    """Starts `verinfer serve` on a free port; yields its base URL; stops it afterwards."""
+def launched_server(model: Path, *extra: str, log: Path | None = None,
+                    env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Starts `verinfer serve` on a free port, output appended to ``log`` (a file, so a chatty
+    server never blocks on a full pipe); waits for /health; stops it afterwards."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
-         str(port), "--name", "tiny", "--max-context", "512", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
+    if log is None:
+        log = Path(tempfile.mkstemp(prefix="verinfer-serve-", suffix=".log")[1])
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
+             str(port), "--name", "tiny", "--max-context", "512", *extra],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+    server = Server(proc, f"http://127.0.0.1:{port}", log)
     try:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise RuntimeError(f"server exited: {out}")
+                raise RuntimeError(f"server exited {proc.returncode}: "
+                                   f"{log.read_text(errors='replace')[-3000:]}")
             try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                if httpx.get(server.base + "/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError("server did not start")
-            time.sleep(0.2)
-        yield base
+            time.sleep(0.1)
+        yield server
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def running_server(model: Path, *extra: str, env: dict[str, str] | None = None
+                   ) -> Iterator[str]:
+    """Starts `verinfer serve` on a free port; yields its base URL; stops it afterwards."""
+    with launched_server(model, *extra, env=env) as server:
+        yield server.base
 
 
 def operator_init(directory: Path, *extra: str) -> dict[str, str]:

@@ -713,6 +713,11 @@ at::Tensor argmax(const at::Tensor& x) {
   return r;
 }
 
+// csrc/verinfer_sampling.cpp
+at::Tensor sample_rows(const at::Tensor& logits, double temperature, int64_t top_k, double top_p,
+                       const at::Tensor& us);
+at::Tensor exp64_tensor(const at::Tensor& x);
+
 }  // namespace vi
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -733,6 +738,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_q8_0", &vi::pack_q8_0, rel());
   m.def("linear_packed", &vi::linear_packed, rel());
   m.def("linear_q8_0_packed", &vi::linear_q8_0_packed, rel());
+  m.def("sample_rows", &vi::sample_rows, rel());
+  m.def("exp64", &vi::exp64_tensor, rel());
 }
 
 #else  // VI_BODY ------------------------------------------------- ISA-generic kernels

@@ -14,7 +14,7 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -29,12 +29,11 @@ from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.ops import KernelMode, make_ops
-from verinfer.engine.sampling import SamplingParams, sample
+from verinfer.engine.sampling import SamplingParams, sample, sample_rows
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 
 FinishReason = Literal["stop", "length"]
 MAX_TOP_LOGPROBS = 20
-_SAMPLE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="verinfer-sample")
 
 
 @dataclass(frozen=True)
@@ -309,11 +308,8 @@ class Engine:
             logits = self.model.forward(batch)
         chosen: list[int] = []
         all_digests = step_digests(logits)
-        rows = logits.numpy()
-        # Every step's draw depends only on its own logits row, so they run side by side
-        # (numpy releases the GIL); worker threads also keep their malloc arena warm, which
-        # makes the float64 temporaries several times cheaper than on the main thread.
-        policy = list(_SAMPLE_POOL.map(lambda i: sample(rows[i], params, p + i), range(n)))
+        # every step's draw depends only on its own row: the kernel draws them all in parallel
+        policy = sample_rows(logits, params, range(p, p + n))
         digests: list[bytes] = []
         finish: FinishReason | None = None
         for i in range(n):

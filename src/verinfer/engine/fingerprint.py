@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 import verinfer
+from verinfer.engine.sampling import SAMPLING_RULE
 
 _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
 
@@ -45,6 +46,7 @@ class EngineFingerprint:
     kernels: str  # invariant | fast
     kernel_isa: str  # code path of the compiled kernels (avx512 | avx2 | scalar | none)
     linear_order: str  # summation order of every matmul (Ops.linear_order)
+    sampler: str  # the token sampling rule (sampling.SAMPLING_RULE)
     device: str
     cpu_flags: tuple[str, ...]
     dtype: str
@@ -71,11 +73,12 @@ def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
     digest = container_digest if container_digest is not None else os.environ.get(
         "VERINFER_CONTAINER_DIGEST", "")
     return EngineFingerprint(
-        version=2,
+        version=3,
         backend="torch-cpu",
         kernels=kernel_mode,
         kernel_isa=kernel_isa,
         linear_order=linear_order,
+        sampler=SAMPLING_RULE,
         device=name,
         cpu_flags=tuple(flags),
         dtype="float32",

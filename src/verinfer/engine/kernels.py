@@ -208,3 +208,16 @@ def attention(
 def argmax(x: torch.Tensor) -> torch.Tensor:
     """int64 [M]: first index of each row's maximum; x: [M, N] float32, N > 0."""
     return _tensor("argmax", x)
+
+
+def sample_rows(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                us: torch.Tensor) -> torch.Tensor:
+    """int64 [R]: the token drawn from each row of ``logits`` [R, V] (float32) with u = ``us[r]``
+    (float64 [R], in [0, 1)), by sampling rule vi-sample-v2 (csrc/verinfer_sampling.cpp; the
+    executable reference is ``sampling.sample_reference``). Rows run in parallel."""
+    return _tensor("sample_rows", logits, float(temperature), int(top_k), float(top_p), us)
+
+
+def exp64(x: torch.Tensor) -> torch.Tensor:
+    """The sampler's exp of float64 ``x`` <= 0 (IEEE +, -, * only; 0 below -700)."""
+    return _tensor("exp64", x)

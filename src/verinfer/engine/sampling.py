@@ -4,27 +4,37 @@ The random number for the token at absolute position ``p`` is a pure function of
 ``(seed, p)`` — there is no RNG stream to share, so a token's draw never depends on which other
 requests ran, on the order of steps, or on whether it is being replayed.
 
-Pipeline (fixed): temperature → top-k → top-p → draw.
+Sampling rule ``vi-sample-v2`` (fixed; csrc/verinfer_sampling.cpp runs it, ``sample_reference``
+below is its executable numpy definition and the tests hold the two to the same token):
 - ``temperature == 0``: argmax, first index on ties.
 - scaled logits ``z = logit / temperature`` in float64.
 - top-k keeps the k largest ``z`` (ties: lower token id first).
+- ``p = exp64(z - max z)``: an exp made of IEEE double ``+ - *`` only (no libm, no FMA), so the
+  draw cannot depend on the machine's math library or numpy's SIMD dispatch.
 - top-p keeps the shortest prefix of the survivors, ordered by probability (ties: lower id),
   whose running mass (summed in that order) reaches ``top_p`` times the survivors' total mass
-  (``numpy.sum`` in token-id order); at least one token is kept.
+  (summed sequentially in token-id order); at least one token is kept.
 - draw: walk the kept tokens in token-id order, return the first whose running mass exceeds
   ``u * kept_mass``, with ``u`` = uniform(seed, p) in [0, 1).
+Every sum is sequential in the order named: float addition is not associative, and the chosen
+token must not depend on how a library splits a sum.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from verinfer.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # torch loads only where tokens are drawn (receipts import SamplingParams)
+    import torch
 
 PRNG_DOMAIN = b"verinfer/sampling/v1"
 MAX_SEED = 2**64 - 1
@@ -107,60 +117,81 @@ def choice_seed(seed: int, index: int) -> int:
                                       + index.to_bytes(4, "big")).digest())
 
 
-def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
-    """Positions (ascending) of the top-p nucleus of unnormalized probabilities ``p``.
+SAMPLING_RULE = "vi-sample-v2"  # recorded in the engine fingerprint
 
-    Sorts only as many candidates as needed: the nucleus is a prefix of the total order
-    (probability descending, position ascending), so sorting a larger candidate set that
-    contains it gives the same prefix.
-    """
-    target = top_p * float(np.sum(p))
-    m = 256
-    while True:
-        if m >= p.shape[0]:
-            cand = np.arange(p.shape[0])
-        else:
-            kth = np.partition(p, p.shape[0] - m)[p.shape[0] - m]
-            cand = np.flatnonzero(p >= kth)  # ascending positions; ties at kth all included
-        order = cand[np.argsort(-p[cand], kind="stable")]
-        csum = np.cumsum(p[order])
-        n_keep = int(np.searchsorted(csum, target, side="left")) + 1
-        if n_keep <= order.shape[0] and (n_keep < order.shape[0] or cand.shape[0] == p.shape[0]):
-            return np.sort(order[:n_keep])
-        if cand.shape[0] == p.shape[0]:
-            return np.sort(order)
-        m *= 8
+# exp64 constants (bit-identical to csrc/verinfer_sampling.cpp)
+_SHIFTER = float.fromhex("0x1.8p52")  # adding it rounds a double to an integer (to nearest)
+_LOG2E = float.fromhex("0x1.71547652b82fep+0")
+_LN2_HI = float.fromhex("0x1.62e42fee00000p-1")  # n * _LN2_HI is exact for |n| < 2^21
+_LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")
+_EXP_FLOOR = -700.0
+_INV_FACT = tuple(1.0 / math.factorial(k) for k in range(13, -1, -1))  # 1/13! .. 1/0!
 
 
-def _top_k_ids(z: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries (ties: lower id), in ascending id order."""
-    if k >= z.shape[0]:
-        return np.arange(z.shape[0])
-    kth = np.partition(z, z.shape[0] - k)[z.shape[0] - k]  # the k-th largest value
-    above = np.flatnonzero(z > kth)
-    ties = np.flatnonzero(z == kth)[: k - above.shape[0]]
-    return np.sort(np.concatenate([above, ties]))
+def exp64_reference(x: np.ndarray) -> np.ndarray:
+    """exp of float64 ``x`` <= 0 by the sampler's rule, in numpy (each numpy float64 ``+ - *``
+    is one IEEE operation, so this gives the C kernel's bits): 0 below -700; else
+    n = round(x / ln2), Cody-Waite reduction, degree-13 Taylor polynomial, times 2^n."""
+    xc = np.maximum(x, _EXP_FLOOR)
+    t = xc * _LOG2E + _SHIFTER
+    n = t - _SHIFTER
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    p = np.full_like(r, _INV_FACT[0])
+    for c in _INV_FACT[1:]:
+        p = p * r + c
+    scale = ((t.view(np.int64) + 1023) << 52).view(np.float64)
+    return np.where(x < _EXP_FLOOR, 0.0, p * scale)
+
+
+def sample_reference(logits: np.ndarray, params: SamplingParams, position: int) -> int:
+    """The sampling rule written out in numpy (slow, obviously in order): the definition that
+    :func:`sample` (the C kernel) must match token for token."""
+    if params.greedy:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / params.temperature
+    if not np.isfinite(z).all():
+        raise ValueError("logits contain a NaN or an infinity")
+    ids = np.arange(z.shape[0])
+    if 0 < params.top_k < z.shape[0]:
+        ranked = np.lexsort((ids, -z))  # z descending, then id ascending
+        ids = np.sort(ranked[: params.top_k])
+    p = exp64_reference(z[ids] - z[ids].max())
+    if params.top_p < 1.0:
+        target = params.top_p * float(np.cumsum(p)[-1])  # np.cumsum adds sequentially
+        order = np.lexsort((np.arange(p.shape[0]), -p))  # p descending, then id ascending
+        run = np.cumsum(p[order])
+        n_keep = min(int(np.searchsorted(run, target, side="left")) + 1, p.shape[0])
+        keep = np.sort(order[:n_keep])
+        ids, p = ids[keep], p[keep]
+    csum = np.cumsum(p)
+    u = uniform(params.seed, position)
+    j = min(int(np.searchsorted(csum, u * csum[-1], side="right")), csum.shape[0] - 1)
+    return int(ids[j])
 
 
 def sample(logits: np.ndarray, params: SamplingParams, position: int) -> int:
     """Choose the token at ``position`` from one row of float32 logits."""
     if params.greedy:
         return int(np.argmax(logits))
-    # In-place steps on one float64 buffer: the same IEEE operations as the spelled-out
-    # pipeline, without a fresh 2 MB temporary per step (replay samples every position).
-    z = logits.astype(np.float64)
-    z /= params.temperature
-    ids: np.ndarray | None = None
-    if params.top_k:
-        ids = _top_k_ids(z, params.top_k)
-        z = z[ids]
-    z -= z.max()
-    p = np.exp(z, out=z)
-    if params.top_p < 1.0:
-        keep = _nucleus(p, params.top_p)
-        ids = keep if ids is None else ids[keep]
-        p = p[keep]
-    csum = np.cumsum(p, out=p)
-    u = uniform(params.seed, position)
-    j = min(int(np.searchsorted(csum, u * csum[-1], side="right")), csum.shape[0] - 1)
-    return int(j if ids is None else ids[j])
+    import torch
+
+    row = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float32))
+    return sample_rows(row[None, :], params, [position])[0]
+
+
+def sample_rows(logits: torch.Tensor, params: SamplingParams,
+                positions: Sequence[int] | range) -> list[int]:
+    """The token for each row of ``logits`` [R, V] (float32), row r at ``positions[r]``; rows
+    run in parallel in the kernel (every draw depends only on its own row)."""
+    if len(positions) != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} rows but {len(positions)} positions")
+    if params.greedy:
+        return [int(i) for i in np.argmax(logits.numpy(), axis=1)]
+    import torch
+
+    from verinfer.engine import kernels
+
+    us = torch.tensor([uniform(params.seed, pos) for pos in positions], dtype=torch.float64)
+    return [int(i) for i in kernels.sample_rows(logits, params.temperature, params.top_k,
+                                                params.top_p, us)]
+

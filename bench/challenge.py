@@ -22,7 +22,9 @@ from pathlib import Path
 
 from verinfer.devnet.network import bind, devnet_params, publish_batch
 from verinfer.devnet.stack import LocalStack
+from verinfer.engine import kernels
 from verinfer.engine.engine import Engine
+from verinfer.engine.fingerprint import cpu_description
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.receipts.canonical import ExecRequest
 from verinfer.receipts.eip712 import Receipt
@@ -123,6 +125,7 @@ def main() -> None:
         "verifier_key_release_cpu_s": round(med([j["key_release_cpu_s"] for j in jobs]), 4),
         "verifier_whole_judge_cpu_over_operator": round(judge_all / op_cpu, 4),
         "jobs_timed": len(jobs),
+        "kernel_isa": kernels.isa(), "cpu": cpu_description()[0],
         "verifier_over_operator_measures": "CPU of the job (process CPU less other Python "
                                            "threads') from ciphertext decrypted to vote "
                                            "computed (one replay pass), judges serialized",

@@ -29,7 +29,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hf_reference import hf_generate_tok_s, load_hf_model
+from verinfer.engine import kernels
 from verinfer.engine.engine import Engine
+from verinfer.engine.fingerprint import cpu_description
 from verinfer.engine.loader import embedded_model_path, load_model
 from verinfer.engine.sampling import SamplingParams
 
@@ -142,6 +144,8 @@ def main() -> None:
         "peak_rss_mb": round(rss, 1),
         "rounds": ROUNDS,
         "threads": torch.get_num_threads(),
+        "kernel_isa": kernels.isa(),
+        "cpu": cpu_description()[0],
         "prompt_len": PROMPT_LEN,
         "new_tokens": NEW_TOKENS,
     }

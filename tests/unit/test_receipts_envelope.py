@@ -17,6 +17,7 @@ from verinfer.receipts.envelope import (
     EnvelopeContents,
     ciphertext_hash,
     open_envelope,
+    padme,
     seal,
 )
 from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
@@ -133,3 +134,45 @@ def test_plaintext_round_trip_is_strict() -> None:
         EnvelopeContents.from_bytes(cbor2.dumps({**m, "version": 2}, canonical=True))
     with pytest.raises(ReceiptFormatError, match="not canonically"):
         EnvelopeContents.from_bytes(cbor2.dumps(dict(reversed(m.items()))))  # unsorted keys
+
+
+def test_plaintext_is_padded_to_a_padme_length() -> None:
+    for body in (b"", b"x" * 10, b"y" * 1000, b"z" * 70_000):
+        data = replace(CONTENTS, response_body=body).to_bytes()
+        assert padme(len(data)) == len(data)
+        m = cbor2.loads(data)
+        assert set(m["padding"]) <= {0}
+        assert EnvelopeContents.from_bytes(data).response_body == body
+
+
+def test_bodies_of_nearby_sizes_give_ciphertexts_of_one_size() -> None:
+    _, pk = derive_epoch_keypair(b"\x11" * 32, EnvelopeSuite.X25519)
+    sizes = set()
+    for n in (3000, 3010, 3050):
+        contents = replace(CONTENTS, response_body=b"r" * n)
+        binding = EnvelopeBinding.for_execution(operator=OPERATOR, chain_id=1, key_epoch=1,
+                                                request=REQ, result=RES)
+        sizes.add(len(seal(contents, binding, pk)))
+    assert len(sizes) == 1
+
+
+def test_padding_must_be_the_rules_zero_bytes() -> None:
+    m = cbor2.loads(CONTENTS.to_bytes())
+    pad = m["padding"]
+    bad_bytes = {**m, "padding": b"\x01" + pad[1:]} if pad else {**m, "padding": b"\x01"}
+    for bad in (bad_bytes, {**m, "padding": pad + b"\x00" * 40}):
+        with pytest.raises(ReceiptFormatError, match="padding"):
+            EnvelopeContents.from_bytes(cbor2.dumps(bad, canonical=True))
+
+
+def test_an_unpadded_plaintext_from_before_padding_still_opens() -> None:
+    m = cbor2.loads(CONTENTS.to_bytes())
+    del m["padding"]
+    assert EnvelopeContents.from_bytes(cbor2.dumps(m, canonical=True)) == CONTENTS
+
+
+@pytest.mark.parametrize(("length", "want"), [(0, 0), (9, 10), (100, 104), (1000, 1024),
+                                              (1025, 1088), (1_000_000, 1_015_808)])
+def test_padme_rounds_up_with_bounded_overhead(length: int, want: int) -> None:
+    assert padme(length) == want
+    assert padme(length) <= length * 1.12 + 1

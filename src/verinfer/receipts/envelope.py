@@ -116,15 +116,25 @@ class EnvelopeContents:
 
     def to_bytes(self) -> bytes:
         """Canonical CBOR map; the Exec* structures embedded as their canonical bytes so an
-        opener hashes exactly what was hashed at sealing time."""
+        opener hashes exactly what was hashed at sealing time. A ``padding`` entry of zero
+        bytes stretches the encoding to a Padmé length (:func:`padme`), so a ciphertext on the
+        DA layer tells an observer little more than the order of magnitude of the exchange."""
+        fields = self._fields()
+        base = len(encode_canonical({**fields, "padding": b""}))
+        target = padme(base)
+        while True:
+            n = _padding_for(base, target)
+            if n is not None:
+                return encode_canonical({**fields, "padding": bytes(n)})
+            target = padme(target + 1)
+
+    def _fields(self) -> dict[str, Any]:
         for name in ("request_body", "response_body"):
             if not isinstance(getattr(self, name), bytes):
                 raise ReceiptFormatError(f"{name} must be bytes", param=name)
-        return encode_canonical({"version": EXEC_VERSION,
-                                 "exec_request": self.request.canonical,
-                                 "exec_result": self.result.canonical,
-                                 "request_body": self.request_body,
-                                 "response_body": self.response_body})
+        return {"version": EXEC_VERSION, "exec_request": self.request.canonical,
+                "exec_result": self.result.canonical, "request_body": self.request_body,
+                "response_body": self.response_body}
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EnvelopeContents:
@@ -136,17 +146,47 @@ class EnvelopeContents:
         if isinstance(m, dict) and type(m.get("version")) is int and m["version"] != EXEC_VERSION:
             raise UnsupportedVersionError(f"unknown envelope plaintext version {m['version']!r}",
                                           param="version")
-        if not isinstance(m, dict) or set(m) != keys or m["version"] != EXEC_VERSION:
+        padded = isinstance(m, dict) and "padding" in m
+        want = keys | {"padding"} if padded else keys  # unpadded: sealed before padding existed
+        if not isinstance(m, dict) or set(m) != want or m["version"] != EXEC_VERSION:
             raise ReceiptFormatError(f"envelope plaintext must be a version-{EXEC_VERSION} map "
-                                     f"with keys {sorted(keys)}")
-        if not all(isinstance(m[k], bytes) for k in keys - {"version"}):
+                                     f"with keys {sorted(keys | {'padding'})}")
+        if not all(isinstance(m[k], bytes) for k in want - {"version"}):
             raise ReceiptFormatError("envelope plaintext fields must be byte strings")
         out = cls(ExecRequest.from_canonical(m["exec_request"]),
                   ExecResult.from_canonical(m["exec_result"]), m["request_body"],
                   m["response_body"])
-        if out.to_bytes() != data:
-            raise ReceiptFormatError("envelope plaintext is not canonically encoded")
+        canonical = out.to_bytes() if padded else encode_canonical(out._fields())
+        if canonical != data:
+            raise ReceiptFormatError("envelope plaintext is not canonically encoded "
+                                     "(or its padding is not the Padmé rule's zero bytes)")
         return out
+
+
+def padme(length: int) -> int:
+    """Padmé (Nikitin et al., PETS 2019): round ``length`` up so only its top
+    ~log2(log2(length)) + 1 bits stay free; at most ~12% overhead, leaks O(log log L) bits."""
+    if length < 2:
+        return length
+    e = length.bit_length() - 1  # floor(log2 L)
+    s = e.bit_length()  # floor(log2 e) + 1
+    mask = (1 << (e - s)) - 1
+    return (length + mask) & ~mask
+
+
+def _padding_for(base: int, target: int) -> int | None:
+    """Zero bytes n such that a map whose empty ``padding`` encodes to ``base`` bytes encodes
+    to exactly ``target`` with n of them (the byte string's head grows with n), or None."""
+    for extra in (0, 1, 2, 4, 8):
+        n = target - base - extra
+        if n >= 0 and _head_extra(n) == extra:
+            return n
+    return None
+
+
+def _head_extra(n: int) -> int:
+    """Bytes a CBOR byte-string head needs for length n beyond the length-0 head."""
+    return 0 if n < 24 else 1 if n < 256 else 2 if n < 65536 else 4 if n < 2**32 else 8
 
 
 def _check_consistent(contents: EnvelopeContents, b: EnvelopeBinding) -> list[str]:

@@ -21,6 +21,37 @@ from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sample import SAMPLE_DOMAIN, sample_signed_receipt
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.merkle import build_tree, verify_proof
+from verinfer.receipts.signed import SignedReceipt
+
+OTHER_DOMAIN = Domain(1, SAMPLE_DOMAIN.verifying_contract)
+
+# Written by the code before manifests named their EIP-712 domain (commit b097a2b): a one-entry
+# batch of sample_signed_receipt(b"legacy payload") and that receipt's outbox bytes.
+LEGACY_MANIFEST = (
+    b'{"batchRoot":"0xe3d548fe53c18d89d9c10d3fc8691aa2bcf96d0c591e3d8fc10649dd49912f82","entri'
+    b'es":[{"ciphertext":"da://local/0x57c686be41c66320bb8f451068c4176d51c708594aa82f9ec3e3241'
+    b'94fae11e6","receipt":{"chainId":31337,"ciphertextHash":"0x57c686be41c66320bb8f451068c417'
+    b'6d51c708594aa82f9ec3e324194fae11e6","engineFingerprintHash":"0xc5a5a4135b13070d6bdf27a7f'
+    b'1b8958184eb69b9d57e2e360dd23250f98a4b8f","issuedAt":1700000000,"keyEpoch":1,"modelId":"0'
+    b'x58ef8f4b1904b2ce3cdaf95f54e1a688ceac8646cfa79a14a12b242691e1937d","operator":"0xf39Fd6e'
+    b'51aad88F6F4ce6aB8827279cffFb92266","outHash":"0x67d37071e5038422deb602aa7e39a00fa9bfbeef'
+    b'c68331ea4f93a46d6c5ef9c4","reqHash":"0x673529f20f252c62c41c7e4cda07cc9b9fcdc7bb1766da090'
+    b'7d50812fbf2370b","version":1},"receiptDigest":"0x63f6918da77b3e8a38fcb0ef022e0641178b681'
+    b'8f81269247e4611a2a4fb4b73","signature":"0x9fe63140f7a23e5df8ba760d3c1fa2b65dc8e0660d3abe'
+    b'3f8465838a01bb00924e300519d507e95eefefee43186cccc30dac4447bb1cb84e76b707a64845b6251b"}],'
+    b'"format":"verinfer.batch-manifest/1","leafCount":1}'
+)
+LEGACY_RECEIPT = (
+    b'{"receipt":{"chainId":31337,"ciphertextHash":"0x57c686be41c66320bb8f451068c4176d51c70859'
+    b'4aa82f9ec3e324194fae11e6","engineFingerprintHash":"0xc5a5a4135b13070d6bdf27a7f1b8958184e'
+    b'b69b9d57e2e360dd23250f98a4b8f","issuedAt":1700000000,"keyEpoch":1,"modelId":"0x58ef8f4b1'
+    b'904b2ce3cdaf95f54e1a688ceac8646cfa79a14a12b242691e1937d","operator":"0xf39Fd6e51aad88F6F'
+    b'4ce6aB8827279cffFb92266","outHash":"0x67d37071e5038422deb602aa7e39a00fa9bfbeefc68331ea4f'
+    b'93a46d6c5ef9c4","reqHash":"0x673529f20f252c62c41c7e4cda07cc9b9fcdc7bb1766da0907d50812fbf'
+    b'2370b","version":1},"receiptDigest":"0x63f6918da77b3e8a38fcb0ef022e0641178b6818f81269247'
+    b'e4611a2a4fb4b73","signature":"0x9fe63140f7a23e5df8ba760d3c1fa2b65dc8e0660d3abe3f8465838a'
+    b'01bb00924e300519d507e95eefefee43186cccc30dac4447bb1cb84e76b707a64845b6251b"}'
+)
 
 
 def _entries(n: int) -> list[ManifestEntry]:
@@ -76,6 +107,9 @@ def _swap(o: dict) -> None:  # type: ignore[type-arg]
     (lambda o: o.__setitem__("format", "other/1"), "format"),
     (lambda o: o.__setitem__("extra", 1), "keys"),
     (lambda o: o.__setitem__("entries", []), "non-empty"),
+    (lambda o: o["domain"].__setitem__("chainId", 1), "does not match the EIP-712 digest"),
+    (lambda o: o["domain"].__setitem__("name", "other"), "not a verinfer v1 domain"),
+    (lambda o: o.__delitem__("domain"), "names no EIP-712 domain"),
 ])
 def test_tampered_manifests_are_rejected(edit: object, match: str) -> None:
     data = build_manifest(_entries(3)).to_bytes()
@@ -111,6 +145,58 @@ def test_signed_receipt_wire_form() -> None:
     assert decode_signed_receipt(encode_signed_receipt(s)) == s
     with pytest.raises(ManifestError):
         decode_signed_receipt(b'{"receipt": {}}')
+
+
+def test_manifest_names_its_domain_and_holds_receipts_signed_receipts() -> None:
+    m = build_manifest(_entries(2))
+    data = m.to_bytes()
+    assert json.loads(data)["domain"] == SAMPLE_DOMAIN.to_json()
+    got = parse_manifest(data)
+    assert got.domain == SAMPLE_DOMAIN and got.names_domain
+    assert all(type(e.signed) is SignedReceipt for e in got.entries)
+    assert parse_manifest(data, SAMPLE_DOMAIN) == got == m
+
+
+def test_manifest_for_another_domain_is_rejected() -> None:
+    data = build_manifest(_entries(2)).to_bytes()
+    with pytest.raises(ManifestError, match="not the expected"):
+        parse_manifest(data, OTHER_DOMAIN)
+
+
+def test_manifest_without_domain_key_is_read_under_the_readers_domain() -> None:
+    with pytest.raises(ManifestError, match="names no EIP-712 domain"):
+        parse_manifest(LEGACY_MANIFEST)
+    m = parse_manifest(LEGACY_MANIFEST, SAMPLE_DOMAIN)
+    assert not m.names_domain and m.to_bytes() == LEGACY_MANIFEST  # same bytes, same pointer
+    assert m.entries[0].signed == sample_signed_receipt(b"legacy payload")
+    m.verify_signatures(SAMPLE_DOMAIN)
+    assert inclusion_proof(LEGACY_MANIFEST, m.digests[0], SAMPLE_DOMAIN).leaf_count == 1
+    with pytest.raises(ManifestError, match="does not match the EIP-712 digest"):
+        parse_manifest(LEGACY_MANIFEST, OTHER_DOMAIN)
+
+
+def test_a_batch_has_one_domain() -> None:
+    payload = b"other chain"
+    other = ManifestEntry(sample_signed_receipt(payload, domain=OTHER_DOMAIN),
+                          Pointer.for_blob("local", payload))
+    with pytest.raises(ManifestError, match="one EIP-712 domain"):
+        build_manifest([*_entries(1), other])
+
+
+def test_outbox_receipt_bytes_are_the_signed_receipt_json() -> None:
+    s = sample_signed_receipt(b"payload")
+    assert encode_signed_receipt(s) == rfc8785.dumps(s.to_json())
+    with pytest.raises(ManifestError, match="digest"):
+        decode_signed_receipt(rfc8785.dumps({**s.to_json(), "digest": "0x" + "00" * 32}))
+
+
+def test_outbox_receipt_bytes_without_domain_need_the_legacy_domain() -> None:
+    with pytest.raises(ManifestError, match="supply the domain"):
+        decode_signed_receipt(LEGACY_RECEIPT)
+    assert decode_signed_receipt(LEGACY_RECEIPT, SAMPLE_DOMAIN) == \
+        sample_signed_receipt(b"legacy payload")
+    with pytest.raises(ManifestError, match="does not match the EIP-712 digest"):
+        decode_signed_receipt(LEGACY_RECEIPT, OTHER_DOMAIN)
 
 
 _M3 = build_manifest(_entries(3)).to_bytes()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sqlite3
 import threading
@@ -9,17 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import rfc8785
 
 from verinfer.da_client.eigenda import EigenDAProxyClient
 from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.da_client.errors import OutboxConflictError, OutboxError, PublisherBusyError
 from verinfer.da_client.local import LocalDAClient
-from verinfer.da_client.manifest import parse_manifest
+from verinfer.da_client.manifest import decode_signed_receipt, parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
-from verinfer.da_client.sample import sample_entry
+from verinfer.da_client.sample import SAMPLE_DOMAIN, sample_entry
 from verinfer.da_client.sinks import BatchCommitment, InMemoryBatchSink
+from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.merkle import verify_proof
 
 
@@ -413,3 +417,39 @@ def test_jsonl_sink_appends_cleanly_after_a_torn_line(tmp_path: Path) -> None:
     JsonlBatchSink(path).commit(second)
     roots = [b["batchRoot"] for b in read_jsonl_batches(path)]
     assert roots == ["0x" + "01" * 32, "0x" + "02" * 32]
+
+
+def test_a_batch_ends_where_the_receipts_domain_changes(outbox: Outbox, da: LocalDAClient,
+                                                       clock: FakeClock) -> None:
+    other = Domain(1, SAMPLE_DOMAIN.verifying_contract)
+    entries = [*_entries(2, b"a"), sample_entry(b"other chain", domain=other), *_entries(1, b"b")]
+    outbox.enqueue_many(entries)
+    sink = InMemoryBatchSink()
+    _publisher(outbox, da, sink, clock, batch_max_entries=10).run_once(flush=True)
+    manifests = [parse_manifest(da.get(b.manifest)) for b in sink.batches]
+    assert [(m.domain, m.leaf_count) for m in manifests] == \
+        [(SAMPLE_DOMAIN, 2), (other, 1), (SAMPLE_DOMAIN, 1)]
+    _check_published_exactly_once(entries, sink.batches, da)
+
+
+def _without_domain(entry: tuple[bytes, bytes, bytes]) -> tuple[bytes, bytes, bytes]:
+    """The entry with its receipt bytes in the outbox's older form (no domain)."""
+    digest, receipt, payload = entry
+    j = json.loads(receipt)
+    old = {"receipt": j["receipt"], "receiptDigest": j["digest"], "signature": j["signature"]}
+    return digest, bytes(rfc8785.dumps(old)), payload
+
+
+def test_entries_queued_without_domain_publish_under_the_given_domain(
+        tmp_path: Path, da: LocalDAClient, clock: FakeClock) -> None:
+    entries = _entries(2)
+    old = [_without_domain(e) for e in entries]
+    with Outbox(tmp_path / "plain.db") as plain, pytest.raises(OutboxError, match="domain"):
+        plain.enqueue(*old[0])
+    decoder = functools.partial(decode_signed_receipt, legacy_domain=SAMPLE_DOMAIN)
+    with Outbox(tmp_path / "old.db", now=clock.now, receipt_decoder=decoder) as ob:
+        ob.enqueue_many(old)
+        sink = InMemoryBatchSink()
+        _publisher(ob, da, sink, clock).run_once(flush=True)
+    assert parse_manifest(da.get(sink.batches[0].manifest)).domain == SAMPLE_DOMAIN
+    _check_published_exactly_once(entries, sink.batches, da)

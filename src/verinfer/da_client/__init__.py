@@ -13,7 +13,6 @@ from verinfer.da_client.errors import (
 from verinfer.da_client.manifest import (
     BatchManifest,
     ManifestEntry,
-    SignedReceipt,
     build_manifest,
     inclusion_proof,
     parse_manifest,
@@ -35,7 +34,6 @@ __all__ = [
     "ManifestEntry",
     "ManifestError",
     "Pointer",
-    "SignedReceipt",
     "build_manifest",
     "inclusion_proof",
     "parse_manifest",

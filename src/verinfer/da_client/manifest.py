@@ -2,15 +2,20 @@
 
 Format (RFC 8785 canonical JSON, UTF-8; keys sorted by the canonicalization)::
 
-    {"batchRoot": "0x<32 bytes>", "entries": [<entry>, ...],
+    {"batchRoot": "0x<32 bytes>", "domain": {<EIP-712 domain>}, "entries": [<entry>, ...],
      "format": "verinfer.batch-manifest/1", "leafCount": <n>}
     entry = {"ciphertext": "da://<backend>/0x<hex>", "receipt": {<Receipt typed fields>},
              "receiptDigest": "0x<32 bytes>", "signature": "0x<65 bytes>"}
 
-Entries are in leaf order; ``batchRoot`` is the root of ``verinfer.receipts.merkle`` over the
-receipt digests; each receipt's ``ciphertextHash`` equals the sha256 its pointer names. Parsing
-rejects anything else, including a non-canonical spelling of the same content, so a manifest's
-bytes (and hence its DA pointer) are a function of its content.
+Entries are in leaf order; each is a :class:`verinfer.receipts.signed.SignedReceipt` under the
+manifest's one ``domain`` (its ``receiptDigest`` must be the receipt's EIP-712 digest under that
+domain); ``batchRoot`` is the root of ``verinfer.receipts.merkle`` over those digests; each
+receipt's ``ciphertextHash`` equals the sha256 its pointer names. Parsing rejects anything else,
+including a non-canonical spelling of the same content, so a manifest's bytes (and hence its DA
+pointer) are a function of its content.
+
+Manifests written before the ``domain`` key existed are still read: their reader supplies the
+domain (``parse_manifest(data, domain)``), and they re-serialize to their original bytes.
 """
 
 from __future__ import annotations
@@ -24,25 +29,15 @@ import rfc8785
 
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
 from verinfer.da_client.pointer import Pointer
-from verinfer.receipts.eip712 import Domain, Receipt, recover_digest_signer
+from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.errors import MerkleError, ReceiptFormatError, SignatureError
 from verinfer.receipts.merkle import MerkleProof, build_tree
+from verinfer.receipts.signed import SignedReceipt
 
 MANIFEST_FORMAT = "verinfer.batch-manifest/1"
 SIGNATURE_LEN = 65
-
-
-@dataclass(frozen=True)
-class SignedReceipt:
-    """A receipt, its 32-byte EIP-712 digest and the operator's 65-byte signature."""
-
-    receipt: Receipt
-    digest: bytes
-    signature: bytes
-
-    def __post_init__(self) -> None:
-        _check_len(self.digest, 32, "receiptDigest")
-        _check_len(self.signature, SIGNATURE_LEN, "signature")
+_KEYS = frozenset({"batchRoot", "domain", "entries", "format", "leafCount"})
+_KEYS_WITHOUT_DOMAIN = _KEYS - {"domain"}  # manifests written before the domain key
 
 
 @dataclass(frozen=True)
@@ -51,6 +46,7 @@ class ManifestEntry:
     ciphertext: Pointer
 
     def __post_init__(self) -> None:
+        _check_len(self.signed.signature, SIGNATURE_LEN, "signature")
         want = self.signed.receipt.ciphertext_hash
         if self.ciphertext.blob_sha256 != want:
             raise ManifestError(
@@ -68,18 +64,28 @@ class ManifestEntry:
 class BatchManifest:
     root: bytes
     entries: tuple[ManifestEntry, ...]
+    names_domain: bool = True  # False: read from a manifest without the domain key (kept so)
 
     @property
     def leaf_count(self) -> int:
         return len(self.entries)
 
     @property
+    def domain(self) -> Domain:
+        """The EIP-712 domain every receipt of the batch is signed under."""
+        return self.entries[0].signed.domain
+
+    @property
     def digests(self) -> tuple[bytes, ...]:
         return tuple(e.signed.digest for e in self.entries)
 
     def to_json(self) -> dict[str, Any]:
-        return {"batchRoot": "0x" + self.root.hex(), "entries": [e.to_json() for e in self.entries],
-                "format": MANIFEST_FORMAT, "leafCount": self.leaf_count}
+        out: dict[str, Any] = {"batchRoot": "0x" + self.root.hex(),
+                               "entries": [e.to_json() for e in self.entries],
+                               "format": MANIFEST_FORMAT, "leafCount": self.leaf_count}
+        if self.names_domain:
+            out["domain"] = self.domain.to_json()
+        return out
 
     def to_bytes(self) -> bytes:
         try:
@@ -108,35 +114,58 @@ class BatchManifest:
                 raise ManifestError(f"entry {i}: receiptDigest 0x{e.signed.digest.hex()} is not "
                                     f"the EIP-712 digest of its receipt under {domain}")
             try:
-                signer = recover_digest_signer(e.signed.digest, e.signed.signature)
+                e.signed.verify()
             except SignatureError as err:
                 raise ManifestError(f"entry {i}: {err.message}") from err
-            if signer != r.operator:
-                raise ManifestError(f"entry {i}: signature recovers {signer}, not the operator "
-                                    f"{r.operator}")
 
 
-def build_manifest(entries: Sequence[ManifestEntry]) -> BatchManifest:
+def build_manifest(entries: Sequence[ManifestEntry], *,
+                   names_domain: bool = True) -> BatchManifest:
+    """The manifest of ``entries`` (in leaf order), all signed under one EIP-712 domain.
+    ``names_domain=False`` only re-creates a manifest written before the domain key."""
     if not entries:
         raise ManifestError("an empty batch has no manifest")
+    domain = entries[0].signed.domain
+    for i, e in enumerate(entries):
+        if e.signed.domain != domain:
+            raise ManifestError(f"entry {i} is signed under {e.signed.domain.to_json()}, entry 0 "
+                                f"under {domain.to_json()}: a batch has one EIP-712 domain",
+                                param="domain")
     digests = [e.signed.digest for e in entries]
     _check_unique(digests)
-    return BatchManifest(build_tree(digests).root, tuple(entries))
+    return BatchManifest(build_tree(digests).root, tuple(entries), names_domain)
 
 
-def parse_manifest(data: bytes) -> BatchManifest:
-    """Parse and fully validate manifest bytes (canonical form, root, pointers, receipts)."""
+def parse_manifest(data: bytes, domain: Domain | None = None) -> BatchManifest:
+    """Parse and fully validate manifest bytes (canonical form, domain, digests, root,
+    pointers, receipts; not the signatures: :meth:`BatchManifest.verify_signatures`).
+
+    ``domain``: the EIP-712 domain the reader expects. A manifest naming another one is
+    rejected; a manifest written before the domain key needs it (its entries are read under
+    it), otherwise it is optional."""
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise ManifestError(f"manifest is not UTF-8 JSON: {e}") from e
     if not isinstance(obj, dict):
         raise ManifestError(f"manifest must be a JSON object, got {type(obj).__name__}")
-    keys = {"batchRoot", "entries", "format", "leafCount"}
-    if set(obj) != keys:
-        raise ManifestError(f"manifest keys must be {sorted(keys)}, got {sorted(obj)}")
+    if set(obj) not in (_KEYS, _KEYS_WITHOUT_DOMAIN):
+        raise ManifestError(f"manifest keys must be {sorted(_KEYS)}, got {sorted(obj)}")
     if obj["format"] != MANIFEST_FORMAT:
         raise ManifestError(f"unknown manifest format {obj['format']!r}", param="format")
+    names_domain = "domain" in obj
+    if names_domain:
+        try:
+            own = Domain.from_json(obj["domain"])
+        except ReceiptFormatError as e:
+            raise ManifestError(f"domain: {e.message}", param="domain") from e
+        if domain is not None and own != domain:
+            raise ManifestError(f"the manifest's receipts are signed under {own.to_json()}, "
+                                f"not the expected {domain.to_json()}", param="domain")
+        domain = own
+    elif domain is None:
+        raise ManifestError("the manifest names no EIP-712 domain (written before manifests "
+                            "carried one): its reader must supply the domain", param="domain")
     raw_entries = obj["entries"]
     if not isinstance(raw_entries, list) or not raw_entries:
         raise ManifestError("manifest entries must be a non-empty list", param="entries")
@@ -144,10 +173,10 @@ def parse_manifest(data: bytes) -> BatchManifest:
     if isinstance(count, bool) or not isinstance(count, int) or count != len(raw_entries):
         raise ManifestError(f"leafCount {count!r} does not match {len(raw_entries)} entries",
                             param="leafCount")
-    entries = tuple(_parse_entry(i, e) for i, e in enumerate(raw_entries))
+    entries = tuple(_parse_entry(i, e, domain) for i, e in enumerate(raw_entries))
     root = _parse_hex32(obj["batchRoot"], "batchRoot")
     try:
-        manifest = build_manifest(entries)
+        manifest = build_manifest(entries, names_domain=names_domain)
     except MerkleError as e:
         raise ManifestError(e.message) from e
     if manifest.root != root:
@@ -158,33 +187,49 @@ def parse_manifest(data: bytes) -> BatchManifest:
     return manifest
 
 
-def inclusion_proof(manifest: bytes | BatchManifest, receipt_digest: bytes) -> MerkleProof:
-    """One receipt's Merkle inclusion proof, from a manifest (bytes are parsed and checked)."""
-    m = parse_manifest(manifest) if isinstance(manifest, bytes | bytearray) else manifest
+def inclusion_proof(manifest: bytes | BatchManifest, receipt_digest: bytes,
+                    domain: Domain | None = None) -> MerkleProof:
+    """One receipt's Merkle inclusion proof, from a manifest (bytes are parsed and checked,
+    with ``domain`` as in :func:`parse_manifest`)."""
+    m = parse_manifest(manifest, domain) if isinstance(manifest, bytes | bytearray) \
+        else manifest
     return m.proof(receipt_digest)
 
 
 # ---- signed receipt wire form (the outbox's default receipt bytes) -----------------------------
+_LEGACY_RECEIPT_KEYS = {"receipt", "receiptDigest", "signature"}
+
+
 def encode_signed_receipt(signed: SignedReceipt) -> bytes:
-    """Canonical JSON ``{"receipt": {...}, "receiptDigest": "0x..", "signature": "0x.."}``."""
-    return bytes(rfc8785.dumps({"receipt": signed.receipt.to_json(),
-                                "receiptDigest": "0x" + signed.digest.hex(),
-                                "signature": "0x" + signed.signature.hex()}))
+    """Canonical JSON of :meth:`SignedReceipt.to_json`: ``{"digest": "0x..", "domain": {...},
+    "receipt": {...}, "signature": "0x.."}``."""
+    return bytes(rfc8785.dumps(signed.to_json()))
 
 
-def decode_signed_receipt(data: bytes) -> SignedReceipt:
+def decode_signed_receipt(data: bytes, legacy_domain: Domain | None = None) -> SignedReceipt:
+    """Inverse of :func:`encode_signed_receipt`. Also reads the older form without a domain,
+    ``{"receipt", "receiptDigest", "signature"}``, as signed under ``legacy_domain`` (which
+    it then needs)."""
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise ManifestError(f"signed receipt is not UTF-8 JSON: {e}") from e
-    if not isinstance(obj, dict) or set(obj) != {"receipt", "receiptDigest", "signature"}:
-        raise ManifestError("a signed receipt must be an object with exactly receipt, "
-                            f"receiptDigest, signature; got {str(obj)[:200]}")
-    return _signed_from_json(obj, "signed receipt")
+    if isinstance(obj, dict) and set(obj) == _LEGACY_RECEIPT_KEYS:
+        if legacy_domain is None:
+            raise ManifestError("signed receipt without a domain (the older outbox form): "
+                                "its reader must supply the domain", param="domain")
+        return _signed_from_json(obj, "signed receipt", legacy_domain)
+    if not isinstance(obj, dict) or set(obj) != {"digest", "domain", "receipt", "signature"}:
+        raise ManifestError("a signed receipt must be an object with exactly digest, domain, "
+                            f"receipt, signature; got {str(obj)[:200]}")
+    try:
+        return SignedReceipt.from_json(obj)
+    except ReceiptFormatError as e:
+        raise ManifestError(f"signed receipt: {e.message}", param=e.param) from e
 
 
 # ---- helpers ---------------------------------------------------------------------------------
-def _parse_entry(i: int, e: object) -> ManifestEntry:
+def _parse_entry(i: int, e: object, domain: Domain) -> ManifestEntry:
     where = f"entries[{i}]"
     if not isinstance(e, dict) or set(e) != {"ciphertext", "receipt", "receiptDigest",
                                              "signature"}:
@@ -194,17 +239,24 @@ def _parse_entry(i: int, e: object) -> ManifestEntry:
         pointer = Pointer.parse(e["ciphertext"])
     except MalformedPointerError as err:
         raise ManifestError(f"{where}.ciphertext: {err.message}", param="entries") from err
-    return ManifestEntry(_signed_from_json(e, where), pointer)
+    return ManifestEntry(_signed_from_json(e, where, domain), pointer)
 
 
-def _signed_from_json(obj: Mapping[str, Any], where: str) -> SignedReceipt:
+def _signed_from_json(obj: Mapping[str, Any], where: str, domain: Domain) -> SignedReceipt:
+    """``{"receipt", "receiptDigest", "signature"}`` under ``domain``; the digest must be the
+    receipt's EIP-712 digest under it."""
     try:
         receipt = Receipt.from_json(obj["receipt"])
     except ReceiptFormatError as err:
         raise ManifestError(f"{where}.receipt: {err.message}") from err
     digest = _parse_hex(obj["receiptDigest"], 32, f"{where}.receiptDigest")
     sig = _parse_hex(obj["signature"], SIGNATURE_LEN, f"{where}.signature")
-    return SignedReceipt(receipt, digest, sig)
+    signed = SignedReceipt(receipt, domain, sig)
+    if signed.digest != digest:
+        raise ManifestError(f"{where}.receiptDigest 0x{digest.hex()} does not match the EIP-712 "
+                            f"digest of its receipt under {domain.to_json()} "
+                            f"(0x{signed.digest.hex()})", param=f"{where}.receiptDigest")
+    return signed
 
 
 def _parse_hex(value: object, length: int, field: str) -> bytes:

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.da_client.errors import OutboxConflictError, OutboxError
-from verinfer.da_client.manifest import SignedReceipt, decode_signed_receipt
+from verinfer.da_client.manifest import decode_signed_receipt
 from verinfer.da_client.pointer import sha256
 from verinfer.errors import VerinferError
+from verinfer.receipts.signed import SignedReceipt
 
 ENTRY_STATES = ("queued", "published", "batched", "committed")
 BATCH_STATES = ("built", "published", "committed")

@@ -193,9 +193,13 @@ class Publisher:
             entries = self.outbox.oldest_published(self.batch_max_entries)
             if not entries:
                 return formed
-            manifest = build_manifest([
-                ManifestEntry(self.outbox.decode_receipt(e.receipt), Pointer.parse(e.pointer))
-                for e in entries])
+            signed = [self.outbox.decode_receipt(e.receipt) for e in entries]
+            # A manifest names one EIP-712 domain: a batch ends where the domain changes.
+            same = next((i for i, s in enumerate(signed) if s.domain != signed[0].domain),
+                        len(signed))
+            entries, signed = entries[:same], signed[:same]
+            manifest = build_manifest([ManifestEntry(s, Pointer.parse(e.pointer))
+                                       for s, e in zip(signed, entries, strict=True)])
             self.outbox.form_batch(entries, manifest.root, manifest.to_bytes())
             formed += 1
 

@@ -21,7 +21,7 @@ from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.structs import ETHER, Kind, Params, Role, default_params
 from verinfer.da_client.base import DAClient
-from verinfer.da_client.manifest import ManifestEntry, SignedReceipt, build_manifest
+from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.enclave.attestation import measurement
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
@@ -98,8 +98,7 @@ def publish_batch(da: DAClient, contracts: Contracts, evs: Sequence[Evidence],
                   withheld: Sequence[Evidence] = ()) -> str:
     """What the operator's Publisher does: ciphertexts to DA, a manifest, the root on chain.
     Returns the manifest pointer. ``withheld`` receipts are signed but left out."""
-    entries = [ManifestEntry(SignedReceipt(e.signed.receipt, e.digest, e.signed.signature),
-                             da.put(e.blob)) for e in evs if e not in withheld]
+    entries = [ManifestEntry(e.signed, da.put(e.blob)) for e in evs if e not in withheld]
     manifest = build_manifest(entries)
     pointer = da.put(manifest.to_bytes())
     contracts.batches.commit_batch(manifest.root, manifest.leaf_count, str(pointer))

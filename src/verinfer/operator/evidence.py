@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verinfer.da_client.manifest import SignedReceipt as OutboxReceipt
 from verinfer.da_client.manifest import encode_signed_receipt
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
@@ -79,10 +78,8 @@ class EvidencePipeline:
         """Seals, signs and durably enqueues every choice (one transaction); returns the
         ``verification`` object. Blocking: call it off the event loop."""
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
-        self.outbox.enqueue_many([
-            (signed.digest, encode_signed_receipt(
-                OutboxReceipt(signed.receipt, signed.digest, signed.signature)), blob)
-            for signed, blob, _, _ in made])
+        self.outbox.enqueue_many([(signed.digest, encode_signed_receipt(signed), blob)
+                                  for signed, blob, _, _ in made])
         entries = [self._entry(ex, signed, blob, req, res)
                    for ex, (signed, blob, req, res) in zip(executions, made, strict=True)]
         out = dict(entries[0])

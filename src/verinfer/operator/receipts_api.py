@@ -39,11 +39,11 @@ def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str) -> dict[str,
     if raw is None or state is None:
         raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
                                    param="receipt_id")
-    signed = decode_signed_receipt(raw)
+    signed = decode_signed_receipt(raw, legacy_domain=domain)
     entry_state, pointer, batch_id = state
     out: dict[str, Any] = {
         "receipt_id": to_hex(digest),
-        "receipt": signed.receipt.as_typed_data(domain),
+        "receipt": signed.receipt.as_typed_data(signed.domain),
         "signature": to_hex(signed.signature),
         "state": entry_state,
         "da_pointer": pointer,
@@ -51,7 +51,7 @@ def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str) -> dict[str,
     }
     batch = outbox.batch(batch_id) if batch_id is not None else None
     if batch is not None:
-        proof = inclusion_proof(batch.manifest, digest)
+        proof = inclusion_proof(batch.manifest, digest, domain)
         out["batch"] = {
             "root": to_hex(batch.root), "leaf_count": batch.leaf_count,
             "manifest_pointer": batch.manifest_pointer, "state": batch.state,

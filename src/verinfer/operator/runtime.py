@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Any
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, open_client
+from verinfer.da_client.manifest import decode_signed_receipt
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
 from verinfer.da_client.sinks import BatchSink, JsonlBatchSink
@@ -53,10 +55,12 @@ def build_runtime(cfg: OperatorConfig, engine: Engine, *,
     if da_cfg.get("local_store"):
         da_cfg["local_store"] = str(cfg.rel(da_cfg["local_store"]))
     da = open_client(backend, DAConfig(**da_cfg))
-    outbox = Outbox(cfg.path("outbox"), now=clock)
+    domain = Domain(int(cfg.raw["chain_id"]), cfg.raw["challenge_manager"])
+    # Entries queued by an older version carry no domain: they were signed under this one.
+    outbox = Outbox(cfg.path("outbox"), now=clock,
+                    receipt_decoder=functools.partial(decode_signed_receipt, legacy_domain=domain))
     evidence = EvidencePipeline(
-        engine, ReceiptSigner(cfg.private_key()),
-        Domain(int(cfg.raw["chain_id"]), cfg.raw["challenge_manager"]),
+        engine, ReceiptSigner(cfg.private_key()), domain,
         int(cfg.raw["key_epoch"]), epoch_key, outbox, backend, clock=clock)
     batch = cfg.raw["batch"]
     publisher = Publisher(outbox, da, open_sink(cfg),

@@ -92,6 +92,17 @@ class Domain:
         return {"name": self.name, "version": self.version, "chainId": self.chain_id,
                 "verifyingContract": self.verifying_contract}
 
+    @classmethod
+    def from_json(cls, data: object) -> Domain:
+        """Strict parse of :meth:`to_json`; only verinfer v1 domains are accepted."""
+        if not isinstance(data, Mapping) or set(data) != {"name", "version", "chainId",
+                                                          "verifyingContract"}:
+            raise ReceiptFormatError(f"bad EIP-712 domain {data!r}", param="domain")
+        domain = cls(data["chainId"], data["verifyingContract"], data["name"], data["version"])
+        if (domain.name, domain.version) != (DOMAIN_NAME, DOMAIN_VERSION):
+            raise ReceiptFormatError(f"not a verinfer v1 domain: {data!r}", param="domain")
+        return domain
+
 
 @dataclass(frozen=True)
 class Receipt:

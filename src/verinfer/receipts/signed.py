@@ -3,6 +3,7 @@ batch manifests and challenges."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +23,10 @@ class SignedReceipt:
     def sign(cls, receipt: Receipt, domain: Domain, signer: ReceiptSigner) -> SignedReceipt:
         return cls(receipt, domain, signer.sign(receipt, domain))
 
-    @property
+    @functools.cached_property
     def digest(self) -> bytes:
-        """The receipt id (EIP-712 signing digest); what Merkle batches commit to."""
+        """The receipt id (EIP-712 signing digest); what Merkle batches commit to. Computed
+        once per instance (the outbox and the manifest builder each ask for it)."""
         return self.receipt.digest(self.domain)
 
     def verify(self, expected_operator: str | None = None) -> str:
@@ -42,13 +44,7 @@ class SignedReceipt:
                 or not set(data) <= {"receipt", "domain", "signature", "digest"}:
             raise ReceiptFormatError("a signed receipt is an object with receipt, domain, "
                                      f"signature (and optional digest), got {data!r}")
-        d = data["domain"]
-        if not isinstance(d, Mapping) or set(d) != {"name", "version", "chainId",
-                                                    "verifyingContract"}:
-            raise ReceiptFormatError(f"bad EIP-712 domain {d!r}", param="domain")
-        domain = Domain(d["chainId"], d["verifyingContract"], d["name"], d["version"])
-        if (domain.name, domain.version) != ("verinfer", "1"):
-            raise ReceiptFormatError(f"not a verinfer v1 domain: {d!r}", param="domain")
+        domain = Domain.from_json(data["domain"])
         out = cls(Receipt.from_json(data["receipt"]), domain,
                   parse_hex(data["signature"], 65, "signature"))
         if "digest" in data and parse_hex(data["digest"], 32, "digest") != out.digest:

@@ -43,8 +43,7 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
         m = view.manifest(da, b.manifest_pointer)
         for e in m.entries:
             if rng.random() < rate:
-                out.append((SignedReceipt(e.signed.receipt, view.domain, e.signed.signature),
-                            str(e.ciphertext)))
+                out.append((e.signed, str(e.ciphertext)))
     return out
 
 

@@ -107,7 +107,8 @@ class ChainView:
 
     def manifest(self, da: BlobSource, pointer: str) -> BatchManifest:
         if pointer not in self._manifests:
-            self._manifests[pointer] = parse_manifest(da.get(Pointer.parse(pointer)))
+            self._manifests[pointer] = parse_manifest(da.get(Pointer.parse(pointer)),
+                                                      self.domain)
         return self._manifests[pointer]
 
     def ciphertext_pointer(self, da: BlobSource, batch_id: bytes, digest: bytes) -> str | None:

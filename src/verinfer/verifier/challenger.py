@@ -115,8 +115,7 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
             hit = (digest is not None and entry.signed.digest == digest) or \
                 (pointer is not None and str(entry.ciphertext) == pointer)
             if hit:
-                found = SignedReceipt(entry.signed.receipt, view.domain, entry.signed.signature)
-                return Located(signed or found, b, m.proof(entry.signed.digest),
+                return Located(signed or entry.signed, b, m.proof(entry.signed.digest),
                                str(entry.ciphertext))
     if signed is None:
         raise ReceiptRefError(f"{ref} is in no committed batch (pass the receipt file to "

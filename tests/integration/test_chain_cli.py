@@ -12,10 +12,13 @@ from eth_account import Account
 from typer.testing import CliRunner
 from web3 import Web3
 
-from verinfer.chain.anvil import Anvil, dev_accounts
+from verinfer.chain.anvil import Anvil, dev_accounts, increase_time
+from verinfer.chain.bindings import TxSender
 from verinfer.chain.cli import app
-from verinfer.chain.deploy import Deployment
-from verinfer.chain.structs import ETHER, Role
+from verinfer.chain.deploy import Deployment, deploy_all
+from verinfer.chain.errors import ContractRevertError
+from verinfer.chain.stake import StakeAction, stake_action
+from verinfer.chain.structs import ETHER, Role, default_params
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +62,22 @@ def test_chain_cli_deploy_register_stake_unbond(node: Anvil, tmp_path: Path) -> 
                             "--keystore", str(ks)], env=ver_env)
     assert r.exit_code == 2
     assert "AlreadyRegistered" in r.output
+
+
+def test_stake_action_withdraws_only_after_the_unbonding_period(node: Anvil) -> None:
+    w3 = node.web3()
+    gov, op = dev_accounts(4)[0], dev_accounts(4)[3]
+    d = deploy_all(w3, gov, default_params())
+    sender = TxSender(w3, op)
+    stake_action(d, sender, StakeAction.REGISTER, 2 * ETHER)
+    r = stake_action(d, sender, StakeAction.UNBOND, ETHER)
+    assert (r.account.stake, r.account.unbonding) == (2 * ETHER, ETHER)
+    with pytest.raises(ContractRevertError) as e:
+        stake_action(d, sender, StakeAction.WITHDRAW)
+    assert e.value.error_name == "UnbondingNotReady"
+    increase_time(w3, default_params().unbonding_period)
+    balance = w3.eth.get_balance(op.address)
+    r = stake_action(d, sender, StakeAction.WITHDRAW)
+    assert (r.account.stake, r.account.unbonding) == (ETHER, 0)
+    assert w3.eth.get_transaction_receipt(r.tx_hash)["status"] == 1
+    assert w3.eth.get_balance(op.address) > balance

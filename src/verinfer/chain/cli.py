@@ -13,6 +13,7 @@ from web3 import Web3
 from verinfer.chain.bindings import TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.keys import load_account
+from verinfer.chain.stake import StakeAction, StakeResult, stake_action
 from verinfer.chain.structs import ETHER, Role, default_params
 from verinfer.errors import VerinferError
 
@@ -72,15 +73,19 @@ def deploy(
     typer.echo(f"deployed on chain {d.chain_id}: ChallengeManager {d.challenge_manager} -> {out}")
 
 
-def _register(role: Role, stake: str, deployment: Path, rpc: str, keystore: Path | None) -> None:
+def _stake(action: StakeAction, amount: str, deployment: Path, rpc: str,
+           keystore: Path | None, role: Role = Role.OPERATOR) -> StakeResult:
     try:
         s = _sender(rpc, keystore)
-        c = Deployment.load(deployment).bind(s.w3, s)
-        c.stakes.register(role, parse_ether(stake))
-        acct = c.stakes.account_of(s.address)
+        d = Deployment.load(deployment)
+        return stake_action(d, s, action, parse_ether(amount), role=role)
     except VerinferError as e:
         raise _fail(e) from e
-    typer.echo(f"{s.address} registered as {role.name.lower()} with stake {acct.stake} wei")
+
+
+def _register(role: Role, stake: str, deployment: Path, rpc: str, keystore: Path | None) -> None:
+    r = _stake(StakeAction.REGISTER, stake, deployment, rpc, keystore, role)
+    typer.echo(f"{r.address} registered as {role.name.lower()} with stake {r.account.stake} wei")
 
 
 @operator_app.command("register")
@@ -104,14 +109,8 @@ def operator_stake(amount: Annotated[str, typer.Option(help="ETH to add.")],
                    deployment: DeploymentOpt, rpc: RpcOpt = "",
                    keystore: KeystoreOpt = None) -> None:
     """Add --amount ETH to the operator's stake."""
-    try:
-        s = _sender(rpc, keystore)
-        c = Deployment.load(deployment).bind(s.w3, s)
-        c.stakes.bond(parse_ether(amount))
-        acct = c.stakes.account_of(s.address)
-    except VerinferError as e:
-        raise _fail(e) from e
-    typer.echo(f"{s.address} stake now {acct.stake} wei")
+    r = _stake(StakeAction.STAKE, amount, deployment, rpc, keystore)
+    typer.echo(f"{r.address} stake now {r.account.stake} wei")
 
 
 @operator_app.command("unbond")
@@ -119,11 +118,6 @@ def operator_unbond(amount: Annotated[str, typer.Option(help="ETH to unbond.")],
                     deployment: DeploymentOpt, rpc: RpcOpt = "",
                     keystore: KeystoreOpt = None) -> None:
     """Start unbonding --amount ETH (withdrawable after the unbonding period)."""
-    try:
-        s = _sender(rpc, keystore)
-        c = Deployment.load(deployment).bind(s.w3, s)
-        c.stakes.request_unbond(parse_ether(amount))
-        acct = c.stakes.account_of(s.address)
-    except VerinferError as e:
-        raise _fail(e) from e
-    typer.echo(f"{s.address} unbonding {acct.unbonding} wei, ready at {acct.unbond_ready_at}")
+    r = _stake(StakeAction.UNBOND, amount, deployment, rpc, keystore)
+    typer.echo(f"{r.address} unbonding {r.account.unbonding} wei, ready at "
+               f"{r.account.unbond_ready_at}")

@@ -47,3 +47,10 @@ class DeploymentFileError(ClientError):
     """A deployment JSON file is missing or malformed."""
 
     code = "deployment_file_error"
+
+
+class StakeActionError(ClientError):
+    """A stake action was asked for with arguments it cannot take (a missing, non-positive or
+    superfluous amount; a role other than operator or verifier)."""
+
+    code = "invalid_stake_action"

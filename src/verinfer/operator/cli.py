@@ -6,7 +6,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,6 +17,10 @@ from verinfer.operator.config import (
     create_keystore,
     write_config,
 )
+
+if TYPE_CHECKING:  # imported on use: `verinfer operator init` needs no web3
+    from verinfer.chain.bindings import TxSender
+    from verinfer.chain.deploy import Deployment
 
 app = typer.Typer(help="Operator set-up: keystore, evidence configuration, publication status.",
                   no_args_is_help=True)
@@ -110,8 +114,9 @@ def status(directory: Annotated[Path, typer.Argument(help="Operator state direct
         typer.echo(json.dumps(ob.status().to_json(), indent=2))
 
 
-def _contracts(directory: Path):  # type: ignore[no-untyped-def]
-    """The operator's bound contracts (rpc and deployment from its chain sink config)."""
+def _chain(directory: Path) -> tuple[Deployment, TxSender]:
+    """The operator's deployment and transaction sender (rpc and deployment from its chain
+    sink config)."""
     from eth_account import Account
     from web3 import Web3
 
@@ -126,31 +131,24 @@ def _contracts(directory: Path):  # type: ignore[no-untyped-def]
         raise typer.Exit(2)
     w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
     sender = TxSender(w3, Account.from_key(cfg.private_key()))
-    return Deployment.load(Path(sink["deployment"])).bind(w3, sender), sender.address
+    return Deployment.load(Path(sink["deployment"])), sender
 
 
-def _stake_call(directory: Path, action: str, amount: str) -> None:
+def _stake_call(directory: Path, action: str, amount: str | None) -> None:
     from verinfer.chain.cli import parse_ether
-    from verinfer.chain.structs import Role
+    from verinfer.chain.stake import StakeAction, stake_action
     from verinfer.errors import VerinferError
 
     try:
-        c, address = _contracts(directory)
-        if action == "register":
-            c.stakes.register(Role.OPERATOR, parse_ether(amount))
-        elif action == "stake":
-            c.stakes.bond(parse_ether(amount))
-        elif action == "unbond":
-            c.stakes.request_unbond(parse_ether(amount))
-        else:
-            c.stakes.withdraw()
-        acct = c.stakes.account_of(address)
+        deployment, sender = _chain(directory)
+        r = stake_action(deployment, sender, StakeAction(action),
+                         None if amount is None else parse_ether(amount))
     except VerinferError as e:
         typer.echo(f"error: {e.message}", err=True)
         raise typer.Exit(2) from e
-    typer.echo(json.dumps({"operator": address, "stake_wei": acct.stake,
-                           "unbonding_wei": acct.unbonding,
-                           "unbond_ready_at": acct.unbond_ready_at}))
+    typer.echo(json.dumps({"operator": r.address, "stake_wei": r.account.stake,
+                           "unbonding_wei": r.account.unbonding,
+                           "unbond_ready_at": r.account.unbond_ready_at}))
 
 
 DirArg = Annotated[Path, typer.Argument(help="Operator state directory.")]
@@ -178,4 +176,4 @@ def unbond(directory: DirArg, amount: Amount) -> None:
 @app.command()
 def withdraw(directory: DirArg) -> None:
     """Withdraw stake whose unbonding delay has passed."""
-    _stake_call(directory, "withdraw", "0")
+    _stake_call(directory, "withdraw", None)

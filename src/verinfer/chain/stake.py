@@ -1,0 +1,63 @@
+"""Stake actions against the StakeRegistry: register, stake (bond more), unbond, withdraw.
+
+The one implementation behind `verinfer chain operator|verifier …` and `verinfer operator
+register|stake|unbond|withdraw`: send the action's transaction from the sender's key, then read
+the account back. Reverts raise :class:`~verinfer.chain.errors.ContractRevertError` (with the
+contract's custom error), node failures :class:`~verinfer.chain.errors.ChainError`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from verinfer.chain.bindings import TxSender
+from verinfer.chain.deploy import Deployment
+from verinfer.chain.errors import StakeActionError
+from verinfer.chain.structs import Role, StakeAccount
+
+
+class StakeAction(enum.StrEnum):
+    REGISTER = "register"  # register with a role, bonding the amount
+    STAKE = "stake"  # add the amount to the bond
+    UNBOND = "unbond"  # start unbonding the amount
+    WITHDRAW = "withdraw"  # withdraw what finished unbonding (no amount)
+
+
+@dataclass(frozen=True)
+class StakeResult:
+    address: str  # the sender's
+    action: StakeAction
+    amount_wei: int | None
+    account: StakeAccount  # read after the transaction was mined
+    tx_hash: bytes
+
+
+def stake_action(deployment: Deployment, sender: TxSender, action: StakeAction,
+                 amount_wei: int | None = None, *, role: Role = Role.OPERATOR) -> StakeResult:
+    """Perform ``action`` for ``sender``'s account. ``amount_wei`` (positive) is required for
+    register, stake and unbond and refused for withdraw; ``role`` is what register registers
+    as. Arguments are checked before anything is sent."""
+    action = StakeAction(action)
+    if action is StakeAction.WITHDRAW:
+        if amount_wei is not None:
+            raise StakeActionError("withdraw takes no amount (it withdraws what finished "
+                                   "unbonding)", param="amount")
+    elif isinstance(amount_wei, bool) or not isinstance(amount_wei, int) or amount_wei <= 0:
+        raise StakeActionError(f"{action} needs a positive amount in wei, got {amount_wei!r}",
+                               param="amount")
+    if role not in (Role.OPERATOR, Role.VERIFIER):
+        raise StakeActionError(f"one registers as operator or verifier, not {role.name}",
+                               param="role")
+    stakes = deployment.bind(sender.w3, sender).stakes
+    amount = amount_wei or 0
+    if action is StakeAction.REGISTER:
+        tx = stakes.register(role, amount)
+    elif action is StakeAction.STAKE:
+        tx = stakes.bond(amount)
+    elif action is StakeAction.UNBOND:
+        tx = stakes.request_unbond(amount)
+    else:
+        tx = stakes.withdraw()
+    return StakeResult(sender.address, action, amount_wei, stakes.account_of(sender.address),
+                       bytes(tx["transactionHash"]))

@@ -128,7 +128,14 @@ def shard_serve(
     attestation_root: Annotated[list[Path], typer.Option(
         help="Pinned SoftwareEnclave root public key file (repeatable).")],
     allowlist: Annotated[Path, typer.Option(help="Measurement allowlist JSON.")],
-    committee: Annotated[Path, typer.Option(help="Committee/verifier JSON (CommitteeOracle).")],
+    rpc_url: Annotated[str | None, typer.Option(
+        help="Chain JSON-RPC URL: read committees and verifiers from the deployed contracts "
+             "(with --deployment). The production committee source.")] = None,
+    deployment: Annotated[Path | None, typer.Option(
+        help="deployment.json of the contracts (with --rpc-url).")] = None,
+    committee: Annotated[Path | None, typer.Option(
+        help="Committee/verifier JSON instead of the chain (tests, offline use only: whoever "
+             "can write it decides who gets shares).")] = None,
     registry: RegistryOpt = Path("epochs.json"),
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     seal_key_file: SealKeyFile = None,
@@ -140,14 +147,17 @@ def shard_serve(
     rate_capacity: Annotated[float, typer.Option(help="Token bucket size per requester.")] = 10,
     rate_refill: Annotated[float, typer.Option(help="Tokens per second per requester.")] = 1.0,
 ) -> None:
-    """Serve one shard over HTTP (nonce, release, health, metrics)."""
+    """Serve one shard over HTTP (nonce, release, health, metrics).
+
+    The committee source is either the chain (--rpc-url and --deployment) or a file
+    (--committee): exactly one."""
     import uvicorn
 
     from verinfer.enclave.attestation import VerifierSet
     from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public
     from verinfer.errors import VerinferError
     from verinfer.kms.allowlist import FileMeasurementAllowlist
-    from verinfer.kms.committee import FileCommitteeOracle
+    from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
     from verinfer.kms.epochs import FileEpochRegistry
     from verinfer.kms.identity import load_or_create_identity
     from verinfer.kms.release_log import ReleaseLog
@@ -155,7 +165,29 @@ def shard_serve(
     from verinfer.kms.shard import ShardConfig, ShardService
     from verinfer.kms.shard_app import create_app
 
+    chain = rpc_url is not None or deployment is not None
+    problem = None
+    if chain and committee is not None:
+        problem = "--committee excludes --rpc-url/--deployment: give one committee source"
+    elif not chain and committee is None:
+        problem = ("no committee source: give --rpc-url URL --deployment FILE (the chain) or "
+                   "--committee FILE (tests, offline)")
+    elif chain and (rpc_url is None or deployment is None):
+        problem = "--rpc-url and --deployment go together"
+    if problem:
+        typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2)
     try:
+        oracle: CommitteeOracle
+        if committee is not None:
+            oracle = FileCommitteeOracle(committee)
+        else:
+            from verinfer.kms.chain_oracle import ChainCommitteeOracle
+
+            assert rpc_url is not None and deployment is not None
+            chain_oracle = ChainCommitteeOracle.connect(rpc_url, deployment)
+            chain_oracle.check()
+            oracle = chain_oracle
         seal_key = load_seal_key(seal_key_file, seal_key_env)
         cfg = ShardConfig(
             index=index, data_dir=data_dir, seal_key=seal_key,
@@ -164,13 +196,14 @@ def shard_serve(
             quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
             allowlist=FileMeasurementAllowlist(allowlist),
             software_roots=frozenset(load_root_public(p) for p in attestation_root),
-            committee=FileCommitteeOracle(committee),
+            committee=oracle,
             release_log=ReleaseLog(release_log or data_dir / "release-log.jsonl"),
             now=time.time, nonce_ttl_s=nonce_ttl, quote_max_age_s=quote_max_age,
             rate_capacity=rate_capacity, rate_refill_per_s=rate_refill)
     except VerinferError as e:
         raise _fail(e) from e
     service = ShardService(cfg)
-    print(f"kms shard {index} ({service.address}) on http://{host}:{port}", file=sys.stderr,
-          flush=True)
+    source = f"chain {rpc_url} ({deployment})" if chain else f"file {committee}"
+    print(f"kms shard {index} ({service.address}) on http://{host}:{port}, committee from "
+          f"{source}", file=sys.stderr, flush=True)
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

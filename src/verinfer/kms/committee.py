@@ -1,10 +1,12 @@
 """Who may ask for a share: ``CommitteeOracle``.
 
 Full challenges: the requester must be in the committee drawn for that challenge, and the
-challenge must be open. Light audits: the requester must be a registered verifier. The chain
-implementation (ChallengeManager/StakeRegistry reads) comes later behind this interface;
-``FileCommitteeOracle`` reads a JSON file on every call, ``StaticCommitteeOracle`` holds it
-in memory.
+challenge must be open. Light audits: the requester must be a registered verifier.
+
+Production shards use ``verinfer.kms.chain_oracle.ChainCommitteeOracle`` (direct reads of
+ChallengeManager, StakeRegistry and ProtocolConfig). ``FileCommitteeOracle`` reads a JSON file
+on every call and ``StaticCommitteeOracle`` holds it in memory: for tests and offline use only,
+since whoever can write the file decides who gets shares.
 
 File format: {"verifiers": ["0x…"], "challenges": {"<id>": {"status": "open"|"resolved",
 "committee": ["0x…"]}}}. Addresses compare case-insensitively.

@@ -117,6 +117,14 @@ class ShareUnavailableError(ServerError):
     code = "share_unavailable"
 
 
+class CommitteeUnavailableError(ServerError):
+    """The committee source (the chain behind ``ChainCommitteeOracle``) cannot be read. The
+    shard refuses with this reason; it never grants on a failed read."""
+
+    status_code = 503
+    code = "committee_unavailable"
+
+
 class ShardUnavailableError(ServerError):
     """A shard could not be reached or answered garbage (client side)."""
 

@@ -4,6 +4,10 @@
 Layout under ``root``: epochs.json, shards.json, allowlist.json, committee.json,
 attestation/root.{key,pub} (SoftwareEnclave root; not a security boundary), seal-keys/shard-<i>.key
 (kept apart from the shard data), shard-<i>/ (sealed shares, sealed identity, release log).
+
+Committee source of the shards: the chain (``ShardProcesses(lay, chain=ChainSource(rpc,
+deployment))``, what the devnet runs) or, by default, the layout's committee.json (tests and
+benchmarks without a chain).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from verinfer.enclave.attestation import VerifierSet
 from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public, root_keygen
 from verinfer.kms.allowlist import FileMeasurementAllowlist, write_allowlist
 from verinfer.kms.app_keys import DEFAULT_SUITE
-from verinfer.kms.committee import FileCommitteeOracle
+from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
 from verinfer.kms.directory import ShardInfo, load_directory, upsert_shard
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.errors import ShardUnavailableError
@@ -120,12 +124,26 @@ def add_epoch(lay: ClusterLayout, *, epoch: int, threshold: int,
                   seal_keys=keys, registry=FileEpochRegistry(lay.registry), now=now)
 
 
-class ShardProcesses:
-    """Shard servers as child processes; ``stop(i)`` takes one down (SIGTERM)."""
+@dataclass(frozen=True)
+class ChainSource:
+    """Shards read committees and verifiers from this chain (``ChainCommitteeOracle``)."""
 
-    def __init__(self, lay: ClusterLayout, *, extra_args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+    rpc_url: str
+    deployment: Path
+
+    def shard_args(self) -> list[str]:
+        return ["--rpc-url", self.rpc_url, "--deployment", str(self.deployment)]
+
+
+class ShardProcesses:
+    """Shard servers as child processes; ``stop(i)`` takes one down (SIGTERM).
+
+    ``chain``: the shards' committee source is that chain; without it, ``lay.committee``."""
+
+    def __init__(self, lay: ClusterLayout, *, chain: ChainSource | None = None,
+                 extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         self.lay = lay
+        self.chain = chain
         self.extra_args = list(extra_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -142,12 +160,17 @@ class ShardProcesses:
                    "--registry", str(self.lay.registry),
                    "--attestation-root", str(self.lay.root_pub),
                    "--allowlist", str(self.lay.allowlist),
-                   "--committee", str(self.lay.committee), *self.extra_args]
+                   *self.committee_args(), *self.extra_args]
             with self.lay.server_log(i).open("ab") as log:
                 self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout_s
         for i in todo:
             self._wait_healthy(infos[i], deadline)
+
+    def committee_args(self) -> list[str]:
+        if self.chain is not None:
+            return self.chain.shard_args()
+        return ["--committee", str(self.lay.committee)]
 
     def _wait_healthy(self, info: ShardInfo, deadline: float) -> None:
         proc = self.procs[info.index]
@@ -189,9 +212,10 @@ class ShardProcesses:
 
 def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], float],
                         nonce_ttl_s: float = 30.0, quote_max_age_s: float = 60.0,
-                        rate_capacity: float = 10.0, rate_refill_per_s: float = 1.0
-                        ) -> ShardService:
-    """The same service ``verinfer kms shard serve`` runs, in this process (clock injectable)."""
+                        rate_capacity: float = 10.0, rate_refill_per_s: float = 1.0,
+                        committee: CommitteeOracle | None = None) -> ShardService:
+    """The same service ``verinfer kms shard serve`` runs, in this process (clock injectable).
+    ``committee``: e.g. a ``ChainCommitteeOracle``; default the layout's committee.json."""
     seal_key = load_seal_key(lay.seal_key_file(index))
     return ShardService(ShardConfig(
         index=index, data_dir=lay.data_dir(index), seal_key=seal_key,
@@ -200,7 +224,7 @@ def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], flo
         quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
         allowlist=FileMeasurementAllowlist(lay.allowlist),
         software_roots=frozenset({load_root_public(lay.root_pub)}),
-        committee=FileCommitteeOracle(lay.committee),
+        committee=committee if committee is not None else FileCommitteeOracle(lay.committee),
         release_log=ReleaseLog(lay.release_log(index)), now=now, nonce_ttl_s=nonce_ttl_s,
         quote_max_age_s=quote_max_age_s, rate_capacity=rate_capacity,
         rate_refill_per_s=rate_refill_per_s))

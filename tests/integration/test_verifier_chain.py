@@ -1,7 +1,8 @@
-"""Committee nodes against the real stack: anvil + contracts, 5 KMS shard processes (t = 3),
-the local DA store, the tiny engine; 4 VerifierNodes (threads, in-process SoftwareEnclave).
-Honest receipts are dismissed, cheats slashed, withholding upheld; an offline member does not
-block a verdict; revealing without a commitment, or copying one, gains nothing."""
+"""Committee nodes against the real stack: anvil + contracts, 5 KMS shard processes (t = 3)
+that read committees from the chain, the local DA store, the tiny engine; 4 VerifierNodes
+(threads, in-process SoftwareEnclave). Honest receipts are dismissed, cheats slashed,
+withholding upheld; an offline member does not block a verdict; revealing without a
+commitment, or copying one, gains nothing."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from verinfer.devnet.network import (
     roles,
 )
 from verinfer.engine.engine import Engine
-from verinfer.kms.local_cluster import ShardProcesses
+from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger, locate
@@ -83,6 +84,7 @@ def stack(tiny_engine: Engine, tiny_path: Path,
         w3 = node.web3()
         r = roles(4)
         d = deploy_network(w3, r, tiny_engine, devnet_params(committee_size=4))
+        d.save(tmp / "deployment.json")
         lay = provision_kms(tmp / "kms", tiny_engine)
         rec = register_epoch(w3, d, r, lay)
         da = LocalDAClient(tmp / "da")
@@ -99,12 +101,13 @@ def stack(tiny_engine: Engine, tiny_path: Path,
             c = bind(vw3, d, acct)
             n = VerifierNode(ChainView(vw3, d, c), c, acct,
                              EnclaveJudge(cfg, acct, da, tiny_engine).judge, da,
-                             NodeConfig(tmp / f"v{i}.json", committee_file=lay.committee,
-                                        unsafe_devnet_mine=True),
+                             NodeConfig(tmp / f"v{i}.json", unsafe_devnet_mine=True),
                              log=_tagged_log(i))
             assert n.ensure_registered(ETHER)
             nodes.append(n)
-        with ShardProcesses(lay, extra_args=["--rate-capacity", "100", "--rate-refill", "10"]
+        # the shards read committees from the chain (ChainCommitteeOracle)
+        with ShardProcesses(lay, chain=ChainSource(node.url, tmp / "deployment.json"),
+                            extra_args=["--rate-capacity", "100", "--rate-refill", "10"]
                             ) as shards:
             shards.start()
             s = Stack(w3, d, r, da, factory, nodes, {}, tmp)

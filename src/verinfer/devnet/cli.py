@@ -29,7 +29,7 @@ from verinfer.devnet.network import (
 )
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
-from verinfer.kms.local_cluster import ShardProcesses
+from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 
 app = typer.Typer(help="Local network: anvil, contracts, KMS, DA, operator, verifiers.",
                   no_args_is_help=True)
@@ -109,8 +109,9 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
         register_epoch(w3, d, r, lay)
     engine.close()
     with console.status("starting 5 KMS shards (t = 3)…"):
-        shards = ShardProcesses(lay, extra_args=["--rate-capacity", "1000", "--rate-refill",
-                                                 "100"])
+        # The shards read committees and verifiers from the chain themselves.
+        shards = ShardProcesses(lay, chain=ChainSource(rpc, directory / "deployment.json"),
+                                extra_args=["--rate-capacity", "1000", "--rate-refill", "100"])
         shards.start()
         for i, p in shards.procs.items():
             state["pids"][f"kms-{i}"] = p.pid
@@ -123,7 +124,7 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
         state["pids"][f"verifier-{i}"] = _spawn(
             [sys.executable, "-m", "verinfer", "verifier", "run", *common, "--model", str(model),
              "--kms-dir", str(lay.root), "--state-dir", str(directory / f"verifier-{i}"),
-             "--mirror-committee", "--unsafe-devnet-mine", "--audit-redis-url", redis_url,
+             "--unsafe-devnet-mine", "--audit-redis-url", redis_url,
              "--audit-prefix", state["redis_prefix"]],
             directory / "logs" / f"verifier-{i}.log",
             {"VERINFER_CHAIN_PRIVATE_KEY": acct.key.hex()})

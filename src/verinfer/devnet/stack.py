@@ -25,7 +25,7 @@ from verinfer.devnet.network import (
     roles,
 )
 from verinfer.engine.engine import Engine
-from verinfer.kms.local_cluster import ShardProcesses
+from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger
@@ -49,6 +49,7 @@ class LocalStack:
         w3 = self.w3 = self.anvil.web3()
         r = self.roles = roles(self.n_verifiers)
         self.d = deploy_network(w3, r, self.engine, self.params)
+        self.d.save(self.root / "deployment.json")
         self.lay = provision_kms(self.root / "kms", self.engine)
         rec = register_epoch(w3, self.d, r, self.lay)
         self.da = LocalDAClient(self.root / "da")
@@ -59,8 +60,11 @@ class LocalStack:
                                        now=lambda: self.view.head()[1])
         cfg = EnclaveConfig(self.lay.root_key, self.lay.directory, self.lay.registry,
                             CONTAINER_DIGEST, CODE_HASH, self.model_path)
-        self.shards = ShardProcesses(self.lay, extra_args=["--rate-capacity", "1000",
-                                                           "--rate-refill", "100"])
+        self.shards = ShardProcesses(self.lay,
+                                     chain=ChainSource(self.anvil.url,
+                                                       self.root / "deployment.json"),
+                                     extra_args=["--rate-capacity", "1000",
+                                                 "--rate-refill", "100"])
         self.shards.start()
         self.nodes = []
         for i, acct in enumerate(r.verifiers):
@@ -72,7 +76,6 @@ class LocalStack:
                 judge = self.wrap_judge(judge)
             node = VerifierNode(ChainView(vw3, self.d, c), c, acct, judge, self.da,
                                 NodeConfig(self.root / f"verifier-{i}.json",
-                                           committee_file=self.lay.committee,
                                            unsafe_devnet_mine=True),
                                 log=self._tagged(i))
             node.ensure_registered(ETHER)

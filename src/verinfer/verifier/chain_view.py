@@ -1,19 +1,12 @@
 """What verifiers and watchers read from the chain: the receipt a challenge is about (from the
-openChallenge calldata), batches and their manifests, the verifier set and committees.
+openChallenge calldata), batches and their manifests.
 
-Also the KMS committee mirror: the shards' CommitteeOracle reads a JSON file
-(docs/kms.md §3); on the devnet every verifier node writes the chain's view of verifiers and
-open committees into that file (atomically; the content is a function of chain state, so
-concurrent writers agree) before it asks the shards for a key.
+(The KMS shards read committees from the chain themselves: verinfer.kms.chain_oracle.)
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from web3 import Web3
@@ -21,7 +14,6 @@ from web3 import Web3
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.events import batches_committed
-from verinfer.chain.structs import Status
 from verinfer.da_client.manifest import BatchManifest, parse_manifest
 from verinfer.da_client.pointer import Pointer
 from verinfer.receipts.eip712 import Domain, Receipt
@@ -121,22 +113,3 @@ class ChainView:
                     if e.signed.digest == digest:
                         return str(e.ciphertext)
         return None
-
-    def verifiers(self) -> list[str]:
-        accts, _, _ = self.c.stakes.contract.functions.verifierStakes().call()
-        return [str(a) for a in accts]
-
-    def write_committee_file(self, path: Path) -> None:
-        """Mirror of verifiers and committees for the KMS shards' FileCommitteeOracle."""
-        challenges: dict[str, Any] = {}
-        ev = self.c.challenges.contract.events.CommitteeDrawn()
-        for log in ev.get_logs(from_block=self.d.deployed_block, to_block="latest"):
-            cid = int(log["args"]["id"])
-            st = self.c.challenges.challenge(cid).status
-            challenges[str(cid)] = {"status": "open" if st is Status.VOTING else "resolved",
-                                    "committee": [str(m).lower() for m in log["args"]["members"]]}
-        data = {"verifiers": [v.lower() for v in self.verifiers()], "challenges": challenges}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".committee.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)

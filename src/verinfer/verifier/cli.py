@@ -40,7 +40,7 @@ def run(
     deployment: Annotated[Path, DEPLOYMENT_OPT],
     model: Annotated[Path, typer.Option(help="The model file this verifier re-executes.")],
     kms_dir: Annotated[Path, typer.Option(
-        help="KMS layout root (epochs.json, shards.json, attestation/root.key, committee.json).")],
+        help="KMS layout root (epochs.json, shards.json, attestation/root.key).")],
     state_dir: Annotated[Path, typer.Option(help="Where votes and salts are kept.")],
     keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
     da_store: Annotated[Path | None, DA_STORE_OPT] = None,
@@ -49,9 +49,6 @@ def run(
     container_digest: Annotated[str, typer.Option()] = "sha256:" + "00" * 32,
     code_hash: Annotated[str, typer.Option()] = "verinfer-devnet",
     enclave: Annotated[str, typer.Option(help="inprocess | process")] = "inprocess",
-    mirror_committee: Annotated[bool, typer.Option(
-        help="Write chain committees into <kms-dir>/committee.json (devnet KMS oracle).")]
-    = False,
     audit_redis_url: Annotated[str | None, typer.Option(
         help="Serve light audits from this Redis (streams under --audit-prefix).")] = None,
     audit_prefix: Annotated[str, typer.Option()] = "verinfer:",
@@ -74,13 +71,10 @@ def run(
         lock = threading.Lock()
         node = VerifierNode(wired.view, wired.contracts, acct, judge.judge, wired.da,
                             NodeConfig(state_dir / "votes.json",
-                                       committee_file=lay.committee if mirror_committee
-                                       else None, unsafe_devnet_mine=unsafe_devnet_mine),
+                                       unsafe_devnet_mine=unsafe_devnet_mine),
                             log=lambda m: console.log(m), tx_lock=lock)
         if node.ensure_registered(int(stake * ETHER)):
             console.log(f"registered verifier {acct.address} with {stake} ETH")
-        if mirror_committee:
-            wired.view.write_committee_file(lay.committee)
     except VerinferError as e:
         raise fail(e) from e
     stop = threading.Event()

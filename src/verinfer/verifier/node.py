@@ -41,7 +41,6 @@ class JudgeFn(Protocol):
 @dataclass
 class NodeConfig:
     state_file: Path
-    committee_file: Path | None = None  # devnet: mirror chain committees for the KMS shards
     resolve: bool = True  # settle challenges whose votes are in
     claim_rewards: bool = True
     unsafe_devnet_mine: bool = False  # mine blocks to reach the draw block (anvil only)
@@ -168,8 +167,6 @@ class VerifierNode:
             if self._attempts.get(cid, 0) >= self.cfg.max_judge_attempts:
                 return
             self._attempts[cid] = self._attempts.get(cid, 0) + 1
-            if self.cfg.committee_file is not None:
-                self.view.write_committee_file(self.cfg.committee_file)
             try:
                 pointer = self.view.ciphertext_pointer(self.da, oc.batch_id, oc.signed.digest)
                 verdict = self.judge(oc.signed.receipt, pointer, purpose="full_challenge",

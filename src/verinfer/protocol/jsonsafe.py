@@ -1,0 +1,79 @@
+"""The one parser for JSON that crossed a process boundary.
+
+Why this exists: the stdlib decoder guards nesting only with the interpreter's recursion
+limit, and importing eth-account (py_ecc) raises that limit to 100000 — at which ~95k
+nested brackets overflow the C stack and the process dies with SIGSEGV. A crash is not an
+exception: no ``try`` catches it. So every parser of untrusted bytes (HTTP bodies, shard and
+DA answers, manifests, envelope plaintexts) goes through :func:`loads_untrusted`, which bounds
+size and nesting depth *before* the decoder runs, whatever the recursion limit is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+from verinfer.errors import InvalidRequestError
+
+#: Deepest nesting any verinfer message needs (an OpenAI body with tool schemas is ~10).
+MAX_DEPTH = 64
+#: Default size bound; callers with a tighter natural limit pass their own.
+MAX_BYTES = 8 * 1024 * 1024
+#: Where the interpreter's recursion limit is put back (the CPython default).
+SAFE_RECURSION_LIMIT = 1000
+
+# A JSON string, unrolled so the regex engine runs in linear time on any input.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+class UntrustedJsonError(InvalidRequestError):
+    """Bytes from another process are not acceptable JSON (too big, too deep, or invalid)."""
+
+    code = "invalid_json"
+
+
+def max_depth(data: bytes) -> int:
+    """Deepest bracket nesting of ``data`` (brackets inside strings do not count)."""
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    depth = deepest = 0
+    for b in brackets:
+        if b in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
+
+
+def _cap_recursion() -> None:
+    if sys.getrecursionlimit() > SAFE_RECURSION_LIMIT:
+        sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
+
+
+def loads_untrusted(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    max_bytes: int = MAX_BYTES,
+    depth: int = MAX_DEPTH,
+    what: str = "JSON",
+) -> Any:
+    """Parses JSON from an untrusted source; raises :class:`UntrustedJsonError`, never crashes.
+
+    ``what`` names the source in the error (e.g. "KMS release body").
+    """
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if len(raw) > max_bytes:
+        raise UntrustedJsonError(f"{what}: {len(raw)} bytes exceeds the limit of {max_bytes}")
+    found = max_depth(raw)
+    if found > depth:
+        raise UntrustedJsonError(f"{what}: nesting depth {found} exceeds the limit of {depth}")
+    _cap_recursion()  # belt and braces: a decoder bug past the scan still raises, not crashes
+    try:
+        return json.loads(raw)
+    # JSONDecodeError and UnicodeDecodeError are ValueErrors.
+    except (ValueError, RecursionError) as e:
+        raise UntrustedJsonError(f"{what}: not valid JSON ({e})") from None

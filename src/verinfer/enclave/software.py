@@ -14,7 +14,6 @@ Quote raw bytes: b"VSWQ1" || u32 body length || body || 64-byte Ed25519 signatur
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from verinfer.enclave.errors import (
     QuoteSignatureError,
     RootKeyError,
 )
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 TEE = "software"
 MAGIC = b"VSWQ1"
@@ -147,10 +147,10 @@ class SoftwareQuoteVerifier:
 
 
 def _parse_body(b: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(b)
-    except ValueError as e:
-        raise QuoteMalformedError("quote body is not JSON") from e
+    try:  # a quote arrives from the requester: hostile bytes until proven otherwise
+        body = loads_untrusted(b, max_bytes=16 * 1024, what="quote body")
+    except UntrustedJsonError as e:
+        raise QuoteMalformedError(f"quote body is not acceptable JSON: {e.message}") from e
     if not isinstance(body, dict) or body.get("v") != 1 or body.get("tee") != TEE:
         raise QuoteMalformedError(f"unsupported quote body: {body!r:.200}")
     return body

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from verinfer.errors import VerinferError
+from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.errors import AuditJobError
 from verinfer.verifier.reports import AuditReport, SignedAuditReport
@@ -63,7 +64,8 @@ class AuditJob:
     @classmethod
     def parse(cls, f: dict[str, str]) -> AuditJob:
         try:
-            return cls(f["job"], SignedReceipt.from_json(json.loads(f["receipt"])),
+            return cls(f["job"], SignedReceipt.from_json(
+                loads_untrusted(f["receipt"], max_bytes=64 * 1024, what="audit job receipt")),
                        f["ciphertext"])
         except (KeyError, ValueError, VerinferError) as e:
             raise AuditJobError(f"malformed audit job {f!r:.200}: {e}") from e
@@ -94,7 +96,8 @@ class AuditQueue:
         out = []
         rows: Any = self.r.xrange(self.keys.reports, min=f"({after}" if after != "0-0" else "-")
         for entry_id, f in rows:
-            out.append((str(entry_id), SignedAuditReport.from_json(json.loads(f["report"]))))
+            out.append((str(entry_id), SignedAuditReport.from_json(
+                loads_untrusted(f["report"], max_bytes=64 * 1024, what="audit report"))))
         return out
 
     def dead_letters(self) -> list[dict[str, str]]:

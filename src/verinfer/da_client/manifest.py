@@ -20,17 +20,23 @@ domain (``parse_manifest(data, domain)``), and they re-serialize to their origin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
 
+from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
 from verinfer.da_client.pointer import Pointer
-from verinfer.receipts.eip712 import Domain, Receipt
-from verinfer.receipts.errors import MerkleError, ReceiptFormatError, SignatureError
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+from verinfer.receipts.eip712 import Domain, Receipt, check_receipt_domain
+from verinfer.receipts.errors import (
+    MerkleError,
+    ReceiptFormatError,
+    SignatureError,
+    WrongChainError,
+)
 from verinfer.receipts.merkle import MerkleProof, build_tree
 from verinfer.receipts.signed import SignedReceipt
 
@@ -38,6 +44,8 @@ MANIFEST_FORMAT = "verinfer.batch-manifest/1"
 SIGNATURE_LEN = 65
 _KEYS = frozenset({"batchRoot", "domain", "entries", "format", "leafCount"})
 _KEYS_WITHOUT_DOMAIN = _KEYS - {"domain"}  # manifests written before the domain key
+#: A manifest is nested 4 deep (object > entries > entry > receipt); anything deeper is hostile.
+MANIFEST_MAX_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -105,16 +113,16 @@ class BatchManifest:
         return build_tree(self.digests).proof(self.index_of(digest))
 
     def verify_signatures(self, domain: Domain) -> None:
-        """Check every digest is the receipt's EIP-712 digest under ``domain`` and every
-        signature recovers to the receipt's operator; raise ManifestError naming the first bad
-        entry."""
+        """Check every receipt is for ``domain``'s chain, every digest is the receipt's EIP-712
+        digest under ``domain`` and every signature recovers to the receipt's operator; raise
+        ManifestError naming the first bad entry."""
         for i, e in enumerate(self.entries):
             r = e.signed.receipt
             if r.digest(domain) != e.signed.digest:
                 raise ManifestError(f"entry {i}: receiptDigest 0x{e.signed.digest.hex()} is not "
                                     f"the EIP-712 digest of its receipt under {domain}")
             try:
-                e.signed.verify()
+                e.signed.verify(chain_id=domain.chain_id)
             except SignatureError as err:
                 raise ManifestError(f"entry {i}: {err.message}") from err
 
@@ -143,10 +151,13 @@ def parse_manifest(data: bytes, domain: Domain | None = None) -> BatchManifest:
     ``domain``: the EIP-712 domain the reader expects. A manifest naming another one is
     rejected; a manifest written before the domain key needs it (its entries are read under
     it), otherwise it is optional."""
+    # The bytes come from DA, i.e. from whoever published them (possibly a dishonest
+    # operator): bounded parse, so a nesting bomb is a ManifestError, not a dead process.
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ManifestError(f"manifest is not UTF-8 JSON: {e}") from e
+        obj = loads_untrusted(data, max_bytes=DEFAULT_MAX_BLOB_BYTES, depth=MANIFEST_MAX_DEPTH,
+                              what="batch manifest")
+    except UntrustedJsonError as e:
+        raise ManifestError(e.message) from e
     if not isinstance(obj, dict):
         raise ManifestError(f"manifest must be a JSON object, got {type(obj).__name__}")
     if set(obj) not in (_KEYS, _KEYS_WITHOUT_DOMAIN):
@@ -211,9 +222,10 @@ def decode_signed_receipt(data: bytes, legacy_domain: Domain | None = None) -> S
     ``{"receipt", "receiptDigest", "signature"}``, as signed under ``legacy_domain`` (which
     it then needs)."""
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ManifestError(f"signed receipt is not UTF-8 JSON: {e}") from e
+        obj = loads_untrusted(data, max_bytes=1 << 16, depth=MANIFEST_MAX_DEPTH,
+                              what="signed receipt")
+    except UntrustedJsonError as e:
+        raise ManifestError(e.message) from e
     if isinstance(obj, dict) and set(obj) == _LEGACY_RECEIPT_KEYS:
         if legacy_domain is None:
             raise ManifestError("signed receipt without a domain (the older outbox form): "
@@ -223,9 +235,11 @@ def decode_signed_receipt(data: bytes, legacy_domain: Domain | None = None) -> S
         raise ManifestError("a signed receipt must be an object with exactly digest, domain, "
                             f"receipt, signature; got {str(obj)[:200]}")
     try:
-        return SignedReceipt.from_json(obj)
-    except ReceiptFormatError as e:
+        signed = SignedReceipt.from_json(obj)
+        check_receipt_domain(signed.receipt, signed.domain)
+    except (ReceiptFormatError, WrongChainError) as e:
         raise ManifestError(f"signed receipt: {e.message}", param=e.param) from e
+    return signed
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -251,6 +265,10 @@ def _signed_from_json(obj: Mapping[str, Any], where: str, domain: Domain) -> Sig
         raise ManifestError(f"{where}.receipt: {err.message}") from err
     digest = _parse_hex(obj["receiptDigest"], 32, f"{where}.receiptDigest")
     sig = _parse_hex(obj["signature"], SIGNATURE_LEN, f"{where}.signature")
+    try:  # a receipt for another chain can never be disputed: not part of any valid batch
+        check_receipt_domain(receipt, domain)
+    except WrongChainError as err:
+        raise ManifestError(f"{where}.receipt: {err.message}", param=f"{where}.receipt") from err
     signed = SignedReceipt(receipt, domain, sig)
     if signed.digest != digest:
         raise ManifestError(f"{where}.receiptDigest 0x{digest.hex()} does not match the EIP-712 "

@@ -17,7 +17,13 @@ from typing import Any
 import coincurve
 from eth_utils import keccak, to_checksum_address
 
-from verinfer.receipts.errors import ReceiptFormatError, SignatureError, UnsupportedVersionError
+from verinfer.receipts.errors import (
+    IssuedAtSkewError,
+    ReceiptFormatError,
+    SignatureError,
+    UnsupportedVersionError,
+    WrongChainError,
+)
 from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
 
 RECEIPT_VERSION = 1
@@ -45,6 +51,10 @@ RECEIPT_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("ciphertextHash", "bytes32", "ciphertext_hash"),
     ("issuedAt", "uint64", "issued_at"),
 )
+#: How far in the future a receipt's (or audit report's) issuedAt may lie, in seconds, before
+#: a client refuses it: clocks drift, but a receipt from the future starts its publication and
+#: challenge windows late (2^64 - 1: never), so it must not be accepted as evidence of anything.
+MAX_ISSUED_AT_SKEW_S = 300
 _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
@@ -282,12 +292,43 @@ def recover_signer(receipt: Receipt, domain: Domain, signature: bytes) -> str:
     return recover_digest_signer(receipt.digest(domain), signature)
 
 
-def verify_receipt(receipt: Receipt, domain: Domain, signature: bytes,
-                   expected_operator: str | None = None) -> str:
-    """Check the signature recovers to the receipt's operator (and ``expected_operator`` if given).
+def check_receipt_domain(receipt: Receipt, domain: Domain,
+                         chain_id: int | None = None) -> None:
+    """The one chain rule: ``receipt.chainId == domain.chainId`` (== ``chain_id``, the id of the
+    chain being read, where the caller knows it). Raises :class:`WrongChainError`.
 
-    Returns the signer address; raises :class:`SignatureError` otherwise.
+    Why: the contracts check ``receipt.chainId == block.chainid`` in every dispute, while the
+    signature only binds the domain's chainId. A receipt naming another chain verifies off chain
+    yet can never be challenged or claimed, so an operator serving such receipts could return
+    any output for free. The operator calls this before signing; every verifier of a receipt
+    (``verify_receipt``, manifests, clients) calls it before trusting one."""
+    if receipt.chain_id != domain.chain_id:
+        raise WrongChainError(f"receipt names chainId {receipt.chain_id} but is signed under a "
+                              f"domain for chainId {domain.chain_id}", param="chainId")
+    if chain_id is not None and domain.chain_id != chain_id:
+        raise WrongChainError(f"receipt is for chainId {domain.chain_id}, this chain is "
+                              f"{chain_id}", param="chainId")
+
+
+def check_issued_at(issued_at: int, now: float, *, skew_s: int = MAX_ISSUED_AT_SKEW_S,
+                    what: str = "receipt") -> None:
+    """Refuse an ``issuedAt`` more than ``skew_s`` seconds after ``now`` (unix seconds; the
+    chain's clock where the caller has it). Python ints: 2^64 - 1 compares, never wraps."""
+    if issued_at > int(now) + skew_s:
+        raise IssuedAtSkewError(f"{what} issuedAt {issued_at} is more than {skew_s} s after "
+                                f"now ({int(now)})", param="issuedAt")
+
+
+def verify_receipt(receipt: Receipt, domain: Domain, signature: bytes,
+                   expected_operator: str | None = None, *, chain_id: int | None = None) -> str:
+    """Check the receipt is for the domain's chain (:func:`check_receipt_domain`, and for
+    ``chain_id`` if given) and the signature recovers to the receipt's operator (and
+    ``expected_operator`` if given).
+
+    Returns the signer address; raises :class:`SignatureError` (:class:`WrongChainError` for
+    the chain rule) otherwise.
     """
+    check_receipt_domain(receipt, domain, chain_id)
     signer = recover_signer(receipt, domain, signature)
     want = receipt.operator
     if expected_operator is not None:

@@ -29,6 +29,21 @@ class SignatureError(ClientError):
     code = "invalid_signature"
 
 
+class WrongChainError(SignatureError):
+    """A receipt names another chain than the EIP-712 domain it is signed under (or than the
+    chain being read). Such a receipt is valid-looking off chain but the contracts refuse every
+    dispute about it (``WrongChainId``), so whoever accepts it can never get its signer slashed."""
+
+    code = "wrong_chain"
+
+
+class IssuedAtSkewError(ReceiptFormatError):
+    """A receipt or report claims an ``issuedAt`` too far in the future. Its publication and
+    challenge windows start then, so it could never be claimed as withheld in time."""
+
+    code = "issued_at_skew"
+
+
 class MerkleError(ClientError):
     """A Merkle batch or proof is invalid (empty batch, index out of range, bad siblings)."""
 

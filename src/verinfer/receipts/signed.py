@@ -29,9 +29,13 @@ class SignedReceipt:
         once per instance (the outbox and the manifest builder each ask for it)."""
         return self.receipt.digest(self.domain)
 
-    def verify(self, expected_operator: str | None = None) -> str:
-        """Raises :class:`SignatureError` unless signed by the receipt's operator."""
-        return verify_receipt(self.receipt, self.domain, self.signature, expected_operator)
+    def verify(self, expected_operator: str | None = None, *,
+               chain_id: int | None = None) -> str:
+        """Raises :class:`SignatureError` unless signed by the receipt's operator for the
+        domain's chain (``WrongChainError``: receipt chainId != domain chainId, or != the
+        ``chain_id`` being read)."""
+        return verify_receipt(self.receipt, self.domain, self.signature, expected_operator,
+                              chain_id=chain_id)
 
     def to_json(self) -> dict[str, Any]:
         return {"receipt": self.receipt.to_json(), "domain": self.domain.to_json(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from dataclasses import fields, replace
 from typing import Any
@@ -32,10 +33,24 @@ requests = st.builds(
     top_k=u32, top_p=st.floats(0.0, 1.0, exclude_min=True),
     stop=st.lists(st.text(min_size=1, max_size=8), max_size=4).map(tuple),
     seed=st.integers(0, 2**64 - 1), ignore_eos=st.booleans(),
-    prompt_commitments=st.none() | b32)
-results = st.builds(
-    ExecResult, output_token_ids=st.lists(u32, max_size=40).map(tuple),
-    finish_reason=st.sampled_from(["stop", "length"]), logit_digest=b32, text_sha256=b32)
+    prompt_commitments=st.none() | b32, top_logprobs=st.none() | st.integers(0, 20))
+logprob_values = st.floats(max_value=0.0, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def results(draw: st.DrawFn) -> ExecResult:
+    tokens = tuple(draw(st.lists(u32, max_size=40)))
+    lps = None
+    if draw(st.booleans()):
+        k = draw(st.integers(0, 20))
+        lps = tuple((draw(logprob_values),
+                     tuple(zip(draw(st.lists(u32, min_size=k, max_size=k, unique=True)),
+                               draw(st.lists(logprob_values, min_size=k, max_size=k)),
+                               strict=True)))
+                    for _ in tokens)
+    return ExecResult(output_token_ids=tokens,
+                      finish_reason=draw(st.sampled_from(["stop", "length"])),
+                      logit_digest=draw(b32), text_sha256=draw(b32), logprobs=lps)
 
 
 def example_request(**over: Any) -> ExecRequest:
@@ -53,7 +68,7 @@ def example_result() -> ExecResult:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.one_of(requests, results))
+@given(st.one_of(requests, results()))
 def test_round_trips(obj: ExecRequest | ExecResult) -> None:
     cls = type(obj)
     assert cls.from_canonical(obj.canonical) == obj
@@ -82,7 +97,7 @@ def _flip(value: object, bit: int, pick: int) -> object:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.one_of(requests, results), st.data())
+@given(st.one_of(requests, results()), st.data())
 def test_any_single_bit_change_changes_the_hash(obj: ExecRequest | ExecResult,
                                                 data: st.DataObject) -> None:
     candidates = [f.name for f in fields(obj) if f.name != "version"
@@ -94,7 +109,8 @@ def test_any_single_bit_change_changes_the_hash(obj: ExecRequest | ExecResult,
     else:
         changed = _flip(getattr(obj, name), bit, pick)
     try:
-        other = replace(obj, **{name: changed})
+        kw: dict[str, Any] = {name: changed}
+        other = replace(obj, **kw)
     except ReceiptFormatError:
         return  # the flip left the valid domain (e.g. a float became NaN): refused, not hashed
     if changed == -0.0 and getattr(obj, name) == 0.0:
@@ -104,8 +120,24 @@ def test_any_single_bit_change_changes_the_hash(obj: ExecRequest | ExecResult,
 
 
 def test_known_bytes_of_a_small_request() -> None:
-    # Pins the documented encoding (docs/receipts.md reproduces this vector).
+    # Pins the documented encoding (docs/receipts.md reproduces this vector): version 2 is the
+    # version 1 map plus "top_logprobs" (here null), so a 14-entry map (ae ...).
     r = example_request(prompt_token_ids=(1, 2), stop=(), temperature=1.0, top_p=1.0)
+    v1 = replace(r, version=1)
+    # 268 bytes; "top_logprobs" (12 bytes) sorts between "temperature" and "tokenizer_hash"
+    assert r.canonical.hex() == (
+        "ae6473656564182a6473746f708065746f705f6b182865746f705f70f93c006776657273696f6e02686d"
+        "6f64656c5f69645820000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f6a"
+        "69676e6f72655f656f73f46a6d61785f746f6b656e73106b74656d7065726174757265f93c006c746f70"
+        "5f6c6f6770726f6273f66e746f6b656e697a65725f686173685820000000000000000000000000000000"
+        "00000000000000000000000000000000007070726f6d70745f746f6b656e5f69647382010272656e6769"
+        "6e655f66696e6765727072696e74777b226261636b656e64223a22746f7263682d637075227d7270726f"
+        "6d70745f636f6d6d69746d656e7473f6")
+    assert b"ltop_logprobs\x05" in replace(r, top_logprobs=5).canonical
+    assert ExecRequest.from_canonical(r.canonical).version == 2
+    # Version 1 keeps its exact bytes: evidence sealed before logprobs existed still decodes
+    # to the same hash.
+    r = v1
     # 13-entry map; keys shortest-first; seed 42 -> 18 2a; 1.0 -> half float f9 3c00.
     assert r.canonical.hex() == (
         "ad6473656564182a6473746f708065746f705f6b182865746f705f70f93c006776657273696f6e01686d"
@@ -145,7 +177,12 @@ def test_bad_structures_raise_typed_errors() -> None:
     r = example_request()
     m = r.as_map()
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
-        ({**m, "version": 2}, UnsupportedVersionError, "version 2"),
+        ({**m, "version": 3}, UnsupportedVersionError, "version 3"),
+        ({**m, "version": 1}, ReceiptFormatError, "keys must be exactly"),  # v1 has no top_logprobs
+        ({**m, "top_logprobs": 21}, ReceiptFormatError, "top_logprobs"),
+        ({**m, "top_logprobs": -1}, ReceiptFormatError, "top_logprobs"),
+        ({**m, "top_logprobs": True}, ReceiptFormatError, "top_logprobs"),
+        ({**m, "top_logprobs": 2.0}, ReceiptFormatError, "top_logprobs"),
         ({**m, "extra": 1}, ReceiptFormatError, "keys must be exactly"),
         ({k: v for k, v in m.items() if k != "seed"}, ReceiptFormatError, "keys"),
         ({**m, "model_id": bytes(31)}, ReceiptFormatError, "model_id must be 32 bytes"),
@@ -206,7 +243,7 @@ def test_engine_mapping_reproduces_the_hashes(tiny_engine: Engine) -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(requests, results, st.integers(0, 2**64 - 1))
+@given(requests, results(), st.integers(0, 2**64 - 1))
 def test_any_valid_pair_signs_into_a_receipt(req: ExecRequest, res: ExecResult,
                                              epoch: int) -> None:
     signer = ReceiptSigner(hashlib.sha256(b"prop").digest())
@@ -216,3 +253,103 @@ def test_any_valid_pair_signs_into_a_receipt(req: ExecRequest, res: ExecResult,
                       out_hash=res.hash, key_epoch=epoch, ciphertext_hash=bytes(32), issued_at=0)
     sig = signer.sign(receipt, domain)
     assert verify_receipt(receipt, domain, sig, signer.address) == signer.address
+
+
+# ---- logprobs (version 2) ---------------------------------------------------------------------
+def _bits(x: float) -> int:
+    return int.from_bytes(struct.pack(">d", x), "big")
+
+
+def example_logprobs_result() -> ExecResult:
+    # values that need every width: -0.5 fits a half float, -0.1 needs a double, a subnormal,
+    # the most negative double, and -0.0 (the sign bit is committed too)
+    return ExecResult(output_token_ids=(10, 11, 1), finish_reason="stop",
+                      logit_digest=bytes(32), text_sha256=hashlib.sha256(b"hi").digest(),
+                      logprobs=((-0.5, ((10, -0.5), (3, -1.25))),
+                                (-0.1, ((7, -5e-324), (11, -0.1))),
+                                (-1.7976931348623157e308, ((1, -0.0), (2, -3.0)))))
+
+
+def test_logprobs_round_trip_bit_exactly_through_cbor_and_json() -> None:
+    res = example_logprobs_result()
+    back = ExecResult.from_canonical(res.canonical)
+    assert back.hash == res.hash
+    # JSON as a client or verifier reads it: through text, numbers printed and re-parsed
+    again = ExecResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert again.hash == res.hash
+    for a, b in ((res, back), (res, again)):
+        assert a.logprobs is not None and b.logprobs is not None
+        flat_a = [_bits(lp) for lp, top in a.logprobs for v in (lp, *(x for _, x in top))
+                  for lp in (v,)]
+        flat_b = [_bits(lp) for lp, top in b.logprobs for v in (lp, *(x for _, x in top))
+                  for lp in (v,)]
+        assert flat_a == flat_b
+    # floats keep their shortest exact width: -0.5 is a half float (f9 b800)
+    assert b"\xf9\xb8\x00" in res.canonical and b"\xfb" + struct.pack(">d", -0.1) in res.canonical
+    # a JSON writer that prints -3.0 as -3 still gives the same committed value
+    j = res.to_json()
+    j["logprobs"][2][1][1][1] = -3
+    assert ExecResult.from_json(j).hash == res.hash
+
+
+@pytest.mark.parametrize("where", ["chosen", "alternative"])
+def test_one_logprob_bit_changes_out_hash(where: str) -> None:
+    res = example_logprobs_result()
+    assert res.logprobs is not None
+    lp, top = res.logprobs[1]
+    if where == "chosen":
+        entry = (struct.unpack(">d", struct.pack(">Q", _bits(lp) ^ 1))[0], top)
+    else:
+        (i0, v0), rest = top[0], top[1:]
+        entry = (lp, ((i0, struct.unpack(">d", struct.pack(">Q", _bits(v0) ^ 1))[0]), *rest))
+    forged = replace(res, logprobs=(res.logprobs[0], entry, res.logprobs[2]))
+    assert forged.logprobs != res.logprobs and forged.hash != res.hash
+    # ... and without logprobs it is yet another result
+    assert replace(res, logprobs=None).hash not in (res.hash, forged.hash)
+
+
+def test_bad_logprobs_raise_typed_errors() -> None:
+    res = example_logprobs_result()
+    assert res.logprobs is not None
+    m = res.as_map()
+    good = [list(e) for e in m["logprobs"]]
+    cases: list[tuple[object, str]] = [
+        (good[:2], "one entry per output token"),
+        ([*good[:2], [0.5, []]], "<= 0"),  # a positive log-probability
+        ([*good[:2], [float("-inf"), []]], "finite"),
+        ([*good[:2], [-1, []]], "finite float"),  # an integer where the float belongs
+        ([*good[:2], [-1.0, [[1, -1.0]]]], "alternatives"),  # another k than the first token
+        ([*good[:2], [-1.0, [[1, -1.0], [1, -2.0]]]], "distinct"),
+        ([*good[:2], [-1.0, [[-1, -1.0], [2, -2.0]]]], "u32"),
+        ([*good[:2], [-1.0]], "logprob, top"),
+        ([[-1.0, [[i, -1.0] for i in range(21)]]] * 3, "at most 20"),
+    ]
+    for bad, match in cases:
+        with pytest.raises(ReceiptFormatError, match=match):
+            ExecResult.from_canonical(cbor2.dumps({**m, "logprobs": bad}, canonical=True))
+    # version 1 has no logprobs key; a version 1 result claiming logprobs is refused
+    with pytest.raises(ReceiptFormatError, match="keys must be exactly"):
+        ExecResult.from_canonical(cbor2.dumps({**m, "version": 1}, canonical=True))
+    with pytest.raises(ReceiptFormatError, match="version 1"):
+        replace(res, version=1)
+    old = replace(res, logprobs=None, version=1)
+    assert "logprobs" not in cbor2.loads(old.canonical)
+    assert ExecResult.from_canonical(old.canonical) == old
+
+
+def test_engine_logprobs_are_what_exec_result_commits(tiny_engine: Engine) -> None:
+    params = SamplingParams(max_tokens=5, temperature=0.9, seed=3, ignore_eos=True)
+    prompt = [5, 17, 33, 2]
+    gen = tiny_engine.generate(prompt, params, top_logprobs=4)
+    res = ExecResult.from_generation(gen)
+    assert gen.logprobs is not None and res.logprobs is not None
+    assert len(res.logprobs) == len(gen.token_ids) == 5
+    for lp, (v, top) in zip(gen.logprobs, res.logprobs, strict=True):
+        assert _bits(lp.logprob) == _bits(v) and lp.top == top and len(top) == 4
+    req = ExecRequest.from_engine(tiny_engine, prompt, params, top_logprobs=4)
+    assert ExecRequest.from_canonical(req.canonical).top_logprobs == 4
+    # a re-execution from the decoded request (decode, and replay) commits the same bytes
+    again = tiny_engine.generate(prompt, req.sampling_params(), top_logprobs=req.top_logprobs)
+    assert ExecResult.from_generation(again).hash == res.hash
+    rr = tiny_engine.replay(prompt, gen.token_ids, params, top_logprobs=4)
+    assert rr.matches and rr.logprobs == gen.logprobs

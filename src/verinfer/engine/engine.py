@@ -19,30 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import torch
 
 from verinfer.engine.digest import roll_up, step_digests
 from verinfer.engine.fingerprint import EngineFingerprint, engine_fingerprint
 from verinfer.engine.loader import LoadedModel, load_model
+from verinfer.engine.logprobs import TokenLogprob, row_logprobs, token_logprob
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.ops import KernelMode, make_ops
 from verinfer.engine.sampling import SamplingParams, sample, sample_rows
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
+from verinfer.receipts.canonical import MAX_TOP_LOGPROBS  # the ExecRequest's bound, one place
 
 FinishReason = Literal["stop", "length"]
-MAX_TOP_LOGPROBS = 20
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """log-softmax of the raw fp32 logits (temperature 1, before top-k/top-p), in float64."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]  # the `top_logprobs` most likely (id, logprob), best first
+__all__ = ["MAX_TOP_LOGPROBS", "Engine", "GenerationResult", "ReplayResult", "StepEvent",
+           "TokenLogprob", "token_logprob"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +57,9 @@ class GenerationResult:
     finish_reason: FinishReason
     step_digests: list[bytes]
     seed: int
-    logprobs: list[TokenLogprob] | None = None  # one per token when asked for
+    logprobs: list[TokenLogprob] | None = None  # one per token when asked for (rule
+    # vi-logprob-v1, engine/logprobs.py): what the API returns and the ExecResult commits
+    top_logprobs: int | None = None  # how many alternatives were asked for (None: no logprobs)
 
     @property
     def logit_digest(self) -> str:
@@ -78,6 +73,9 @@ class ReplayResult:
     finish_reason: FinishReason | None
     matches: bool  # the claim is exactly what the policy produces
     first_mismatch: int | None
+    # with top_logprobs: the logprobs of the claimed tokens when the claim matches, computed
+    # from the replay's logits by the decode's rule (so equal bits), else None
+    logprobs: list[TokenLogprob] | None = None
 
     @property
     def logit_digest(self) -> str:
@@ -180,8 +178,9 @@ class Engine:
             self._cv.notify()
         return fut
 
-    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        return self.submit(prompt_ids, params).result()
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+                 top_logprobs: int | None = None) -> GenerationResult:
+        return self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
 
     def close(self) -> None:
         with self._cv:
@@ -266,7 +265,7 @@ class Engine:
         if s.finish is not None:
             s.future.set_result(GenerationResult(
                 s.prompt, list(s.generated), s.text, s.finish, list(s.digests), s.params.seed,
-                list(s.logprobs) if s.top_logprobs is not None else None))
+                list(s.logprobs) if s.top_logprobs is not None else None, s.top_logprobs))
 
     def output_state(self, generated: Sequence[int], params: SamplingParams
                      ) -> tuple[FinishReason | None, str]:
@@ -291,8 +290,13 @@ class Engine:
 
     # ---- replay -----------------------------------------------------------------------------
     def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
-               params: SamplingParams) -> ReplayResult:
-        """One forward pass over prompt + claimed output; checks every step of the claim."""
+               params: SamplingParams, *, top_logprobs: int | None = None) -> ReplayResult:
+        """One forward pass over prompt + claimed output; checks every step of the claim.
+        With ``top_logprobs`` (0..20) a matching claim also gets its per-token logprobs."""
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
+                param="top_logprobs")
         if not claimed_ids:
             raise InvalidRequestError("nothing to replay: the claimed output is empty")
         self.check_request(prompt_ids, params)
@@ -324,18 +328,10 @@ class Engine:
             mismatch = len(chosen)  # the policy stops earlier than the claim
         if mismatch is None and finish is None:
             mismatch = n  # the claim stops where the policy would go on
-        return ReplayResult(chosen, digests, finish, mismatch is None, mismatch)
+        lps = None
+        if mismatch is None and top_logprobs is not None:
+            # row i of these logits is bit-identical to decode step i's (batch invariance,
+            # which the digests above just confirmed), and the rule is a pure function of a row
+            lps = row_logprobs(logits.numpy(), list(claimed_ids), top_logprobs)
+        return ReplayResult(chosen, digests, finish, mismatch is None, mismatch, lps)
 
-
-def token_logprob(logits: np.ndarray, token_id: int, top: int) -> TokenLogprob:
-    """Log-probabilities from raw logits: z - logsumexp(z) in float64, a pure function of the
-    logits' bits (so they are as reproducible as the logits). Ties rank the lower id first."""
-    z = logits.astype(np.float64)
-    m = float(z.max())
-    lse = m + float(np.log(np.exp(z - m).sum()))
-    best: tuple[tuple[int, float], ...] = ()
-    if top > 0:
-        idx = np.argpartition(-z, top - 1)[:top] if top < z.shape[0] else np.arange(z.shape[0])
-        ranked = sorted(idx.tolist(), key=lambda i: (-z[i], i))[:top]
-        best = tuple((int(i), float(z[i] - lse)) for i in ranked)
-    return TokenLogprob(int(token_id), float(z[token_id] - lse), best)

@@ -34,9 +34,16 @@ if TYPE_CHECKING:
     from verinfer.engine.engine import Engine, GenerationResult
     from verinfer.engine.sampling import SamplingParams
 
-EXEC_VERSION = 1
+# Version 2 added the logprobs (ExecRequest.top_logprobs, ExecResult.logprobs). Version 1
+# structures still decode and re-encode byte for byte (they have neither key), so evidence
+# sealed before the change stays judgeable; new ones are written as version 2.
+EXEC_VERSION = 2
+EXEC_VERSIONS = (1, 2)
 MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20  # per output token; the engine takes its bound from here
 FinishReason = Literal["stop", "length"]
+# one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)
+TokenLogprobs = tuple[float, tuple[tuple[int, float], ...]]
 _T = TypeVar("_T", bound="_Canonical")
 
 
@@ -68,16 +75,74 @@ def _float(value: object, field: str, lo: float, hi: float, *, lo_open: bool = F
     return value
 
 
+def _check_version(version: object, what: str) -> None:
+    if type(version) is not int or version not in EXEC_VERSIONS:
+        raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
+
+
+def _freeze(value: object) -> object:
+    """CBOR/JSON arrays → tuples, all the way down (validation then checks the shape)."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _logprob_value(value: object, field: str) -> float:
+    # a log-probability: a finite float <= 0 (rule vi-logprob-v1 never gives more)
+    if type(value) is not float or not math.isfinite(value) or value > 0.0:
+        raise ReceiptFormatError(f"{field} must be a finite float <= 0, got {value!r}",
+                                 param="logprobs")
+    return value
+
+
+def _logprobs(value: object, n_tokens: int) -> None:
+    """Shape of ExecResult.logprobs: one (logprob, top) per output token; every ``top`` has
+    the same length k <= MAX_TOP_LOGPROBS of distinct u32 ids. Whether the values are the
+    right ones is what re-execution decides."""
+    if not isinstance(value, tuple) or len(value) != n_tokens:
+        raise ReceiptFormatError(f"logprobs must hold one entry per output token "
+                                 f"({n_tokens}), got {value!r:.80}", param="logprobs")
+    k: int | None = None
+    for i, entry in enumerate(value):
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], tuple)):
+            raise ReceiptFormatError(f"logprobs[{i}] must be (logprob, top), got {entry!r:.80}",
+                                     param="logprobs")
+        lp, top = entry
+        _logprob_value(lp, f"logprobs[{i}]")
+        if k is None:
+            k = len(top)
+            if k > MAX_TOP_LOGPROBS:
+                raise ReceiptFormatError(f"logprobs: at most {MAX_TOP_LOGPROBS} alternatives "
+                                         f"per token, got {k}", param="logprobs")
+        elif len(top) != k:
+            raise ReceiptFormatError(f"logprobs[{i}] has {len(top)} alternatives, the first "
+                                     f"token {k}", param="logprobs")
+        ids = set()
+        for pair in top:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and type(pair[0]) is int
+                    and 0 <= pair[0] < 2**32 and pair[0] not in ids):
+                raise ReceiptFormatError(f"logprobs[{i}]: alternative {pair!r:.60} is not a "
+                                         "(distinct u32 id, logprob) pair", param="logprobs")
+            ids.add(pair[0])
+            _logprob_value(pair[1], f"logprobs[{i}]")
+
+
 class _Canonical:
     """Shared encode/decode for the frozen dataclasses below."""
 
+    version: int
     KEYS: ClassVar[tuple[str, ...]]
+    V2_KEYS: ClassVar[tuple[str, ...]] = ()  # keys that version 1 does not have
     BYTES32: ClassVar[tuple[str, ...]] = ()
     TUPLES: ClassVar[tuple[str, ...]] = ()
     FLOATS: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def keys_for(cls, version: int) -> tuple[str, ...]:
+        return cls.KEYS if version >= 2 else tuple(k for k in cls.KEYS if k not in cls.V2_KEYS)
+
     def as_map(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.KEYS}
+        return {k: getattr(self, k) for k in self.keys_for(self.version)}
 
     @cached_property
     def canonical(self) -> bytes:
@@ -92,14 +157,20 @@ class _Canonical:
         if not isinstance(m, Mapping):
             raise ReceiptFormatError(f"{what} must be a map, got {type(m).__name__}")
         version = m.get("version")
-        if type(version) is int and version != EXEC_VERSION:
+        if type(version) is int and version not in EXEC_VERSIONS:
             raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
-        if set(m) != set(cls.KEYS):
-            raise ReceiptFormatError(f"{what} keys must be exactly {sorted(cls.KEYS)}, got "
+        keys = cls.keys_for(version if type(version) is int else EXEC_VERSION)
+        if set(m) != set(keys):
+            raise ReceiptFormatError(f"{what} keys must be exactly {sorted(keys)}, got "
                                      f"{sorted(map(str, m))}")
         kw = {k: tuple(m[k]) if k in cls.TUPLES and isinstance(m[k], list) else m[k]
-              for k in cls.KEYS}
-        return cls(**kw)
+              for k in keys}
+        return cls(**cls._convert(kw))
+
+    @classmethod
+    def _convert(cls, kw: dict[str, Any]) -> dict[str, Any]:
+        """Decoded (CBOR or JSON) values → the dataclass's types, before validation."""
+        return kw
 
     @classmethod
     def from_canonical(cls: type[_T], data: bytes) -> _T:
@@ -164,20 +235,31 @@ class ExecRequest(_Canonical):
     seed: int
     ignore_eos: bool
     prompt_commitments: bytes | None = None  # Merkle root of documents the prompt refers to
+    # None: no logprobs; k: each output token's logprob plus its k most likely alternatives
+    # (the ExecResult commits them, so they are part of what was asked). Version 2 only.
+    top_logprobs: int | None = None
     version: int = EXEC_VERSION
 
     KEYS: ClassVar[tuple[str, ...]] = (
         "version", "model_id", "tokenizer_hash", "engine_fingerprint", "prompt_token_ids",
         "max_tokens", "temperature", "top_k", "top_p", "stop", "seed", "ignore_eos",
-        "prompt_commitments")
+        "prompt_commitments", "top_logprobs")
+    V2_KEYS: ClassVar[tuple[str, ...]] = ("top_logprobs",)
     BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments")
     TUPLES: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "stop")
     FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p")
 
     def __post_init__(self) -> None:
-        if type(self.version) is not int or self.version != EXEC_VERSION:
-            raise UnsupportedVersionError(f"unknown ExecRequest version {self.version!r}",
-                                          param="version")
+        _check_version(self.version, "ExecRequest")
+        if self.top_logprobs is not None and (
+                type(self.top_logprobs) is not int
+                or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
+            raise ReceiptFormatError(f"top_logprobs must be null or an integer in "
+                                     f"[0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}",
+                                     param="top_logprobs")
+        if self.version == 1 and self.top_logprobs is not None:
+            raise ReceiptFormatError("a version 1 ExecRequest has no top_logprobs",
+                                     param="top_logprobs")
         check_bytes(self.model_id, 32, "model_id")
         check_bytes(self.tokenizer_hash, 32, "tokenizer_hash")
         if not isinstance(self.engine_fingerprint, str) or not self.engine_fingerprint:
@@ -217,8 +299,8 @@ class ExecRequest(_Canonical):
     @classmethod
     def from_params(cls, *, model_id: str | bytes, tokenizer_hash: str | bytes,
                     engine_fingerprint: str, prompt_token_ids: Sequence[int],
-                    params: SamplingParams, prompt_commitments: bytes | None = None
-                    ) -> ExecRequest:
+                    params: SamplingParams, prompt_commitments: bytes | None = None,
+                    top_logprobs: int | None = None) -> ExecRequest:
         def b32(v: str | bytes, name: str) -> bytes:
             return parse_hex(v, 32, name) if isinstance(v, str) else v
 
@@ -228,18 +310,20 @@ class ExecRequest(_Canonical):
                    prompt_token_ids=tuple(prompt_token_ids), max_tokens=params.max_tokens,
                    temperature=float(params.temperature), top_k=params.top_k,
                    top_p=float(params.top_p), stop=tuple(params.stop), seed=params.seed,
-                   ignore_eos=params.ignore_eos, prompt_commitments=prompt_commitments)
+                   ignore_eos=params.ignore_eos, prompt_commitments=prompt_commitments,
+                   top_logprobs=top_logprobs)
 
     @classmethod
     def from_engine(cls, engine: Engine, prompt_token_ids: Sequence[int],
-                    params: SamplingParams, prompt_commitments: bytes | None = None
-                    ) -> ExecRequest:
+                    params: SamplingParams, prompt_commitments: bytes | None = None,
+                    top_logprobs: int | None = None) -> ExecRequest:
         """The request as ``engine`` will run it (checked by ``engine.check_request``)."""
         engine.check_request(prompt_token_ids, params)
         return cls.from_params(model_id=engine.model_id, tokenizer_hash=engine.tokenizer.hash,
                                engine_fingerprint=engine.fingerprint.canonical().decode(),
                                prompt_token_ids=prompt_token_ids, params=params,
-                               prompt_commitments=prompt_commitments)
+                               prompt_commitments=prompt_commitments,
+                               top_logprobs=top_logprobs)
 
     def sampling_params(self) -> SamplingParams:
         """The decode policy to re-execute with (verifiers)."""
@@ -257,23 +341,33 @@ class ExecResult(_Canonical):
     ``text_sha256`` is sha256 of the UTF-8 output text the client receives (for a stream: the
     concatenated ``delta.content`` bytes, see :class:`verinfer.receipts.streaming.StreamHasher`).
     ``logit_digest`` is the engine's roll-up of every step's logit digest.
+    ``logprobs`` (version 2; None when the request asked for none) holds, per output token,
+    ``(logprob, ((id, logprob), ...))``: the values the API returned, as float64 (CBOR floats
+    in their shortest exact width, JSON numbers that round-trip exactly), by the engine's rule
+    vi-logprob-v1 (engine/logprobs.py), so a verifier recomputes them bit for bit.
     """
 
     output_token_ids: tuple[int, ...]
     finish_reason: FinishReason
     logit_digest: bytes
     text_sha256: bytes
+    logprobs: tuple[TokenLogprobs, ...] | None = None
     version: int = EXEC_VERSION
 
     KEYS: ClassVar[tuple[str, ...]] = (
-        "version", "output_token_ids", "finish_reason", "logit_digest", "text_sha256")
+        "version", "output_token_ids", "finish_reason", "logit_digest", "text_sha256",
+        "logprobs")
+    V2_KEYS: ClassVar[tuple[str, ...]] = ("logprobs",)
     BYTES32: ClassVar[tuple[str, ...]] = ("logit_digest", "text_sha256")
     TUPLES: ClassVar[tuple[str, ...]] = ("output_token_ids",)
 
     def __post_init__(self) -> None:
-        if type(self.version) is not int or self.version != EXEC_VERSION:
-            raise UnsupportedVersionError(f"unknown ExecResult version {self.version!r}",
-                                          param="version")
+        _check_version(self.version, "ExecResult")
+        if self.logprobs is not None:
+            if self.version == 1:
+                raise ReceiptFormatError("a version 1 ExecResult has no logprobs",
+                                         param="logprobs")
+            _logprobs(self.logprobs, len(self.output_token_ids))
         _token_ids(self.output_token_ids, "output_token_ids", allow_empty=True)
         if self.finish_reason not in ("stop", "length"):
             raise ReceiptFormatError(f"finish_reason must be 'stop' or 'length', got "
@@ -282,10 +376,45 @@ class ExecResult(_Canonical):
         check_bytes(self.text_sha256, 32, "text_sha256")
 
     @classmethod
-    def from_generation(cls, result: GenerationResult) -> ExecResult:
+    def _convert(cls, kw: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(kw.get("logprobs"), list):
+            kw = {**kw, "logprobs": _freeze(kw["logprobs"])}
+        return kw
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        if self.logprobs is not None:
+            out["logprobs"] = [[lp, [list(pair) for pair in top]] for lp, top in self.logprobs]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ExecResult:
+        lps = data.get("logprobs") if isinstance(data, Mapping) else None
+        if isinstance(lps, list):  # JSON writers may print 0.0 as 0: floats are floats here
+            def fl(v: object) -> object:
+                return float(v) if type(v) is int else v
+
+            def entry(e: object) -> object:
+                if not (isinstance(e, list) and len(e) == 2 and isinstance(e[1], list)):
+                    return e
+                return [fl(e[0]), [[p[0], fl(p[1])] if isinstance(p, list) and len(p) == 2
+                                   else p for p in e[1]]]
+
+            data = {**data, "logprobs": [entry(e) for e in lps]}
+        return super().from_json(data)
+
+    @classmethod
+    def from_generation(cls, result: GenerationResult, *, version: int = EXEC_VERSION
+                        ) -> ExecResult:
+        """The result the engine produced; its logprobs are exactly the GenerationResult's
+        (the same float objects the API response is built from)."""
+        lps = None
+        if result.logprobs is not None:
+            lps = tuple((lp.logprob, tuple(lp.top)) for lp in result.logprobs)
         return cls(output_token_ids=tuple(result.token_ids), finish_reason=result.finish_reason,
                    logit_digest=parse_hex(result.logit_digest, 32, "logit_digest"),
-                   text_sha256=hashlib.sha256(result.text.encode()).digest())
+                   text_sha256=hashlib.sha256(result.text.encode()).digest(),
+                   logprobs=lps, version=version)
 
     def matches_text(self, text: str) -> bool:
         return hashlib.sha256(text.encode()).digest() == self.text_sha256

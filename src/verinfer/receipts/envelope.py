@@ -27,7 +27,7 @@ from typing import Any
 
 import cbor2
 
-from verinfer.receipts.canonical import EXEC_VERSION, ExecRequest, ExecResult, encode_canonical
+from verinfer.receipts.canonical import ExecRequest, ExecResult, encode_canonical
 from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
 from verinfer.receipts.epoch_keys import (
     EnvelopeSuite,
@@ -58,6 +58,9 @@ __all__ = [
     "seal",
 ]
 
+# The plaintext map's own version (its keys), independent of the ExecRequest/ExecResult
+# versions inside it.
+ENVELOPE_VERSION = 1
 LABEL = b"verinfer/envelope/v1"
 MAGIC = b"VIE\x01"
 SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2}
@@ -132,7 +135,7 @@ class EnvelopeContents:
         for name in ("request_body", "response_body"):
             if not isinstance(getattr(self, name), bytes):
                 raise ReceiptFormatError(f"{name} must be bytes", param=name)
-        return {"version": EXEC_VERSION, "exec_request": self.request.canonical,
+        return {"version": ENVELOPE_VERSION, "exec_request": self.request.canonical,
                 "exec_result": self.result.canonical, "request_body": self.request_body,
                 "response_body": self.response_body}
 
@@ -143,13 +146,14 @@ class EnvelopeContents:
         except Exception as e:
             raise ReceiptFormatError(f"envelope plaintext is not CBOR: {e}") from None
         keys = {"version", "exec_request", "exec_result", "request_body", "response_body"}
-        if isinstance(m, dict) and type(m.get("version")) is int and m["version"] != EXEC_VERSION:
+        if (isinstance(m, dict) and type(m.get("version")) is int
+                and m["version"] != ENVELOPE_VERSION):
             raise UnsupportedVersionError(f"unknown envelope plaintext version {m['version']!r}",
                                           param="version")
         padded = isinstance(m, dict) and "padding" in m
         want = keys | {"padding"} if padded else keys  # unpadded: sealed before padding existed
-        if not isinstance(m, dict) or set(m) != want or m["version"] != EXEC_VERSION:
-            raise ReceiptFormatError(f"envelope plaintext must be a version-{EXEC_VERSION} map "
+        if not isinstance(m, dict) or set(m) != want or m["version"] != ENVELOPE_VERSION:
+            raise ReceiptFormatError(f"envelope plaintext must be a version-{ENVELOPE_VERSION} map "
                                      f"with keys {sorted(keys | {'padding'})}")
         if not all(isinstance(m[k], bytes) for k in want - {"version"}):
             raise ReceiptFormatError("envelope plaintext fields must be byte strings")

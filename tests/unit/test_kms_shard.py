@@ -136,9 +136,38 @@ def test_refuses_quote_for_another_enclave_key(env: Env) -> None:
 
 
 def test_refuses_replayed_nonce(env: Env) -> None:
+    n = nonce(env)
+    body, _ = request(env, n=n)
+    first = env.client.post("/v1/release", json=body)
+    assert first.status_code == 200
+    # the identical request again gets the identical release (idempotent; only the enclave
+    # bound into report_data can open it) ...
+    again = env.client.post("/v1/release", json=body)
+    assert again.status_code == 200 and again.json() == first.json()
+    # ... but another request (another enclave key) cannot reuse the spent nonce
+    refused(env, request(env, n=n)[0], 403, "nonce_replayed")
+
+
+def test_refused_copy_does_not_spend_the_nonce(env: Env) -> None:
+    """An altered copy of a genuine body (seen by a malicious shard or proxy) is refused
+    without spending the nonce, so the genuine request still succeeds."""
     body, _ = request(env)
+    refused(env, {**body, "challenge_id": "c2"}, 403, "report_data_mismatch")
+    forged = Account.create()
+    refused(env, {**body, "requester_signature": "0x" + sign_digest(
+        forged, b"\x00" * 32).hex()}, 401, "requester_signature_invalid")
     assert env.client.post("/v1/release", json=body).status_code == 200
-    refused(env, body, 403, "nonce_replayed")
+
+
+def test_nonce_flood_does_not_block_another_release(env: Env) -> None:
+    """Issuing nonces keeps no state: 20,000 issued to one client (twice the former cap on
+    outstanding nonces) leave another client's release unaffected."""
+    service = env.client.app.state.service  # type: ignore[attr-defined]
+    for _ in range(20_000):
+        service.issue_nonce()
+    assert len(service.nonces) == 0
+    body, _ = request(env, signer=env.auditor, purpose="light_audit", challenge_id="a")
+    assert env.client.post("/v1/release", json=body).status_code == 200
 
 
 def test_refuses_unknown_and_expired_nonces(env: Env) -> None:
@@ -211,15 +240,19 @@ def test_bad_requests(env: Env) -> None:
 
 def test_health_metrics_and_log_chain(env: Env) -> None:
     assert env.client.get("/health").json()["address"] == env.address
-    body, _ = request(env)
+    n = nonce(env)
+    body, _ = request(env, n=n)
     env.client.post("/v1/release", json=body)
     env.client.post("/v1/release", json=body)
+    env.client.post("/v1/release", json=request(env, n=n)[0])
     text = env.client.get("/metrics").text
     assert 'kms_release_decisions_total{decision="released",reason="released"} 1.0' in text
+    assert ('kms_release_decisions_total{decision="released",'
+            'reason="repeat_of_identical_request"} 1.0') in text
     assert 'kms_release_decisions_total{decision="refused",reason="nonce_replayed"} 1.0' in text
     assert "kms_nonces_issued_total 1.0" in text
     path = env.lay.release_log(1)
-    assert verify_release_log(path)[0] == 2
+    assert verify_release_log(path)[0] == 3
     lines = path.read_text().splitlines()
     entry = json.loads(lines[0])
     entry["requester"] = "0x" + "00" * 20

@@ -1,12 +1,17 @@
 """The in-enclave runner: obtain the epoch key from t-of-n KMS shards, run a job with it, wipe.
 
 1. fresh ephemeral X25519 key pair (the shares travel encrypted to it);
-2. a nonce from every shard, concurrently (shards that are down are skipped);
+2. a nonce from every shard, concurrently (shards that are down, or answer anything but a
+   small well-formed JSON nonce, are skipped — answers are read up to a size bound and parsed
+   with ``loads_untrusted``: a shard is one of n, never trusted to keep the runner alive);
 3. one quote whose report_data binds (epoch, purpose, challenge id, requester, ephemeral
    public key, all nonces) and the requester's signature over it;
 4. releases from t shards at a time, concurrently, asking further shards for each refusal,
    failure or corrupt share, until t shares pass the Feldman check — a share that fails is
-   reported by shard index before any reconstruction;
+   reported by shard index before any reconstruction. Every shard sees the whole body (the
+   quote binds all nonces); a shard that forwards it to the others cannot block the release,
+   because shards spend a nonce only on an authorized request and answer the identical
+   request again with the identical release (kms/nonces.py);
 5. Lagrange interpolation of s, derivation of the HPKE private key (checked against the
    registered epoch public key), the job, then wiping of every buffer we own (zeroize.py).
 """
@@ -43,8 +48,18 @@ from verinfer.kms.protocol import (
     share_info,
 )
 from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_share
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 T = TypeVar("T")
+
+#: Largest shard answer read: a release is ~600 bytes, a refusal or nonce less.
+MAX_ANSWER_BYTES = 64 * 1024
+#: Deepest nesting of any shard answer ({"error": {...}}).
+MAX_ANSWER_DEPTH = 4
+
+
+class ShardAnswerError(Exception):
+    """A shard's answer is too big, too slow or not acceptable JSON (a refusal reason)."""
 
 
 class RequesterSigner(Protocol):
@@ -166,17 +181,25 @@ class EnclaveRunner:
                               refusals: dict[int, str]) -> dict[int, bytes]:
         async def one(s: ShardInfo) -> tuple[int, bytes | None]:
             try:
-                r = await http.post(f"{s.url}/v1/nonce")
-                if r.status_code != 200:
-                    refusals[s.index] = _reason(r)
-                    return s.index, None
-                nonce = bytes.fromhex(str(r.json()["nonce"]).removeprefix("0x"))
-                if len(nonce) != 32:
-                    raise ValueError("nonce length")
-                return s.index, nonce
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
-                refusals[s.index] = f"unreachable: {type(e).__name__}"
+                status, data = await self._post(http, f"{s.url}/v1/nonce", None)
+            except (httpx.HTTPError, ShardAnswerError) as e:
+                refusals[s.index] = f"unreachable: {type(e).__name__}: {e}"
                 return s.index, None
+            if status != 200:
+                refusals[s.index] = _reason(status, data)
+                return s.index, None
+            try:
+                d = _parse(data, f"shard {s.index} nonce answer")
+                nonce = bytes.fromhex(str(d["nonce"]).removeprefix("0x"))
+                if len(nonce) != 32:
+                    raise ValueError(f"nonce of {len(nonce)} bytes, not 32")
+            except UntrustedJsonError as e:
+                refusals[s.index] = f"bad_answer: {e.code}: {e.message}"
+                return s.index, None
+            except (ValueError, KeyError, TypeError) as e:
+                refusals[s.index] = f"bad_answer: {type(e).__name__}: {e}"
+                return s.index, None
+            return s.index, nonce
 
         got = await asyncio.gather(*(one(s) for s in self.shards.values()))
         return {i: n for i, n in got if n is not None}
@@ -195,15 +218,16 @@ class EnclaveRunner:
         async def one(idx: int) -> tuple[int, bytearray | None]:
             shard = self.shards[idx]
             try:
-                r = await http.post(f"{shard.url}/v1/release", json=body)
-            except httpx.HTTPError as e:
-                refusals[idx] = f"unreachable: {type(e).__name__}"
+                status, data = await self._post(http, f"{shard.url}/v1/release", body)
+            except (httpx.HTTPError, ShardAnswerError) as e:
+                refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
                 return idx, None
-            if r.status_code != 200:
-                refusals[idx] = _reason(r)
+            if status != 200:
+                refusals[idx] = _reason(status, data)
                 return idx, None
             try:
-                return idx, self._open_release(r.json(), shard, req.epoch, rd, ephemeral)
+                d = _parse(data, f"shard {idx} release")
+                return idx, self._open_release(d, shard, req.epoch, rd, ephemeral)
             except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
                 refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
                 return idx, None
@@ -242,6 +266,34 @@ class EnclaveRunner:
                 refusals=refusals, corrupt_shards=sorted(corrupt))
         return shares, buffers, sorted(corrupt)
 
+    async def _post(self, http: httpx.AsyncClient, url: str,
+                    body: Any) -> tuple[int, bytes]:
+        """POST and read the answer up to MAX_ANSWER_BYTES within ``timeout_s`` overall (httpx's
+        timeout is per read: a shard dripping bytes would otherwise hold the runner)."""
+        async def go() -> tuple[int, bytes]:
+            # identity encoding: the size bound then holds for what we parse (no gzip bombs)
+            async with http.stream("POST", url, json=body,
+                                   headers={"accept-encoding": "identity"}) as r:
+                if r.headers.get("content-encoding", "identity").lower() != "identity":
+                    raise ShardAnswerError("answer is content-encoded although identity was "
+                                           "asked for")
+                declared = r.headers.get("content-length")
+                if declared is not None and declared.isdigit() \
+                        and int(declared) > MAX_ANSWER_BYTES:
+                    raise ShardAnswerError(f"answer of {declared} bytes exceeds "
+                                           f"{MAX_ANSWER_BYTES}")
+                buf = bytearray()
+                async for chunk in r.aiter_raw():
+                    buf += chunk
+                    if len(buf) > MAX_ANSWER_BYTES:
+                        raise ShardAnswerError(f"answer exceeds {MAX_ANSWER_BYTES} bytes")
+                return r.status_code, bytes(buf)
+
+        try:
+            return await asyncio.wait_for(go(), self.timeout_s)
+        except TimeoutError:
+            raise ShardAnswerError(f"no complete answer within {self.timeout_s}s") from None
+
     def _open_release(self, d: Any, shard: ShardInfo, epoch: int, rd: bytes,
                       ephemeral: X25519PrivateKey) -> bytearray:
         rel = Release.from_json(d)
@@ -275,11 +327,22 @@ class EnclaveRunner:
                         refusals, [*buffers, seed])
 
 
-def _reason(r: httpx.Response) -> str:
+def _parse(data: bytes, what: str) -> Any:
+    return loads_untrusted(data, max_bytes=MAX_ANSWER_BYTES, depth=MAX_ANSWER_DEPTH, what=what)
+
+
+def _reason(status: int, data: bytes) -> str:
+    """The refusal reason a shard gave, or ``http_<status>`` if its answer is not a refusal.
+    Only short ``[a-z0-9_]`` reasons are taken: the text ends up in our errors and logs."""
     try:
-        return str(r.json()["error"]["reason"])
-    except (ValueError, KeyError, TypeError):
-        return f"http_{r.status_code}"
+        reason = loads_untrusted(data, max_bytes=MAX_ANSWER_BYTES, depth=MAX_ANSWER_DEPTH,
+                                 what="shard refusal")["error"]["reason"]
+    except (UntrustedJsonError, KeyError, TypeError):
+        return f"http_{status}"
+    if isinstance(reason, str) and 0 < len(reason) <= 64 \
+            and all(c.islower() or c.isdigit() or c == "_" for c in reason) and reason.isascii():
+        return reason
+    return f"http_{status}"
 
 
 def _describe(refusals: dict[int, str]) -> str:

@@ -81,15 +81,45 @@ def epochs(registry: RegistryOpt = Path("epochs.json")) -> None:
 
 
 @app.command("verify-log")
-def verify_log(path: Path) -> None:
-    """Check a release log's hash chain."""
-    from verinfer.kms.release_log import ReleaseLogError, verify_release_log
+def verify_log(
+    path: Path,
+    heads: Annotated[Path | None, typer.Option(
+        help="Signed heads file (default: <log>.heads.jsonl next to the log; checked if it "
+             "exists).")] = None,
+    head: Annotated[list[Path] | None, typer.Option(
+        help="A signed head obtained elsewhere (JSON file, e.g. saved from the shard's "
+             "GET /v1/log/head); repeatable. The log must extend each.")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="The shard's address (shards.json): every head must be signed by it.")] = None,
+) -> None:
+    """Check a release log's hash chain and that it extends every signed head.
+
+    Exit 2 with the named reason (truncated_below_signed_head, diverges_from_signed_head,
+    entry_hash_mismatch, chain_broken, head_signature_invalid, ...) otherwise."""
+    from verinfer.kms.release_log import (
+        ReleaseLogError,
+        SignedHead,
+        heads_path,
+        read_heads,
+        verify_release_log,
+    )
+    from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
     try:
-        n, head = verify_release_log(path)
+        signed = read_heads(heads or heads_path(path))
+        for p in head or []:
+            try:
+                signed.append(SignedHead.from_json(loads_untrusted(
+                    p.read_bytes(), max_bytes=16 * 1024, depth=4, what=str(p))))
+            except UntrustedJsonError as e:
+                raise ReleaseLogError("head_malformed", e.message) from e
+        n, last = verify_release_log(path, heads=signed, address=address)
     except ReleaseLogError as e:
+        typer.echo(json.dumps({"ok": False, "reason": e.reason, "message": e.message}))
         raise _fail(e) from e
-    typer.echo(json.dumps({"entries": n, "head": head}))
+    typer.echo(json.dumps({"ok": True, "entries": n, "head": last,
+                           "signed_heads_checked": len(signed),
+                           "signed_count": max((h.count for h in signed), default=0)}))
 
 
 SealKeyFile = Annotated[Path | None, typer.Option(help="Seal keyfile (hex).")]
@@ -146,6 +176,9 @@ def shard_serve(
     quote_max_age: Annotated[float, typer.Option(help="Max quote age, seconds.")] = 60.0,
     rate_capacity: Annotated[float, typer.Option(help="Token bucket size per requester.")] = 10,
     rate_refill: Annotated[float, typer.Option(help="Tokens per second per requester.")] = 1.0,
+    checkpoint_every: Annotated[int, typer.Option(
+        help="Sign and append a release-log head every N entries (also at start and "
+             "shutdown).")] = 100,
 ) -> None:
     """Serve one shard over HTTP (nonce, release, health, metrics).
 
@@ -160,7 +193,7 @@ def shard_serve(
     from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
     from verinfer.kms.epochs import FileEpochRegistry
     from verinfer.kms.identity import load_or_create_identity
-    from verinfer.kms.release_log import ReleaseLog
+    from verinfer.kms.release_log import ReleaseLog, ReleaseLogError
     from verinfer.kms.sealing import load_seal_key
     from verinfer.kms.shard import ShardConfig, ShardService
     from verinfer.kms.shard_app import create_app
@@ -189,15 +222,23 @@ def shard_serve(
             chain_oracle.check()
             oracle = chain_oracle
         seal_key = load_seal_key(seal_key_file, seal_key_env)
+        identity = load_or_create_identity(data_dir, index, seal_key)
+        try:
+            # Refuses a log that does not extend the shard's own last signed head.
+            rlog = ReleaseLog(release_log or data_dir / "release-log.jsonl", signer=identity,
+                              shard_index=index, checkpoint_every=checkpoint_every)
+        except ReleaseLogError as e:
+            typer.echo(f"error: release log does not verify ({e.reason}); refusing to start: "
+                       f"{e.message}", err=True)
+            raise typer.Exit(2) from e
         cfg = ShardConfig(
-            index=index, data_dir=data_dir, seal_key=seal_key,
-            identity=load_or_create_identity(data_dir, index, seal_key),
+            index=index, data_dir=data_dir, seal_key=seal_key, identity=identity,
             epochs=FileEpochRegistry(registry),
             quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
             allowlist=FileMeasurementAllowlist(allowlist),
             software_roots=frozenset(load_root_public(p) for p in attestation_root),
             committee=oracle,
-            release_log=ReleaseLog(release_log or data_dir / "release-log.jsonl"),
+            release_log=rlog,
             now=time.time, nonce_ttl_s=nonce_ttl, quote_max_age_s=quote_max_age,
             rate_capacity=rate_capacity, rate_refill_per_s=rate_refill)
     except VerinferError as e:

@@ -73,6 +73,13 @@ class BadReleaseRequest(ReleaseRefused):
     code = "bad_request"
 
 
+class RequestTooLargeError(BadReleaseRequest):
+    """A request body over the shard's size bound (refused before anything parses it)."""
+
+    status_code = 413
+    code = "request_too_large"
+
+
 class NonceUnknownError(ReleaseRefused):
     code = "nonce_unknown"
 

@@ -213,18 +213,20 @@ class ShardProcesses:
 def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], float],
                         nonce_ttl_s: float = 30.0, quote_max_age_s: float = 60.0,
                         rate_capacity: float = 10.0, rate_refill_per_s: float = 1.0,
-                        committee: CommitteeOracle | None = None) -> ShardService:
+                        committee: CommitteeOracle | None = None,
+                        checkpoint_every: int = 100) -> ShardService:
     """The same service ``verinfer kms shard serve`` runs, in this process (clock injectable).
     ``committee``: e.g. a ``ChainCommitteeOracle``; default the layout's committee.json."""
     seal_key = load_seal_key(lay.seal_key_file(index))
+    identity = load_or_create_identity(lay.data_dir(index), index, seal_key)
     return ShardService(ShardConfig(
-        index=index, data_dir=lay.data_dir(index), seal_key=seal_key,
-        identity=load_or_create_identity(lay.data_dir(index), index, seal_key),
+        index=index, data_dir=lay.data_dir(index), seal_key=seal_key, identity=identity,
         epochs=FileEpochRegistry(lay.registry),
         quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
         allowlist=FileMeasurementAllowlist(lay.allowlist),
         software_roots=frozenset({load_root_public(lay.root_pub)}),
         committee=committee if committee is not None else FileCommitteeOracle(lay.committee),
-        release_log=ReleaseLog(lay.release_log(index)), now=now, nonce_ttl_s=nonce_ttl_s,
-        quote_max_age_s=quote_max_age_s, rate_capacity=rate_capacity,
-        rate_refill_per_s=rate_refill_per_s))
+        release_log=ReleaseLog(lay.release_log(index), signer=identity, shard_index=index,
+                               checkpoint_every=checkpoint_every, now=now),
+        now=now, nonce_ttl_s=nonce_ttl_s, quote_max_age_s=quote_max_age_s,
+        rate_capacity=rate_capacity, rate_refill_per_s=rate_refill_per_s))

@@ -4,16 +4,23 @@ passes the release policy. Transport-free logic here; HTTP in ``shard_app``.
 Release policy, checked in this order (the first failure is the refusal reason):
  1. request well-formed                       -> bad_request
  2. epoch registered and live                 -> epoch_unknown / epoch_retired
- 3. our nonce in the request: issued by us, unexpired, unused (spent now) -> nonce_*
+ 3. our nonce in the request: MAC'd by us since our start, unexpired -> nonce_unknown /
+    nonce_expired (stateless; nothing is spent yet)
  4. quote: signature chain to a pinned root, age, measurement allowlisted -> quote_*,
     measurement_not_allowed
  5. quote report_data == report_data(request) (binds enclave key, nonces, requester, purpose)
                                               -> report_data_mismatch
  6. requester signature over the report_data  -> requester_signature_invalid
- 7. token bucket of the requester             -> rate_limited
- 8. full_challenge: requester drawn for the open challenge; light_audit: registered verifier
-                                              -> not_committee_member
-Every decision is appended to the release log.
+ 7. our nonce not spent by a *different* request -> nonce_replayed
+ 8. token bucket of the requester, charged once per nonce (a repeat of the same request is
+    free, so whoever sees a body cannot drain the requester's bucket by replaying it)
+                                              -> rate_limited
+ 9. full_challenge: requester drawn for the open challenge; light_audit: registered verifier
+                                              -> not_committee_member / committee_unavailable
+Then the nonce is spent, bound to this request's report_data, with the signed release: the
+same request again gets the same release (idempotent; only the attested enclave can open it).
+Why the nonce is spent last: an altered copy of a genuine body fails 4-6 and must not burn the
+genuine request's nonce. Every decision is appended to the release log.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from verinfer.kms.errors import (
 )
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.keygen import share_label, share_path
-from verinfer.kms.nonces import NonceBook, NonceGrant
+from verinfer.kms.nonces import NonceBook, NonceGrant, Spend
 from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
     Release,
@@ -74,6 +81,10 @@ class ShardConfig:
     rate_refill_per_s: float = 1.0
 
 
+#: Log reason of a release that repeats an earlier answer to the identical request.
+REPEAT = "repeat_of_identical_request"
+
+
 @dataclass(frozen=True)
 class Decision:
     released: bool
@@ -85,39 +96,48 @@ class ShardService:
         self.cfg = cfg
         self.index = cfg.index
         self.address = cfg.identity.address.lower()
-        self.nonces = NonceBook(cfg.nonce_ttl_s, cfg.now)
+        self.nonces = NonceBook(cfg.nonce_ttl_s, cfg.now, shard_index=cfg.index)
         self.limiter = TokenBucketLimiter(cfg.rate_capacity, cfg.rate_refill_per_s, cfg.now)
 
     def issue_nonce(self) -> NonceGrant:
         return self.nonces.issue()
 
     def release(self, body: object,
-                on_decision: Callable[[Decision], None] | None = None) -> Release:
-        """Apply the policy to a JSON body; return the signed release or raise the refusal."""
+                on_decision: Callable[[Decision], None] | None = None, *,
+                unparsable: VerinferError | None = None) -> Release:
+        """Apply the policy to a JSON body; return the signed release or raise the refusal.
+        ``unparsable``: the body could not be parsed (refused and logged like any request)."""
         req: ReleaseRequest | None = None
         quote: VerifiedQuote | None = None
         try:
+            if unparsable is not None:
+                raise unparsable
             req = ReleaseRequest.from_json(body)
-            quote = self._authorize(req)
-            release = self._encrypt_and_sign(req)
+            quote, prior = self._authorize(req)
+            if prior is not None:
+                release, decision = prior.release, Decision(True, REPEAT)
+            else:
+                release = self.nonces.spend(req.nonces[self.index], req.report_data(),
+                                            self._encrypt_and_sign(req))
+                decision = Decision(True, "released")
         except VerinferError as e:
             self._log(req, quote, Decision(False, e.code or type(e).__name__))
             if on_decision:
                 on_decision(Decision(False, e.code or type(e).__name__))
             raise
-        self._log(req, quote, Decision(True, "released"))
+        self._log(req, quote, decision)
         if on_decision:
-            on_decision(Decision(True, "released"))
+            on_decision(decision)
         return release
 
-    def _authorize(self, req: ReleaseRequest) -> VerifiedQuote:
+    def _authorize(self, req: ReleaseRequest) -> tuple[VerifiedQuote, Spend | None]:
         cfg = self.cfg
         require_live(cfg.epochs, req.epoch)
         ours = req.nonces.get(self.index)
         if ours is None:
             raise BadReleaseRequest(f"request carries no nonce for shard {self.index}",
                                     param="nonces")
-        self.nonces.consume(ours)
+        self.nonces.check(ours)
         policy = AttestationPolicy(allowed_measurements=cfg.allowlist.allowed(),
                                    max_age_s=cfg.quote_max_age_s, now=cfg.now,
                                    software_roots=cfg.software_roots)
@@ -135,7 +155,10 @@ class ShardService:
         if signer != req.requester:
             raise RequesterSignatureError(
                 f"requester signature is by {signer}, not {req.requester}")
-        self.limiter.take(req.requester)
+        prior = self.nonces.spent(ours, rd)
+        if prior is None:
+            self.limiter.take(req.requester)
+        # The committee is asked again on a repeat: a challenge resolved in between ends it.
         if req.purpose == "full_challenge":
             if not cfg.committee.is_committee_member(req.challenge_id, req.requester):
                 raise NotCommitteeMemberError(
@@ -143,7 +166,7 @@ class ShardService:
                     f"{req.challenge_id}")
         elif not cfg.committee.is_registered_verifier(req.requester):
             raise NotCommitteeMemberError(f"{req.requester} is not a registered verifier")
-        return verified
+        return verified, prior
 
     def _encrypt_and_sign(self, req: ReleaseRequest) -> Release:
         cfg = self.cfg

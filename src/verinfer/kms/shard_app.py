@@ -1,10 +1,19 @@
 """HTTP face of a shard (FastAPI). Refusals: ``{"error": {"reason", "message", "shard_index"}}``
-with the refusal's HTTP status (400/401/403/404/429/503)."""
+with the refusal's HTTP status (400/401/403/404/413/429/503).
+
+Every request body is hostile until proven otherwise: nothing here lets FastAPI/pydantic parse
+JSON. A body is refused by size before it is read (Content-Length) and while it is read
+(chunked), then parsed by ``verinfer.protocol.jsonsafe.loads_untrusted`` with a depth bound —
+the stdlib parser alone segfaults on ~95k nested brackets once eth-account has raised the
+recursion limit, and a dead shard is one fewer of the t a release needs.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -16,15 +25,76 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from verinfer.errors import VerinferError
+from verinfer.kms.errors import BadReleaseRequest, RequestTooLargeError
 from verinfer.kms.shard import Decision, ShardService
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 log = logging.getLogger(__name__)
 
+#: Largest release request a shard reads. A request is ~1 KB plus the quote; hardware quotes
+#: with their certificate chain stay near 10-20 KB base64, 255 nonces add ~20 KB.
+MAX_BODY_BYTES = 256 * 1024
+#: A release request nests 3 deep ({"nonces": {...}}, {"quote": {...}}).
+MAX_BODY_DEPTH = 8
 
-def create_app(service: ShardService) -> FastAPI:
-    app = FastAPI(title=f"verinfer KMS shard {service.index}", docs_url=None, redoc_url=None)
+
+def _refusal(index: int, e: VerinferError) -> JSONResponse:
+    return JSONResponse({"error": {"reason": e.code, "message": e.message,
+                                   "shard_index": index}}, status_code=e.status_code)
+
+
+class BodyLimit:
+    """ASGI middleware: refuses any request whose declared Content-Length exceeds the bound
+    before the app sees it (413, nothing read). Chunked bodies are bounded while read
+    (``_read_body``)."""
+
+    def __init__(self, app: ASGIApp, *, index: int, limit: int) -> None:
+        self.app, self.index, self.limit = app, index, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope.get("headers", []):
+                if name == b"content-length":
+                    try:
+                        declared = int(value)
+                    except ValueError:
+                        declared = -1
+                    if declared < 0 or declared > self.limit:
+                        err = (RequestTooLargeError(f"body of {declared} bytes exceeds the "
+                                                    f"shard's limit of {self.limit}")
+                               if declared > self.limit else
+                               BadReleaseRequest("malformed Content-Length"))
+                        await _refusal(self.index, err)(scope, receive, send)
+                        return
+        await self.app(scope, receive, send)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:
+            raise RequestTooLargeError(f"body exceeds the shard's limit of {limit} bytes")
+    return bytes(buf)
+
+
+def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        # at shutdown: a signed head covering everything this process logged
+        head = await run_in_threadpool(service.cfg.release_log.checkpoint)
+        log.info("shard %d: release log head %d %s signed at shutdown", service.index,
+                 head.count, head.head)
+
+    app = FastAPI(title=f"verinfer KMS shard {service.index}", docs_url=None, redoc_url=None,
+                  openapi_url=None, lifespan=lifespan)
+    app.state.service = service
+    app.add_middleware(BodyLimit, index=service.index, limit=max_body_bytes)
     registry = CollectorRegistry()  # per app: several shards may share one test process
     nonces = Counter("kms_nonces_issued", "Nonces issued", registry=registry)
     decisions = Counter("kms_release_decisions", "Release decisions",
@@ -32,16 +102,11 @@ def create_app(service: ShardService) -> FastAPI:
     latency = Histogram("kms_release_seconds", "Release request handling time",
                         registry=registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
 
-    def refusal(e: VerinferError) -> JSONResponse:
-        return JSONResponse({"error": {"reason": e.code, "message": e.message,
-                                       "shard_index": service.index}},
-                            status_code=e.status_code)
-
     @app.exception_handler(VerinferError)
     async def _verinfer(_: Request, e: VerinferError) -> JSONResponse:
         if e.status_code >= 500:
             log.error("shard %d: %s", service.index, e.message)
-        return refusal(e)
+        return _refusal(service.index, e)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -58,19 +123,31 @@ def create_app(service: ShardService) -> FastAPI:
         return {"shard_index": service.index, "nonce": "0x" + grant.nonce.hex(),
                 "expires_at": grant.expires_at}
 
+    @app.get("/v1/log/head")
+    def log_head() -> dict[str, Any]:
+        # Signs a new head only when the log advanced since the last one, so polling costs
+        # at most one signature per logged decision.
+        return service.cfg.release_log.latest_head().to_json()
+
     @app.post("/v1/release")
     async def release(request: Request) -> JSONResponse:
         t0 = time.perf_counter()
+        raw = await _read_body(request, max_body_bytes)
+        body: object = None
+        unparsable: VerinferError | None = None
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
+            body = loads_untrusted(raw, max_bytes=max_body_bytes, depth=MAX_BODY_DEPTH,
+                                   what="release request")
+        except UntrustedJsonError as e:
+            unparsable = BadReleaseRequest(e.message)
 
         def count(d: Decision) -> None:
             decisions.labels("released" if d.released else "refused", d.reason).inc()
 
         try:
-            rel = service.release(body, on_decision=count)
+            # Off the event loop: the committee oracle makes blocking chain calls (up to 3 s)
+            # and the log fsyncs; /health and /v1/nonce must keep answering meanwhile.
+            rel = await run_in_threadpool(service.release, body, count, unparsable=unparsable)
         finally:
             latency.observe(time.perf_counter() - t0)
         return JSONResponse(rel.to_json())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from verinfer.errors import VerinferError
+from verinfer.receipts.eip712 import check_issued_at
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.audit_stream import AuditQueue, StreamKeys
 from verinfer.verifier.chain_view import ChainView
@@ -45,6 +47,27 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
             if rng.random() < rate:
                 out.append((e.signed, str(e.ciphertext)))
     return out
+
+
+def report_problem(rep: SignedAuditReport, job: SignedReceipt,
+                   is_verifier: Callable[[str], bool], now: float) -> str | None:
+    """Why a report on the stream must not count (None: it counts). The stream is writable by
+    anyone with Redis access, and a counted mismatch can open a challenge with our bond, so a
+    report counts only if it is about the job's receipt, signed by its auditor, that auditor is
+    a registered verifier on chain, and it is not dated in the future (bounded skew; ``now`` is
+    the later of the wall clock and the chain's, which lags on an idle chain)."""
+    try:
+        signer = rep.verify()
+        if rep.report.receipt_digest != job.digest:
+            return f"report {rep.report.job_id} is about another receipt"
+        if rep.report.verdict.receipt_out_hash != job.receipt.out_hash:
+            return f"report {rep.report.job_id} names another receipt outHash"
+        check_issued_at(rep.report.issued_at, now, what="audit report")
+    except VerinferError as e:
+        return f"report {rep.report.job_id}: {e.message}"
+    if not is_verifier(signer):
+        return f"report {rep.report.job_id} signed by {signer}, not a registered verifier"
+    return None
 
 
 @app.callback(invoke_without_command=True)
@@ -80,6 +103,7 @@ def audit(
             if q.r.exists(q.keys.reports) else "0-0"
         jobs = {q.enqueue(s, p): s for s, p in picked}
         got: dict[str, SignedAuditReport] = {}
+        refused: list[str] = []
         with Progress(TextColumn("auditing"), BarColumn(), TextColumn("{task.completed}/"
                       "{task.total}"), TimeElapsedColumn(), console=console) as prog:
             task = prog.add_task("audit", total=len(jobs))
@@ -87,7 +111,12 @@ def audit(
             while len(got) < len(jobs) and time.monotonic() < deadline:
                 for _, rep in q.reports(str(start)):
                     if rep.report.job_id in jobs and rep.report.job_id not in got:
-                        rep.verify()
+                        problem = report_problem(rep, jobs[rep.report.job_id],
+                                                 w.contracts.stakes.is_verifier,
+                                                 max(time.time(), w.view.head()[1]))
+                        if problem is not None:  # anyone can write the stream: skip, go on
+                            refused.append(problem)
+                            continue
                         got[rep.report.job_id] = rep
                 prog.update(task, completed=len(got))
                 time.sleep(0.2)
@@ -101,7 +130,7 @@ def audit(
                                   kind: cid})
         summary = {"sampled": len(jobs), "reported": len(got), "matches": len(got) -
                    len(mismatches), "mismatches": len(mismatches), "escalated": escalated,
-                   "missing": len(jobs) - len(got)}
+                   "missing": len(jobs) - len(got), "refused": refused}
         if as_json:
             typer.echo(json.dumps(summary))
         else:
@@ -109,6 +138,8 @@ def audit(
             for k in ("sampled", "reported", "matches", "mismatches", "missing"):
                 t.add_row(k, str(summary[k]))
             console.print(t)
+            for why in refused:
+                console.print(f"[yellow]refused report[/yellow] {why}")
             for rep in mismatches:
                 console.print(f"[red]mismatch[/red] 0x{rep.report.receipt_digest.hex()} "
                               f"{rep.report.verdict.reason} (auditor {rep.report.auditor})")

@@ -14,12 +14,20 @@ from web3 import Web3
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.events import batches_committed
-from verinfer.da_client.manifest import BatchManifest, parse_manifest
+from verinfer.da_client.errors import (
+    BlobNotFoundError,
+    CommitmentMismatchError,
+    DAUnavailableError,
+    MalformedPointerError,
+    ManifestError,
+)
+from verinfer.da_client.manifest import BatchManifest, ManifestEntry, parse_manifest
 from verinfer.da_client.pointer import Pointer
+from verinfer.errors import VerinferError
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.enclave_judge import BlobSource
-from verinfer.verifier.errors import ReceiptRefError
+from verinfer.verifier.errors import LocalFault, OperatorFault, ReceiptRefError
 
 
 @dataclass(frozen=True)
@@ -35,9 +43,10 @@ class BatchRecord:
 @dataclass(frozen=True)
 class OpenedChallenge:
     challenge_id: int
-    signed: SignedReceipt
+    signed: SignedReceipt | None  # None: not decodable from the tx (opened via a contract)
     batch_id: bytes
     block_number: int
+    digest: bytes  # the receipt id, from the event
 
 
 RECEIPT_FIELDS = ("version", "operator", "chainId", "modelId", "engineFingerprintHash",
@@ -80,14 +89,26 @@ class ChainView:
                                else from_block, to_block="latest"):
             cid = int(log["args"]["id"])
             if cid not in self._opened:
-                tx = self.w3.eth.get_transaction(log["transactionHash"])
-                _, args = self.c.challenges.contract.decode_function_input(tx["input"])
-                signed = SignedReceipt(receipt_from_tuple(args["r"]), self.domain,
-                                       bytes(args["signature"]))
-                self._opened[cid] = OpenedChallenge(cid, signed, bytes(log["args"]["batchId"]),
-                                                    int(log["blockNumber"]))
+                digest = bytes(log["args"]["receiptDigest"])
+                self._opened[cid] = OpenedChallenge(cid, self._signed_from_tx(log, digest),
+                                                    bytes(log["args"]["batchId"]),
+                                                    int(log["blockNumber"]), digest)
             out.append(self._opened[cid])
         return out
+
+    def _signed_from_tx(self, log: Any, digest: bytes) -> SignedReceipt | None:
+        """The receipt from the openChallenge calldata. Anyone can open a challenge through
+        another contract, whose calldata this cannot decode: that must not stop the node (it
+        walks every challenge each step), so it gives None and the receipt is then read from
+        the batch manifest by its digest (the event's receiptDigest)."""
+        try:
+            tx = self.w3.eth.get_transaction(log["transactionHash"])
+            _, args = self.c.challenges.contract.decode_function_input(tx["input"])
+            signed = SignedReceipt(receipt_from_tuple(args["r"]), self.domain,
+                                   bytes(args["signature"]))
+        except (ValueError, KeyError, TypeError, VerinferError):
+            return None
+        return signed if signed.digest == digest else None
 
     def opened_by_id(self, cid: int) -> OpenedChallenge:
         if cid not in self._opened:
@@ -102,6 +123,60 @@ class ChainView:
             self._manifests[pointer] = parse_manifest(da.get(Pointer.parse(pointer)),
                                                       self.domain)
         return self._manifests[pointer]
+
+    def batch(self, batch_id: bytes) -> BatchRecord:
+        """The BatchCommitted record of ``batch_id``. A challenge was opened against it, so the
+        chain has it: missing means this verifier's RPC is behind or wrong (LocalFault)."""
+        for b in self.batches():
+            if b.batch_id == batch_id:
+                return b
+        raise LocalFault(f"no BatchCommitted event for batch 0x{batch_id.hex()} (RPC behind?)")
+
+    def challenge_manifest(self, da: BlobSource, batch: BatchRecord, *,
+                           absent_is_fault: bool) -> BatchManifest:
+        """The manifest of a committed batch, checked as evidence. Operator faults (pointer
+        malformed, manifest absent once ``absent_is_fault``, malformed, bad signatures, root
+        not the on-chain root) raise OperatorFault; this verifier's DA trouble LocalFault."""
+        try:
+            pointer = Pointer.parse(batch.manifest_pointer)
+        except MalformedPointerError as e:
+            raise OperatorFault("manifest_invalid", f"manifest pointer: {e.message}") from e
+        key = str(pointer)
+        if key in self._manifests:
+            m = self._manifests[key]
+        else:
+            try:
+                data = da.get(pointer)
+            except BlobNotFoundError as e:
+                if absent_is_fault:
+                    raise OperatorFault("manifest_unavailable",
+                                        f"manifest {key} is not on DA") from e
+                raise LocalFault(f"manifest {key} not on DA yet (publication window open)") \
+                    from e
+            except (DAUnavailableError, CommitmentMismatchError) as e:
+                raise LocalFault(f"DA: {e.message}") from e
+            try:
+                m = parse_manifest(data, self.domain)
+                m.verify_signatures(self.domain)
+            except ManifestError as e:
+                raise OperatorFault("manifest_invalid", e.message[:300]) from e
+            self._manifests[key] = m
+        if m.root != batch.root:  # the manifest must describe the batch the chain committed
+            raise OperatorFault("manifest_invalid",
+                                f"manifest root 0x{m.root.hex()} is not the on-chain batch "
+                                f"root 0x{batch.root.hex()}")
+        return m
+
+    def challenged_entry(self, da: BlobSource, oc: OpenedChallenge, *,
+                         absent_is_fault: bool) -> ManifestEntry:
+        """The manifest entry (signed receipt + ciphertext pointer) of a challenged receipt."""
+        m = self.challenge_manifest(da, self.batch(oc.batch_id),
+                                    absent_is_fault=absent_is_fault)
+        for e in m.entries:
+            if e.signed.digest == oc.digest:
+                return e
+        raise OperatorFault("receipt_not_in_manifest",
+                            f"receipt 0x{oc.digest.hex()} is not listed by its batch manifest")
 
     def ciphertext_pointer(self, da: BlobSource, batch_id: bytes, digest: bytes) -> str | None:
         """The ciphertext pointer the batch's manifest lists for ``digest`` (None: the batch or

@@ -9,7 +9,6 @@ an API response's ``verification`` object.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +20,8 @@ from verinfer.chain.bindings import Contracts
 from verinfer.chain.structs import ClaimStatus, Status
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
-from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
+from verinfer.protocol.jsonsafe import loads_untrusted
+from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain, check_issued_at
 from verinfer.receipts.merkle import MerkleProof
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.chain_view import BatchRecord, ChainView
@@ -83,7 +83,8 @@ def signed_from_json(d: Any, domain: Domain) -> SignedReceipt:
     if claimed_id is not None and str(claimed_id).lower() != "0x" + signed.digest.hex():
         raise ReceiptRefError(f"receipt id {claimed_id} does not match the receipt "
                               f"(0x{signed.digest.hex()})", param="receipt_id")
-    signed.verify()
+    # the chain rule (receipt chainId == domain chainId == this chain) and the signature
+    signed.verify(chain_id=domain.chain_id)
     return signed
 
 
@@ -99,7 +100,8 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
         digest = bytes.fromhex(ref[2:])
     elif path.is_file():
         try:
-            signed = signed_from_json(json.loads(path.read_text()), view.domain)
+            signed = signed_from_json(loads_untrusted(path.read_bytes(), max_bytes=1 << 20,
+                                                      what=ref), view.domain)
         except (ValueError, VerinferError) as e:
             raise ReceiptRefError(f"{ref}: not a signed receipt JSON: {e}", param="ref") from e
         digest = signed.digest
@@ -142,6 +144,9 @@ class Challenger:
             return "challenge", cid
         p = self.c.config.params()
         _, ts = self.view.head()
+        # A receipt from the future (up to 2^64 - 1) has no publication deadline in reach: the
+        # client should have refused it on receipt; it is no basis for a withholding claim.
+        check_issued_at(loc.signed.receipt.issued_at, max(time.time(), ts))
         publish_by = loc.signed.receipt.issued_at + p.publication_deadline
         if ts <= publish_by:
             if not self.travel:

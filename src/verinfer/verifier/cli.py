@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +15,7 @@ from rich.console import Console
 from verinfer.chain.structs import ETHER
 from verinfer.errors import VerinferError
 from verinfer.kms.local_cluster import ClusterLayout
+from verinfer.protocol.jsonsafe import SAFE_RECURSION_LIMIT
 from verinfer.verifier.audit_stream import AuditJob, AuditWorker, StreamKeys
 from verinfer.verifier.cli_common import (
     DA_STORE_OPT,
@@ -57,6 +59,10 @@ def run(
         help="Mine anvil blocks to reach a challenge's draw block (devnet only).")] = False,
 ) -> None:
     """Register (if needed), then follow the chain: judge, commit, reveal, resolve, withdraw."""
+    # eth-account (py_ecc) raises the recursion limit to 100000, where a nested JSON answer
+    # overflows the C stack in any stdlib parse (web3's RPC decoding included): put it back so
+    # such bytes raise instead of killing the node. Our own parsers are bounded anyway.
+    sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
     try:
         wired = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
         assert wired.account is not None

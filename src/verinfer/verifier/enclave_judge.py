@@ -18,9 +18,15 @@ from typing import Literal, Protocol
 
 from eth_account.signers.local import LocalAccount
 
-from verinfer.da_client.errors import BlobNotFoundError, DAUnavailableError
+from verinfer.da_client.errors import (
+    BlobNotFoundError,
+    CommitmentMismatchError,
+    DAUnavailableError,
+    MalformedPointerError,
+)
 from verinfer.da_client.pointer import Pointer
 from verinfer.enclave.attestation import measurement
+from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
 from verinfer.enclave.software import SoftwareAttester, load_root_private
@@ -28,10 +34,10 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import EpochPrivateKey
-from verinfer.verifier.errors import EvidenceUnavailableError
+from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash
+from verinfer.verifier.errors import EvidenceUnavailableError, LocalFault
 from verinfer.verifier.reexec import JobClock, judge
-from verinfer.verifier.votes import Verdict
+from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 
 EnclaveMode = Literal["inprocess", "process"]
 JOB_REF = "verinfer.verifier.reexec:verify_receipt_job"
@@ -54,22 +60,37 @@ class EnclaveConfig:
     http_timeout_s: float = 5.0
 
 
-def fetch_blob(da: BlobSource, pointer: str | None, *, retries: int = 3,
-               sleep: float = 0.5) -> bytes | None:
+def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
     """The ciphertext, verified against its pointer by the DA client; None when DA answers
-    that it does not exist; EvidenceUnavailableError while the backend stays down."""
+    that it does not exist (or there is no well-formed pointer: nothing to fetch).
+    EvidenceUnavailableError (a LocalFault) when this verifier's DA connection fails or its
+    backend returns bytes that do not match the pointer: the node retries with backoff."""
     if pointer is None:
         return None
-    p = Pointer.parse(pointer)
-    for attempt in range(retries):
-        try:
-            return da.get(p)
-        except BlobNotFoundError:
-            return None
-        except DAUnavailableError as e:
-            if attempt == retries - 1:
-                raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e
-            time.sleep(sleep)
+    try:
+        p = Pointer.parse(pointer)
+    except MalformedPointerError:
+        return None
+    try:
+        return da.get(p)
+    except BlobNotFoundError:
+        return None
+    except (DAUnavailableError, CommitmentMismatchError) as e:
+        raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e
+
+
+def decided_without_key(receipt: Receipt, blob: bytes | None, *,
+                        absent_is_fault: bool = True) -> Verdict | None:
+    """Faults of the ciphertext itself are decided before any key is released (no KMS round,
+    so a KMS outage cannot turn them into abstentions). ``absent_is_fault`` False (still
+    inside the publication window): an absent blob is a LocalFault to retry, not a vote."""
+    if blob is None:
+        if not absent_is_fault:
+            raise EvidenceUnavailableError("the ciphertext is not on DA yet (publication "
+                                           "window still open)")
+        return Verdict(INVALID_EVIDENCE, "ciphertext_unavailable", receipt.out_hash)
+    if ciphertext_hash(blob) != receipt.ciphertext_hash:
+        return Verdict(INVALID_EVIDENCE, "ciphertext_hash_mismatch", receipt.out_hash)
     return None
 
 
@@ -91,8 +112,21 @@ class EnclaveJudge:
         return Engine.from_path(self.cfg.model_path).fingerprint.canonical().decode()
 
     def judge(self, receipt: Receipt, pointer: str | None, *, purpose: str,
-              challenge_id: str) -> Verdict:
+              challenge_id: str, absent_is_fault: bool = True) -> Verdict:
+        """The verdict on ``receipt``. Operator faults come back as INVALID_EVIDENCE verdicts;
+        faults of this verifier's own side (DA connection, KMS quorum, enclave) raise
+        :class:`LocalFault` so the caller retries."""
         blob = fetch_blob(self.da, pointer)
+        early = decided_without_key(receipt, blob, absent_is_fault=absent_is_fault)
+        if early is not None:
+            return early
+        try:
+            return self._judge_in_enclave(receipt, blob, purpose, challenge_id)
+        except EnclaveError as e:  # key release without quorum, shard answers, a dead child
+            raise LocalFault(f"enclave/KMS: {e.message}") from e
+
+    def _judge_in_enclave(self, receipt: Receipt, blob: bytes | None, purpose: str,
+                          challenge_id: str) -> Verdict:
         if self.cfg.mode == "process":
             spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
                                self._fingerprint(), self.cfg.directory, self.cfg.registry,

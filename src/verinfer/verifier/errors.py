@@ -18,10 +18,31 @@ class CannotJudgeError(VerifierError):
     code = "cannot_judge"
 
 
-class EvidenceUnavailableError(VerifierError):
+class LocalFault(VerifierError):
+    """This verifier's OWN side failed — its RPC, its DA connection, its KMS quorum, or DA
+    not (yet) serving a blob inside the publication window. The evidence may be fine, so
+    this is never a vote: the node retries with backoff until the commit deadline."""
+
+    code = "local_fault"
+
+
+class EvidenceUnavailableError(LocalFault):
     """The DA backend did not answer (transient): retry later, do not vote yet."""
 
     code = "evidence_unavailable"
+
+
+class OperatorFault(ClientError):
+    """The evidence the OPERATOR controls is faulty (manifest missing after the publication
+    window, malformed, not matching the on-chain root, ...). Deterministic for every honest
+    member, so it is decided by a vote (INVALID_EVIDENCE), never by abstaining — abstention
+    is what a cheating operator would want (an inconclusive challenge costs it nothing)."""
+
+    code = "operator_fault"
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # one of votes.REASONS
 
 
 class ReceiptRefError(ClientError):

@@ -5,6 +5,12 @@ are ready, and withdraws its rewards.
 Each ``step()`` reads the chain once and moves every known challenge forward by at most one
 transaction, so a node that restarts continues where it stopped: its votes and salts are kept
 in a JSON state file (a salt must survive until the reveal, or the member is penalized).
+
+Fault classes (docs/verifier.md §4): whatever the operator controls (manifest, ciphertext,
+envelope, request body, ExecRequest) and gets wrong is an OperatorFault and becomes an
+INVALID_EVIDENCE vote — abstaining would hand a cheating operator an inconclusive challenge for
+free. Only this node's own side (RPC, DA connection, KMS quorum, enclave) is a LocalFault: it
+is retried with exponential backoff for as long as the commit window is open.
 """
 
 from __future__ import annotations
@@ -28,14 +34,15 @@ from verinfer.errors import VerinferError
 from verinfer.receipts.eip712 import Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
-from verinfer.verifier.votes import Verdict
+from verinfer.verifier.errors import CannotJudgeError, OperatorFault
+from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 
 FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
 
 
 class JudgeFn(Protocol):
     def __call__(self, receipt: Receipt, pointer: str | None, *, purpose: str,
-                 challenge_id: str) -> Verdict: ...
+                 challenge_id: str, absent_is_fault: bool = True) -> Verdict: ...
 
 
 @dataclass
@@ -44,12 +51,26 @@ class NodeConfig:
     resolve: bool = True  # settle challenges whose votes are in
     claim_rewards: bool = True
     unsafe_devnet_mine: bool = False  # mine blocks to reach the draw block (anvil only)
-    max_judge_attempts: int = 5
+    retry_initial_s: float = 1.0  # first wait after a local fault; doubles per failure
+    retry_max_s: float = 30.0  # cap: a long outage is still retried every 30 s until the deadline
+
+
+def absent_is_final(chain_ts: int, issued_at: int, publication_deadline: int,
+                    commit_deadline: int, commit_period: int) -> bool:
+    """Whether "DA has no such blob" is the operator's fault yet (then it is voted on).
+    Inside the publication window it may be DA propagation lag, so it is retried; it becomes
+    final once the window has passed — or when only a quarter of the commit window is left, so
+    that an operator cannot run the clock out (committing a batch asserts its data is
+    published). Every honest member applies the same chain-time thresholds."""
+    return (chain_ts > issued_at + publication_deadline
+            or chain_ts >= commit_deadline - commit_period // 4)
 
 
 @dataclass
 class NodeStats:
     judged: int = 0
+    operator_faults: int = 0  # voted INVALID_EVIDENCE without decrypting (manifest, ...)
+    local_faults: int = 0  # retried (RPC, DA connection, KMS quorum)
     committed: int = 0
     revealed: int = 0
     resolved: int = 0
@@ -70,7 +91,9 @@ class VerifierNode:
         self.stats = NodeStats()
         self._state: dict[str, dict[str, Any]] = self._load()
         self._finished: set[int] = set()
-        self._attempts: dict[int, int] = {}
+        self._abstained: set[int] = set()  # this verifier cannot judge (not its model)
+        self.retries: dict[int, tuple[int, float]] = {}  # cid -> (local faults, next try)
+        self.clock: Callable[[], float] = time.monotonic
 
     # ---- persistent votes --------------------------------------------------------------------
     def _load(self) -> dict[str, dict[str, Any]]:
@@ -150,7 +173,7 @@ class VerifierNode:
             return
         if vote.state is VoteState.MEMBER:
             if ts <= info.commit_deadline:
-                self._commit(oc, info.commit_deadline)
+                self._commit(oc, info, ts)
             return
         if vote.state is VoteState.COMMITTED:
             reveal_open = info.commits == info.members or ts > info.commit_deadline
@@ -160,20 +183,31 @@ class VerifierNode:
         if self.cfg.resolve and (info.reveals == info.members or ts > info.reveal_deadline):
             self._resolve(cid)
 
-    def _commit(self, oc: OpenedChallenge, deadline: int) -> None:
+    def _commit(self, oc: OpenedChallenge, info: Any, ts: int) -> None:
         cid = oc.challenge_id
         key = str(cid)
         if key not in self._state:
-            if self._attempts.get(cid, 0) >= self.cfg.max_judge_attempts:
+            if cid in self._abstained:
                 return
-            self._attempts[cid] = self._attempts.get(cid, 0) + 1
+            failures, next_try = self.retries.get(cid, (0, 0.0))
+            if self.clock() < next_try:
+                return
             try:
-                pointer = self.view.ciphertext_pointer(self.da, oc.batch_id, oc.signed.digest)
-                verdict = self.judge(oc.signed.receipt, pointer, purpose="full_challenge",
-                                     challenge_id=key)
-            except VerinferError as e:
-                self._error(f"challenge {cid}: cannot judge yet: {e.message}")
+                verdict = self._judge(oc, info, ts)
+            except CannotJudgeError as e:  # not this verifier's model: a legitimate abstention
+                self._abstained.add(cid)
+                self._error(f"challenge {cid}: abstains: {e.message}")
                 return
+            except Exception as e:  # LocalFault, RPC errors: anything of ours
+                # Operator faults never get here (they are verdicts), so what is left is this
+                # verifier's own side: retry with backoff while the commit window is open.
+                delay = min(self.cfg.retry_initial_s * 2 ** failures, self.cfg.retry_max_s)
+                self.retries[cid] = (failures + 1, self.clock() + delay)
+                self.stats.local_faults += 1
+                msg = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+                self._error(f"challenge {cid}: local fault, retry in {delay:.1f}s: {msg}")
+                return
+            self.retries.pop(cid, None)
             self.stats.judged += 1
             self._state[key] = {"vote": "0x" + verdict.vote.hex(), "salt": "0x" + self.salt().hex(),
                                 "reason": verdict.reason, "phase": "judged"}
@@ -187,6 +221,26 @@ class VerifierNode:
             st["phase"] = "committed"
             self._save()
             self.stats.committed += 1
+
+    def _judge(self, oc: OpenedChallenge, info: Any, ts: int) -> Verdict:
+        """This member's verdict; OperatorFault becomes an INVALID_EVIDENCE vote here."""
+        p = self.c.config.params()
+        out_hash = bytes(info.receipt_out_hash)
+        issued_at = oc.signed.receipt.issued_at if oc.signed is not None else None
+        try:
+            entry = self.view.challenged_entry(
+                self.da, oc, absent_is_fault=absent_is_final(
+                    ts, issued_at if issued_at is not None else 0, p.publication_deadline,
+                    info.commit_deadline, p.commit_period))
+            receipt = entry.signed.receipt
+            return self.judge(receipt, str(entry.ciphertext), purpose="full_challenge",
+                              challenge_id=str(oc.challenge_id),
+                              absent_is_fault=absent_is_final(
+                                  ts, receipt.issued_at, p.publication_deadline,
+                                  info.commit_deadline, p.commit_period))
+        except OperatorFault as f:
+            self.stats.operator_faults += 1
+            return Verdict(INVALID_EVIDENCE, f.reason, out_hash, detail=f.message[:200])
 
     def _reveal(self, cid: int) -> None:
         st = self._state.get(str(cid))

@@ -4,8 +4,11 @@ Order of checks (docs/verifier.md §2), each deterministic so that honest member
 1. the blob exists and hashes to the receipt's ciphertextHash      else INVALID_EVIDENCE
 2. it opens under the receipt's binding with the epoch key          else INVALID_EVIDENCE
 3. its ExecRequest/ExecResult hash to reqHash/outHash               else INVALID_EVIDENCE
-4. this engine can judge: same model id and tokenizer               else abstain (CannotJudge)
+4. this engine can judge: same model id                             else abstain (CannotJudge)
+   and the approved model's tokenizer (the model id fixes it)       else INVALID_EVIDENCE
 5. the ExecRequest is what the client's request body asked for     else INVALID_EVIDENCE
+   (the body is parsed with the bounded parser: a nesting bomb is faulty evidence)
+   and the engine accepts it (context length, vocabulary, params)  else INVALID_EVIDENCE
 6. ONE forward pass (Engine.replay) over prompt + claimed tokens; if the claim reproduces,
    the verifier's own ExecResult is built from the replay (no decode) and hashed;
 7. only when it does not, a full decode produces the correct ExecResult: vote its hash.
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.engine.engine import Engine
-from verinfer.errors import InvalidRequestError
+from verinfer.errors import ClientError, InvalidRequestError
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash, open_envelope
@@ -37,13 +41,31 @@ def _invalid(receipt: Receipt, reason: str, detail: str = "") -> Verdict:
 
 
 def check_engine(engine: Engine, request: ExecRequest) -> None:
-    """Raises CannotJudgeError unless ``engine`` runs the request's model and tokenizer."""
+    """Raises CannotJudgeError unless ``engine`` runs the request's model: a verifier without
+    that model cannot reproduce anything (its own limitation, so it abstains)."""
     if request.model_id != bytes.fromhex(engine.model_id[2:]):
         raise CannotJudgeError(f"request model 0x{request.model_id.hex()} is not this "
                                f"verifier's model {engine.model_id}", param="model_id")
-    if request.tokenizer_hash != bytes.fromhex(engine.tokenizer.hash[2:]):
-        raise CannotJudgeError(f"request tokenizer 0x{request.tokenizer_hash.hex()} is not "
-                               f"this verifier's {engine.tokenizer.hash}", param="tokenizer_hash")
+
+
+def tokenizer_matches(engine: Engine, request: ExecRequest) -> bool:
+    """The tokenizer is part of the approved model identity: the model id (sha256 of the GGUF
+    file, which embeds the tokenizer; for safetensors the approved tokenizer.json shipped with
+    it) fixes one tokenizer. A request under the same model id naming another tokenizer hash is
+    the operator's invention, so it is faulty evidence — abstaining here would let any operator
+    stop every verifier by writing a random tokenizer hash."""
+    return request.tokenizer_hash == bytes.fromhex(engine.tokenizer.hash[2:])
+
+
+def unexecutable(engine: Engine, request: ExecRequest) -> str | None:
+    """Why an honest engine refuses ``request`` (None: it runs it). An operator cannot have
+    served an answer to a request its own engine refuses (e.g. max_tokens beyond the context),
+    so such evidence is faulty; the verifier's refusal must not escape the job as an error."""
+    try:
+        engine.check_request(list(request.prompt_token_ids), request.sampling_params())
+    except ClientError as e:
+        return f"the engine refuses the request ({e.code or type(e).__name__}, {e.param})"
+    return None
 
 
 def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
@@ -54,22 +76,27 @@ def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
     prompt = list(request.prompt_token_ids)
     claim = list(claimed.output_token_ids)
     replayed = 0
+    top = request.top_logprobs  # logprobs are committed too: recomputed from the same logits
     if claim and len(claim) <= params.max_tokens:
         try:
-            rr = engine.replay(prompt, claim, params)
+            rr = engine.replay(prompt, claim, params, top_logprobs=top)
         except InvalidRequestError:
             rr = None  # e.g. longer than the context: decode settles it
         if rr is not None:
             replayed = len(rr.step_digests)
             if rr.matches and rr.finish_reason is not None:
                 _, text = engine.output_state(claim, params)
+                lps = (None if rr.logprobs is None
+                       else tuple((lp.logprob, lp.top) for lp in rr.logprobs))
                 mine = ExecResult(output_token_ids=tuple(claim), finish_reason=rr.finish_reason,
                                   logit_digest=bytes.fromhex(rr.logit_digest[2:]),
-                                  text_sha256=hashlib.sha256(text.encode()).digest())
+                                  text_sha256=hashlib.sha256(text.encode()).digest(),
+                                  logprobs=lps, version=request.version)
                 if mine.hash == claimed.hash:
                     return mine, replayed, 0
-    gen = engine.generate(prompt, params)
-    return ExecResult.from_generation(gen), replayed, len(gen.token_ids)
+    gen = engine.generate(prompt, params, top_logprobs=top)
+    return (ExecResult.from_generation(gen, version=request.version), replayed,
+            len(gen.token_ids))
 
 
 class JobClock:
@@ -122,9 +149,27 @@ def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
     clock.lap("decrypt")  # from here on: the re-execution itself
     request = contents.request
     check_engine(engine, request)
-    problems = request_problems(engine.tokenizer, request, contents.request_body)
+    if not tokenizer_matches(engine, request):
+        return _invalid(receipt, "tokenizer_mismatch",
+                        f"tokenizer 0x{request.tokenizer_hash.hex()} is not model "
+                        f"{engine.model_id}'s")
+    # The request body is the operator's plaintext: bounded parse first, so a nesting bomb is
+    # faulty evidence rather than a crashed enclave (every member would die the same way).
+    try:
+        loads_untrusted(contents.request_body, what="envelope request body")
+    except UntrustedJsonError as e:
+        return _invalid(receipt, "request_nonconformant",
+                        f"request body is not acceptable JSON ({e.message[:120]})")
+    try:
+        problems = request_problems(engine, request, contents.request_body)
+    except (ValueError, TypeError, KeyError, AttributeError, ClientError) as e:
+        # a body shape the rule cannot even read: no honest server accepted and ran it
+        problems = [f"request body cannot be read by the request rule ({type(e).__name__})"]
     if problems:
         return _invalid(receipt, "request_nonconformant", "; ".join(problems))
+    why = unexecutable(engine, request)
+    if why is not None:
+        return _invalid(receipt, "request_unexecutable", why)
     mine, replayed, decoded = recompute(engine, request, contents.result)
     reason = "match" if mine.hash == receipt.out_hash else "output_mismatch"
     detail = ""
@@ -149,6 +194,8 @@ def _diff(mine: ExecResult, claimed: ExecResult) -> str:
         return f"tokens differ from step {first}"
     if mine.logit_digest != claimed.logit_digest:
         return "same tokens, different logit digest"
+    if mine.logprobs != claimed.logprobs:
+        return "same tokens, different logprobs"
     return "finish reason or text hash differs"
 
 

@@ -23,6 +23,11 @@ Reason = Literal[
     "ciphertext_undecryptable",  # HPKE open failed under the receipt's binding
     "evidence_mismatch",  # it opened but its ExecRequest/ExecResult do not hash to the receipt
     "request_nonconformant",  # the ExecRequest is not what the client's request body asked for
+    "tokenizer_mismatch",  # the approved model's tokenizer is not the one the request names
+    "request_unexecutable",  # the engine refuses the ExecRequest (e.g. beyond the context)
+    "manifest_unavailable",  # the batch's manifest is absent after the publication window
+    "manifest_invalid",  # malformed manifest, or its root is not the batch's on-chain root
+    "receipt_not_in_manifest",  # the challenged receipt is not listed by its batch's manifest
 ]
 REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
 

@@ -83,9 +83,9 @@ def server_peak_rss_mb() -> float:
 
     state = Path(tempfile.mkdtemp(prefix="verinfer-bench-")) / "operator"
     subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(state),
-                    "--light-kdf"], check=True, capture_output=True)
+                    "--light-kdf", "--unsafe-dev"], check=True, capture_output=True)
     proc = subprocess.Popen([sys.executable, "-m", "verinfer", "serve", "--port", str(port),
-                             "--name", "default", "--operator-dir", str(state)],
+                             "--name", "default", "--operator-dir", str(state), "--unsafe-dev"],
                             stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 600

@@ -107,7 +107,7 @@ def evidence_totals(base: str) -> tuple[float, float]:
 
 def start_server(model: Path, state: Path) -> tuple[subprocess.Popen[bytes], str]:
     init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(state),
-                           "--light-kdf", "--batch-max-age-s", "1"],
+                           "--light-kdf", "--batch-max-age-s", "1", "--unsafe-dev"],
                           capture_output=True, text=True, timeout=300)
     if init.returncode != 0:
         raise SystemExit(f"operator init failed: {init.stderr}")
@@ -118,7 +118,7 @@ def start_server(model: Path, state: Path) -> tuple[subprocess.Popen[bytes], str
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "verinfer", "serve", "--model", str(model),
                              "--port", str(port), "--name", NAME, "--operator-dir", str(state),
-                             "--max-seqs", "16"], stderr=subprocess.PIPE)
+                             "--max-seqs", "16", "--unsafe-dev"], stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while True:

@@ -89,6 +89,12 @@ def serve(
              "every response and publishes the evidence.")] = None,
     unsafe_no_evidence: Annotated[bool, typer.Option(
         help="Serve without receipts or published evidence (nothing is verifiable).")] = False,
+    unsafe_dev: Annotated[bool, typer.Option(
+        help="Allow production-unsafe operator modes (no chain, zero verifyingContract, a "
+             "locally provisioned KMS): demos and tests only.")] = False,
+    unsafe_skip_identity_check: Annotated[bool, typer.Option(
+        hidden=True, help="Sign even while the model or engine fingerprint is not approved "
+                          "on chain (tests that play a careless operator).")] = False,
 ) -> None:
     """Serve the OpenAI-compatible API."""
     import uvicorn
@@ -113,22 +119,36 @@ def serve(
     engine = Engine(loaded, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
                     max_context=max_context)
     runtime = None
+    unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
+        if unsafe_no_evidence else []
     if operator_dir is not None:
         from verinfer.operator.config import OperatorConfig
-        from verinfer.operator.runtime import build_runtime
+        from verinfer.operator.runtime import build_runtime, unsafe_reasons
 
         try:
-            runtime = build_runtime(OperatorConfig.load(operator_dir), engine)
+            cfg = OperatorConfig.load(operator_dir)
+            unsafe = unsafe_reasons(cfg)
+            if unsafe and not unsafe_dev:
+                engine.close()
+                typer.echo("error: this operator configuration is unsafe for production:\n  - "
+                           + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
+                           "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
+                           "demo", err=True)
+                raise typer.Exit(2)
+            runtime = build_runtime(cfg, engine, check_identity=not unsafe_skip_identity_check)
         except VerinferError as e:
             engine.close()
             typer.echo(f"error: {e.message}", err=True)
             raise typer.Exit(2) from e
+    for reason in unsafe:
+        typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
     served_name = name or _default_name(loaded.name)
     typer.echo(f"serving {served_name} ({loaded.model_id[:18]}…) on http://{host}:{port}/v1 "
                f"[{engine.fingerprint.system_fingerprint}]", err=True)
     try:
         config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
-                              evidence=runtime.evidence if runtime else None)
+                              evidence=runtime.evidence if runtime else None,
+                              readiness=runtime.readiness if runtime else None, unsafe=unsafe)
         uvicorn.run(create_app(engine, served_name, config), host=host, port=port,
                     log_level="warning")
     finally:
@@ -159,12 +179,13 @@ def demo(
     port = port or _free_port()
     state = Path(tempfile.mkdtemp(prefix="verinfer-demo-"))
     init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(state),
-                           "--batch-max-age-s", "1"], capture_output=True, text=True)
+                           "--batch-max-age-s", "1", "--unsafe-dev"], capture_output=True,
+                          text=True)
     if init.returncode != 0:
         typer.echo(init.stderr, err=True)
         raise typer.Exit(init.returncode)
     cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port), "--name", "default",
-           "--operator-dir", str(state)]
+           "--operator-dir", str(state), "--unsafe-dev"]  # one-process demo: no chain
     if model:
         cmd += ["--model", model]
     server = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -315,8 +315,10 @@ def test_operator_process_serving_other_weights_is_slashed_at_once(devnet: Devne
     assert init.returncode == 0, init.stderr[-2000:]
     port = free_port()
     with (tmp_path / "op2.log").open("wb") as log:
+        # plays an operator that ignores the on-chain identity check (as a cheater would)
         proc = subprocess.Popen([*VI, "serve", "--model", str(weights), "--name", MODEL,
-                                 "--port", str(port), "--operator-dir", str(op2)],
+                                 "--port", str(port), "--operator-dir", str(op2),
+                                 "--unsafe-skip-identity-check"],
                                 stdout=log, stderr=log)
     try:
         c = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=5,

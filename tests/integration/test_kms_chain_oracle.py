@@ -220,7 +220,8 @@ def test_parse_challenge_id() -> None:
 # ---- through a shard's release policy -----------------------------------------------------
 @pytest.fixture(scope="module")
 def lay(net: Net) -> ClusterLayout:
-    return provision(net.tmp / "kms", epoch=1, threshold=2, shares=3, measurements=[M])
+    return provision(net.tmp / "kms", epoch=1, threshold=2, shares=3, measurements=[M],
+                     unsafe_single_tree=True)
 
 
 def release_body(lay: ClusterLayout, client: TestClient, signer: LocalAccount, *,

@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     member = Account.create()
     lay = provision(tmp_path_factory.mktemp("kms-cluster"), epoch=1, threshold=3, shares=5,
                     measurements=[M], verifiers=[member.address],
-                    challenges={"c1": [member.address]})
+                    challenges={"c1": [member.address]}, unsafe_single_tree=True)
     with ShardProcesses(lay, extra_args=["--rate-capacity", "100"]) as procs:
         procs.start()
         runner = EnclaveRunner(

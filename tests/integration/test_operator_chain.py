@@ -33,6 +33,24 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Anvil, Pat
         yield node, dep
 
 
+def approve_identity(node: Anvil, dep: Path, base: str, timeout_s: float = 30) -> None:
+    """Governance approves the served model id and engine fingerprint (read from /health);
+    waits until the operator sees it and is ready."""
+    from verinfer.chain.bindings import TxSender
+    from verinfer.chain.deploy import Deployment
+    from verinfer.chain.structs import Kind
+
+    health = httpx.get(base + "/health").json()
+    gov = Deployment.load(dep).bind(node.web3(), TxSender(node.web3(), dev_accounts(1)[0]))
+    gov.config.approve(Kind.MODEL, bytes.fromhex(health["model_id"][2:]))
+    gov.config.approve(Kind.ENGINE_FINGERPRINT,
+                       bytes.fromhex(health["engine_fingerprint"]["hash"][2:]))
+    deadline = time.monotonic() + timeout_s
+    while not httpx.get(base + "/health").json()["ready"]:
+        assert time.monotonic() < deadline, httpx.get(base + "/health").json()
+        time.sleep(0.2)
+
+
 def _cli(*args: str) -> dict[str, int]:
     r = subprocess.run([sys.executable, "-m", "verinfer", "operator", *args],
                        capture_output=True, text=True, timeout=120)
@@ -53,6 +71,7 @@ def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_pa
     assert staked["stake_wei"] == 5 * ETHER
     with running_server(tiny_path, "--operator-dir", str(tmp_path / "op"),
                         env=dict(os.environ)) as base:
+        approve_identity(node, dep, base)  # the operator signs only once it is approved
         client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
         r = client.chat.completions.create(model="tiny", max_tokens=4, temperature=0,
                                            messages=[{"role": "user", "content": "hi"}])

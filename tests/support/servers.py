@@ -31,16 +31,19 @@ class Server:
 
 @contextlib.contextmanager
 def launched_server(model: Path, *extra: str, log: Path | None = None,
-                    env: dict[str, str] | None = None) -> Iterator[Server]:
+                    env: dict[str, str] | None = None, unsafe_dev: bool = True
+                    ) -> Iterator[Server]:
     """Starts `verinfer serve` on a free port, output appended to ``log`` (a file, so a chatty
-    server never blocks on a full pipe); waits for /health; stops it afterwards."""
+    server never blocks on a full pipe); waits for /health; stops it afterwards.
+    ``unsafe_dev``: allow the demo operator set-ups tests use (no chain, local KMS)."""
     port = free_port()
     if log is None:
         log = Path(tempfile.mkstemp(prefix="verinfer-serve-", suffix=".log")[1])
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
-             str(port), "--name", "tiny", "--max-context", "512", *extra],
+             str(port), "--name", "tiny", "--max-context", "512",
+             *(["--unsafe-dev"] if unsafe_dev else []), *extra],
             stdout=out, stderr=subprocess.STDOUT, env=env)
     server = Server(proc, f"http://127.0.0.1:{port}", log)
     try:
@@ -75,7 +78,7 @@ def running_server(model: Path, *extra: str, env: dict[str, str] | None = None
 def operator_init(directory: Path, *extra: str) -> dict[str, str]:
     """`verinfer operator init` (light KDF, 0.3 s batches); returns its JSON answer."""
     r = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(directory),
-                        "--light-kdf", "--batch-max-age-s", "0.3", *extra],
+                        "--light-kdf", "--batch-max-age-s", "0.3", "--unsafe-dev", *extra],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

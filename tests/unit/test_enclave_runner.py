@@ -45,7 +45,8 @@ def _cluster(tmp: Path, n: int = 5, t: int = 3
              ) -> tuple[ClusterLayout, Routes, EnclaveRunner, dict[int, int]]:
     member = Account.create()
     lay = provision(tmp / "kms", epoch=1, threshold=t, shares=n, measurements=[M],
-                    verifiers=[member.address], challenges={"c1": [member.address]})
+                    verifiers=[member.address], challenges={"c1": [member.address]},
+                    unsafe_single_tree=True)
     infos = lay.shards_info()
     port = {s.index: int(s.url.rsplit(":", 1)[1]) for s in infos}
     apps = {port[i]: httpx.ASGITransport(app=create_app(

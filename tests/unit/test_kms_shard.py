@@ -63,7 +63,7 @@ def env(tmp_path: Path) -> Env:
     clock = Clock(T0)
     lay = provision(tmp_path / "kms", epoch=1, threshold=2, shares=3, measurements=[M],
                     verifiers=[member.address, auditor.address],
-                    challenges={"c1": [member.address]}, now=clock)
+                    challenges={"c1": [member.address]}, now=clock, unsafe_single_tree=True)
     service = build_shard_service(lay, 1, now=clock, nonce_ttl_s=30, quote_max_age_s=60,
                                   rate_capacity=3, rate_refill_per_s=0.5)
     att = SoftwareAttester(load_root_private(lay.root_key), M, clock)

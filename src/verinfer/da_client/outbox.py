@@ -33,7 +33,7 @@ from verinfer.receipts.signed import SignedReceipt
 
 ENTRY_STATES = ("queued", "published", "batched", "committed")
 BATCH_STATES = ("built", "published", "committed")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: entries.owner (sha256 of the API key that paid for the receipt)
 DEFAULT_MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
 
 ReceiptDecoder = Callable[[bytes], SignedReceipt]
@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS entries (
     published_at    REAL,
     batch_id        INTEGER REFERENCES batches(id),
     leaf_index      INTEGER,
+    owner           BLOB,
     UNIQUE (batch_id, leaf_index)
 );
 CREATE INDEX IF NOT EXISTS entries_by_state ON entries (state, id);
@@ -156,12 +157,14 @@ class Outbox:
         self._db.execute("PRAGMA foreign_keys=ON")
         with self._tx():
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise OutboxError(f"outbox {self.path} has schema version {version}; this code "
                                   f"knows {SCHEMA_VERSION}")
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
+            if version == 1:  # entries written before receipts had owners: owner NULL
+                self._db.execute("ALTER TABLE entries ADD COLUMN owner BLOB")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # ---- producer side ---------------------------------------------------------------------
@@ -194,24 +197,28 @@ class Outbox:
         self.enqueued.set()
         return req.result()
 
-    def enqueue_many(self, items: Sequence[tuple[bytes, bytes, bytes]]) -> list[int]:
-        """Several entries in one transaction (one fsync); all or none."""
+    def enqueue_many(self, items: Sequence[tuple[bytes, bytes, bytes]], *,
+                     owner: bytes | None = None) -> list[int]:
+        """Several entries in one transaction (one fsync); all or none. ``owner`` (sha256 of
+        the paying API key) is stored with each new entry."""
         checked = [self._check_entry(*it) for it in items]
-        ids = [r for r in self._insert(checked, per_entry_errors=False) if isinstance(r, int)]
+        ids = [r for r in self._insert(checked, per_entry_errors=False, owner=owner)
+               if isinstance(r, int)]
         self.enqueued.set()
         return ids
 
     def _insert(self, checked: Sequence[tuple[bytes, bytes, bytes, bytes]], *,
-                per_entry_errors: bool) -> list[int | BaseException]:
+                per_entry_errors: bool, owner: bytes | None = None
+                ) -> list[int | BaseException]:
         out: list[int | BaseException] = []
         with self._tx():
             t = self.now()
             for digest, receipt, payload, payload_hash in checked:
                 cur = self._db.execute(
                     "INSERT INTO entries (receipt_digest, receipt, payload, payload_sha256, state,"
-                    " enqueued_at) VALUES (?, ?, ?, ?, 'queued', ?)"
+                    " enqueued_at, owner) VALUES (?, ?, ?, ?, 'queued', ?, ?)"
                     " ON CONFLICT (receipt_digest) DO NOTHING",
-                    (digest, receipt, payload, payload_hash, t))
+                    (digest, receipt, payload, payload_hash, t, owner))
                 if cur.rowcount == 1:
                     out.append(int(cur.lastrowid or 0))
                     continue
@@ -339,6 +346,18 @@ class Outbox:
                                  " ('built', 'published')").fetchone()[0]
         return int(e) + int(b)
 
+    def oldest_pending_at(self) -> float | None:
+        """enqueued_at of the oldest entry not yet committed (None when all are): the receipt
+        closest to its publication deadline. Ids grow with time, so the index finds it."""
+        with self._lock:
+            # one (state, id) index probe per state: committed history is never scanned
+            row = self._db.execute(
+                "SELECT enqueued_at FROM entries WHERE id = (SELECT min(m) FROM ("
+                " SELECT min(id) AS m FROM entries WHERE state = 'queued' UNION ALL"
+                " SELECT min(id) FROM entries WHERE state = 'published' UNION ALL"
+                " SELECT min(id) FROM entries WHERE state = 'batched'))").fetchone()
+        return None if row is None else float(row[0])
+
     def batches_in(self, state: str, *, due_only: bool = True) -> list[BatchRow]:
         if state not in BATCH_STATES:
             raise ValueError(f"unknown batch state {state!r}")
@@ -415,6 +434,13 @@ class Outbox:
             row = self._db.execute("SELECT receipt FROM entries WHERE receipt_digest = ?",
                                    (receipt_digest,)).fetchone()
         return None if row is None else bytes(row[0])
+
+    def receipt_owner(self, receipt_digest: bytes) -> bytes | None:
+        """sha256 of the API key that paid for the receipt (None: open API or older entry)."""
+        with self._lock:
+            row = self._db.execute("SELECT owner FROM entries WHERE receipt_digest = ?",
+                                   (receipt_digest,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
 
     def batch(self, batch_id: int) -> BatchRow | None:
         with self._lock:

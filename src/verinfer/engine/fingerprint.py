@@ -1,7 +1,21 @@
 """Engine fingerprint: everything besides weights and tokens that could change an output bit.
 
-Two engines with equal fingerprints, weights and token ids must produce equal bytes; the
-short form becomes the OpenAI ``system_fingerprint``.
+It has two parts, and only the first is hashed:
+
+* APPROVED (:meth:`EngineFingerprint.canonical`, :attr:`EngineFingerprint.hash`): what decides
+  the bits — backend, kernel mode and summation order, sampling rule, dtype, the pinned
+  container image, and the hardware class *where it matters* (the ``fast`` kernels run
+  PyTorch's own GEMMs, whose order depends on the ISA and the torch build; the ``invariant``
+  kernels give the same bits on AVX-512, AVX2 and scalar — docs/engine.md — so for them the
+  hardware class is ``any``). This string goes into every ExecRequest, its sha256 into every
+  receipt (``engineFingerprintHash``), and governance approves that hash on chain.
+* REPORTED (:attr:`EngineFingerprint.reported`): the CPU model string, the ISA path the
+  kernels dispatched to, library versions and host facts. Shown in ``/health`` for diagnosis,
+  never hashed: a host move or a library upgrade that cannot change a bit must not make every
+  receipt the operator signs slashable at challenge open (issue 13.5).
+
+Two engines with equal approved fingerprints, weights and token ids must produce equal bytes;
+the short form becomes the OpenAI ``system_fingerprint``.
 """
 
 from __future__ import annotations
@@ -10,7 +24,8 @@ import hashlib
 import json
 import os
 import platform
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +33,11 @@ import torch
 import verinfer
 from verinfer.engine.sampling import SAMPLING_RULE
 
+FINGERPRINT_VERSION = 4  # 4: approved/reported split (3 hashed CPU model and versions too)
 _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
+# Kernel modes whose bits do not depend on the machine (fixed summation order, exactly
+# rounded FMA, own exp): their hardware class is "any".
+_MACHINE_INDEPENDENT_KERNELS = ("invariant",)
 
 
 def cpu_description() -> tuple[str, list[str]]:
@@ -41,30 +60,42 @@ def cpu_description() -> tuple[str, list[str]]:
 
 @dataclass(frozen=True)
 class EngineFingerprint:
+    # ---- approved: hashed, decides the bits ----
     version: int
     backend: str
     kernels: str  # invariant | fast
-    kernel_isa: str  # code path of the compiled kernels (avx512 | avx2 | scalar | none)
     linear_order: str  # summation order of every matmul (Ops.linear_order)
     sampler: str  # the token sampling rule (sampling.SAMPLING_RULE)
-    device: str
-    cpu_flags: tuple[str, ...]
     dtype: str
-    torch: str
-    numpy: str
-    verinfer: str
-    container_digest: str
+    container_digest: str  # the pinned image (VERINFER_CONTAINER_DIGEST), "" when unpinned
+    hardware_class: str  # "any", or what the kernels' bits depend on (fast mode)
+    # ---- reported: diagnostics only, excluded from canonical()/hash ----
+    reported: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def approved(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["reported"]
+        return out
 
     def canonical(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+        """The approved part as canonical JSON: the ExecRequest's ``engine_fingerprint``."""
+        return json.dumps(self.approved(), sort_keys=True, separators=(",", ":")).encode()
 
     @property
     def hash(self) -> str:
+        """0x + sha256(canonical()): the receipt's engineFingerprintHash."""
         return "0x" + hashlib.sha256(self.canonical()).hexdigest()
 
     @property
     def system_fingerprint(self) -> str:
         return f"vi-{self.kernels}-{self.hash[2:18]}"
+
+
+def hardware_class(kernel_mode: str, kernel_isa: str, flags: list[str]) -> str:
+    if kernel_mode in _MACHINE_INDEPENDENT_KERNELS:
+        return "any"
+    # PyTorch's GEMMs pick their blocking (and so their summation order) by ISA and build.
+    return f"cpu:{kernel_isa}:{'+'.join(flags)};torch:{torch.__version__}"
 
 
 def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
@@ -73,17 +104,16 @@ def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
     digest = container_digest if container_digest is not None else os.environ.get(
         "VERINFER_CONTAINER_DIGEST", "")
     return EngineFingerprint(
-        version=3,
+        version=FINGERPRINT_VERSION,
         backend="torch-cpu",
         kernels=kernel_mode,
-        kernel_isa=kernel_isa,
         linear_order=linear_order,
         sampler=SAMPLING_RULE,
-        device=name,
-        cpu_flags=tuple(flags),
         dtype="float32",
-        torch=torch.__version__,
-        numpy=np.__version__,
-        verinfer=verinfer.__version__,
         container_digest=digest,
+        hardware_class=hardware_class(kernel_mode, kernel_isa, flags),
+        reported={"device": name, "cpu_flags": flags, "kernel_isa": kernel_isa,
+                  "torch": torch.__version__, "numpy": np.__version__,
+                  "verinfer": verinfer.__version__, "host": platform.node(),
+                  "python": platform.python_version()},
     )

@@ -94,10 +94,18 @@ def free_port() -> int:
 def provision(root: Path, *, epoch: int, threshold: int, shares: int,
               measurements: Iterable[bytes], verifiers: Iterable[str] = (),
               challenges: Mapping[str, Sequence[str]] | None = None,
-              suite: str | None = None, now: Callable[[], float] = time.time) -> ClusterLayout:
+              suite: str | None = None, now: Callable[[], float] = time.time,
+              unsafe_single_tree: bool = False) -> ClusterLayout:
     """Create seal keys, the attestation root, epoch ``epoch``, shard identities, a shard
     directory with free loopback ports, the allowlist and the committee file (challenges
-    listed here are open)."""
+    listed here are open).
+
+    UNSAFE outside devnets and tests: every seal key, every sealed share and the attestation
+    root key (which can forge quotes) land in one tree, with a file-based committee; callers
+    must say so with ``unsafe_single_tree=True`` (a real KMS runs `verinfer kms keygen`)."""
+    if not unsafe_single_tree:
+        raise ValueError("provision() puts all seal keys, sealed shares and the attestation "
+                         "root key in one tree: pass unsafe_single_tree=True (devnets, tests)")
     lay = ClusterLayout(root, shares)
     root.mkdir(parents=True, exist_ok=True)
     keys = {i: new_seal_key(lay.seal_key_file(i)) for i in range(1, shares + 1)}

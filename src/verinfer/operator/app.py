@@ -9,6 +9,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,12 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.errors import ModelNotFoundError, VerinferError
+from verinfer.errors import (
+    EngineOverloadedError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    VerinferError,
+)
 from verinfer.operator.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from verinfer.operator.chat.serving import ServingChat
 from verinfer.operator.completions.protocol import Completion, CompletionRequest
@@ -29,10 +35,17 @@ from verinfer.operator.evidence import EvidencePipeline, Execution
 from verinfer.operator.generation import Finalizer, Job
 from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelList
+from verinfer.operator.readiness import Readiness
 from verinfer.operator.receipts_api import receipt_status
 from verinfer.operator.security import ApiKeys, RateLimiter
+from verinfer.protocol import limits
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = limits.MAX_BODY_BYTES
+#: Threads that tokenize requests: the tokenizer is pure Python, so it must not run on the
+#: event loop (one 3.9 MB body froze every request, /health included, for 17 s).
+TOKENIZE_WORKERS = 2
+#: Requests tokenizing or waiting for a tokenizer thread; more get 503 at once.
+TOKENIZE_QUEUE = 64
 log = logging.getLogger(__name__)
 
 
@@ -44,6 +57,10 @@ class ServerConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     clock: Callable[[], float] = field(default=time.time)
     evidence: EvidencePipeline | None = None  # None: no receipts (unsafe_no_evidence)
+    # Blockers that stop signing (identity not approved, publication backlog); None: none.
+    readiness: Readiness | None = None
+    # Production-unsafe modes this server runs in (shown in /health and the metrics).
+    unsafe: Sequence[str] = ()
 
 
 class _SentBytes:
@@ -91,15 +108,24 @@ class Edge:
     def __init__(self, app: Any, limit: int, metrics: OperatorMetrics) -> None:
         self.app, self.limit, self.metrics = app, limit, metrics
 
+    @staticmethod
+    def _template(scope: Any) -> str:
+        """The matched route's template (``/v1/receipts/{receipt_id}``), never the raw path:
+        a client-chosen path as a label leaks it to whoever reads /metrics and grows the
+        registry without bound."""
+        route = scope.get("route")
+        path = getattr(route, "path", None)
+        return path if isinstance(path, str) else "unmatched"
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         _cap_recursion()
-        route, m = scope["path"], self.metrics
+        m = self.metrics
         size = dict(scope["headers"]).get(b"content-length", b"")
         if size.isdigit() and int(size) > self.limit:
-            m.requests.labels(route, "413").inc()
+            m.count("unrouted", 413)
             await error_response(413, f"request body of {int(size)} bytes exceeds the limit "
                                  f"of {self.limit}", "invalid_request_error",
                                  code="request_too_large")(scope, receive, send)
@@ -130,14 +156,17 @@ class Edge:
             await self.app(scope, counted, sent)
         finally:
             m.in_flight.dec()
-            m.requests.labels(route, str(status)).inc()
+            route = self._template(scope)
+            m.count(route, status)
             m.latency.labels(route).observe(time.perf_counter() - t0)
 
 
 _ERRORS = {"400": "Bad request: invalid JSON, field types, ranges or combinations",
            "401": "Missing or unknown API key", "404": "Unknown model or receipt",
            "413": "Request body over the size limit", "429": "Rate limit reached",
-           "500": "Server error"}
+           "500": "Server error",
+           "503": "Not signing receipts now (see /health), or overloaded; retry after "
+                  "Retry-After seconds"}
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -168,8 +197,25 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return schema
 
 
-def _commitments(value: str | None) -> bytes | None:
-    return None if value is None else bytes.fromhex(value.removeprefix("0x"))
+def check_work(texts: Sequence[str], messages: int = 0) -> None:
+    """Bounds the tokenizer's work before it starts (limits table: verinfer.protocol.limits):
+    counting characters is O(n) in C, tokenizing them is ~4 us each in Python."""
+    if messages > limits.MAX_MESSAGES:
+        raise InvalidRequestError(f"{messages} messages exceed the limit of "
+                                  f"{limits.MAX_MESSAGES}", param="messages")
+    chars = sum(len(t) for t in texts)
+    if chars > limits.MAX_PROMPT_CHARS:
+        raise InvalidRequestError(f"the prompt text has {chars} characters; the limit is "
+                                  f"{limits.MAX_PROMPT_CHARS}", param="messages" if messages
+                                  else "prompt", code="prompt_too_long")
+
+
+def _prompt_texts(prompt: Any) -> list[str]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list):
+        return [p for p in prompt if isinstance(p, str)]
+    return []
 
 
 def create_app(engine: Engine, model_name: str, config: ServerConfig | None = None) -> FastAPI:
@@ -181,16 +227,38 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     limiter = (RateLimiter(cfg.rate_limit_per_minute, cfg.rate_limit_burst, clock=cfg.clock)
                if cfg.rate_limit_per_minute else None)
     metrics = OperatorMetrics()
+    readiness = cfg.readiness
+    metrics.unsafe.set(len(cfg.unsafe))
     install_error_handlers(app)
     _cap_recursion()
+    tokenizers = ThreadPoolExecutor(max_workers=TOKENIZE_WORKERS, thread_name_prefix="tokenize")
+    tokenize_slots = asyncio.Semaphore(TOKENIZE_QUEUE)
 
     async def caller(request: Request) -> str:
         who = keys.check(request.headers.get("authorization"))
+        # the key that pays for a request owns its receipts (GET /v1/receipts/{id})
+        request.state.key_digest = keys.digest(request.headers.get("authorization"))
         if who == "open":
             who = "ip-" + (request.client.host if request.client else "unknown")
         if limiter is not None:
             limiter.acquire(who)
         return who
+
+    def require_ready() -> None:
+        if readiness is None:
+            return
+        ready = readiness.ready
+        metrics.ready.set(1 if ready else 0)
+        if not ready:
+            metrics.refused_not_ready.inc()
+            readiness.require()
+
+    async def tokenize(prepare: Callable[[Any], list[Job]], req: Any) -> list[Job]:
+        """Runs ``prepare`` (chat template + tokenizer) on a worker thread."""
+        if tokenize_slots.locked():
+            raise EngineOverloadedError("too many requests are being tokenized; retry shortly")
+        async with tokenize_slots:
+            return await asyncio.get_running_loop().run_in_executor(tokenizers, prepare, req)
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(caller)])
 
@@ -201,32 +269,33 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     evidence = cfg.evidence
 
     async def publish(jobs: list[Job], results: list[GenerationResult], commitments: str | None,
-                      body: bytes, response_body: bytes) -> dict[str, Any]:
+                      body: bytes, response_body: bytes, owner: bytes | None
+                      ) -> dict[str, Any]:
         assert evidence is not None
-        executions = [Execution(j.prompt_ids, j.params, r, _commitments(commitments))
-                      for j, r in zip(jobs, results, strict=True)]
+        executions = [Execution(j.request, r) for j, r in zip(jobs, results, strict=True)]
         t0 = time.perf_counter()
-        out = await asyncio.to_thread(evidence.publish, executions, body, response_body)
+        out = await asyncio.to_thread(evidence.publish, executions, body, response_body,
+                                      owner=owner)
         metrics.evidence_latency.observe(time.perf_counter() - t0)
         return out
 
     async def respond(resp: ChatCompletionResponse | Completion, jobs: list[Job],
                       results: list[GenerationResult], commitments: str | None,
-                      body: bytes) -> Response:
+                      body: bytes, owner: bytes | None) -> Response:
         metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
         out = resp.model_dump_json(exclude_none=True).encode()
         if evidence is not None:
-            resp.verification = await publish(jobs, results, commitments, body, out)
+            resp.verification = await publish(jobs, results, commitments, body, out, owner)
             out = resp.model_dump_json(exclude_none=True).encode()
         return Response(out, media_type="application/json")
 
     def stream(make: Callable[[Finalizer | None], AsyncIterator[BaseModel]], jobs: list[Job],
-               commitments: str | None, body: bytes) -> StreamingResponse:
+               commitments: str | None, body: bytes, owner: bytes | None) -> StreamingResponse:
         sent = _SentBytes()
 
         async def finalize(results: list[GenerationResult]) -> dict[str, Any]:
             metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
-            return await publish(jobs, results, commitments, body, bytes(sent.buf))
+            return await publish(jobs, results, commitments, body, bytes(sent.buf), owner)
 
         return StreamingResponse(_sse(make(finalize if evidence is not None else None), sent),
                                  media_type="text/event-stream")
@@ -234,38 +303,70 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     @v1.post("/chat/completions", response_model=ChatCompletionResponse,
              response_model_exclude_none=True)
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
+        require_ready()
+        check_work([m.content for m in req.messages], len(req.messages))
         body = await request.body()
-        jobs = chat.prepare(req)
+        owner = request.state.key_digest
+        jobs = await tokenize(lambda r: chat.prepare(r, body), req)
         if req.stream:
             return stream(lambda fin: chat.create_stream(req, jobs, fin), jobs,
-                          req.prompt_commitments, body)
+                          req.prompt_commitments, body, owner)
         resp, results = await chat.create(req, jobs)
-        return await respond(resp, jobs, results, req.prompt_commitments, body)
+        return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
     async def text_completions(req: CompletionRequest, request: Request) -> Response:
+        require_ready()
+        check_work(_prompt_texts(req.prompt))
         body = await request.body()
-        jobs = completions.prepare(req)
+        owner = request.state.key_digest
+        jobs = await tokenize(lambda r: completions.prepare(r, body), req)
         if req.stream:
             return stream(lambda fin: completions.create_stream(req, jobs, fin), jobs,
-                          req.prompt_commitments, body)
+                          req.prompt_commitments, body, owner)
         resp, results = await completions.create(req, jobs)
-        return await respond(resp, jobs, results, req.prompt_commitments, body)
+        return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.get("/receipts/{receipt_id}")
-    async def get_receipt(receipt_id: str) -> dict[str, Any]:
+    async def get_receipt(receipt_id: str, request: Request) -> dict[str, Any]:
         if evidence is None:
             raise ModelNotFoundError("this server does not issue receipts", param="receipt_id")
+        # With API keys, a receipt's status is the paying key's business only (its state
+        # tells who is using the service and when); without keys the API is open anyway.
+        owner = request.state.key_digest if keys.enabled else None
         return await asyncio.to_thread(receipt_status, evidence.outbox, evidence.domain,
-                                       receipt_id)
+                                       receipt_id, owner=owner)
+
+    def readiness_state() -> tuple[bool, dict[str, str]]:
+        if readiness is None:
+            return True, {}
+        ready, reasons = readiness.ready, readiness.reasons()
+        metrics.ready.set(1 if ready else 0)
+        return ready, reasons
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok", "model_id": engine.model_id,
-                "system_fingerprint": engine.fingerprint.system_fingerprint}
+    async def health() -> dict[str, Any]:
+        """Liveness (always 200 while the process serves) plus why it would refuse to sign."""
+        ready, reasons = readiness_state()
+        fp = engine.fingerprint
+        return {"status": "ok", "ready": ready, "not_ready": reasons,
+                "unsafe": list(cfg.unsafe), "model_id": engine.model_id,
+                "system_fingerprint": fp.system_fingerprint,
+                "engine_fingerprint": {"hash": fp.hash, "approved": fp.approved(),
+                                       "reported": fp.reported}}
+
+    @app.get("/ready")
+    async def ready_probe() -> Response:
+        """Readiness for load balancers: 200 when signing, else 503 with the reasons."""
+        ready, reasons = readiness_state()
+        return Response(json.dumps({"ready": ready, "not_ready": reasons}),
+                        status_code=200 if ready else 503, media_type="application/json")
 
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        # Protected like the API: with keys configured, only a key holder reads it.
+        keys.check(request.headers.get("authorization"))
+        readiness_state()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(v1)

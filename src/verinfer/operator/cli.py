@@ -53,6 +53,10 @@ def init(
     deployment: Annotated[Path | None, typer.Option(
         help="deployment.json from `verinfer chain deploy` (sets chain id and the "
              "ChallengeManager).")] = None,
+    unsafe_dev: Annotated[bool, typer.Option(
+        help="Allow a demo set-up: no chain (receipts for chain 31337 with a zero "
+             "verifyingContract, batches to a JSONL file) and/or a KMS provisioned in DIR.")]
+    = False,
 ) -> None:
     """Create the operator keystore and operator.json (and a local KMS epoch if none given)."""
     if (directory / CONFIG_NAME).exists():
@@ -64,6 +68,18 @@ def init(
     if (rpc_url is None) != (deployment is None):
         typer.echo("error: --rpc-url and --deployment go together", err=True)
         raise typer.Exit(2)
+    unsafe = ([] if deployment is not None else
+              ["no --deployment: receipts for chain 31337 with a zero verifyingContract, "
+               "batches to a JSONL file; nothing on chain can challenge them"]) + \
+             ([] if epochs_file is not None else
+              ["no --epochs-file: a KMS is provisioned in DIR/kms (seal keys, sealed shares "
+               "and the attestation root key in one tree)"])
+    if unsafe and not unsafe_dev:
+        typer.echo("error: production-unsafe set-up:\n  - " + "\n  - ".join(unsafe)
+                   + "\npass --unsafe-dev for a demo or test", err=True)
+        raise typer.Exit(2)
+    for reason in unsafe:
+        typer.echo(f"WARNING: UNSAFE: {reason}", err=True)
     sink: dict[str, object] = {"kind": "jsonl", "path": "batches.jsonl"}
     if deployment is not None:
         from verinfer.chain.deploy import Deployment
@@ -83,11 +99,12 @@ def init(
         os.chmod(pw, 0o600)
     address = create_keystore(directory / "operator.keystore.json", key, password,
                               light=light_kdf)
+    epochs_file_given = epochs_file is not None
     if epochs_file is None:
         from verinfer.kms.local_cluster import provision
 
         lay = provision(directory / "kms", epoch=key_epoch, threshold=2, shares=3,
-                        measurements=[])
+                        measurements=[], unsafe_single_tree=True)
         epochs_file = lay.registry
         typer.echo(f"provisioned a local 2-of-3 KMS (epoch {key_epoch}) in {directory / 'kms'}",
                    err=True)
@@ -100,6 +117,7 @@ def init(
                "redis_prefix": "verinfer:da:", "eigenda_url": None},
         "batch": {"max_entries": batch_max_entries, "max_age_s": batch_max_age_s},
         "sink": sink,
+        "kms_provisioned_locally": epochs_file_given is False,
     })
     typer.echo(json.dumps({"operator": address, "config": str(directory / CONFIG_NAME)}))
 

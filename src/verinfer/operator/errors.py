@@ -38,8 +38,9 @@ def install_error_handlers(app: FastAPI) -> None:
         if e.status_code >= 500:
             log.error("server error: %s", e.message)
         resp = JSONResponse(error_payload(e), status_code=e.status_code)
-        if isinstance(e, RateLimitError):
-            resp.headers["Retry-After"] = str(max(1, math.ceil(e.retry_after)))
+        retry_after = getattr(e, "retry_after", None)  # 429 rate limit, 503 not ready
+        if isinstance(e, RateLimitError) or isinstance(retry_after, (int, float)):
+            resp.headers["Retry-After"] = str(max(1, math.ceil(retry_after or 1)))
         return resp
 
     @app.exception_handler(RequestValidationError)

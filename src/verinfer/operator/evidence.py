@@ -31,12 +31,11 @@ VERIFICATION_VERSION = 1
 
 @dataclass(frozen=True)
 class Execution:
-    """One choice as the engine ran it."""
+    """One choice as the engine ran it: the request rule's ExecRequest (the job's, never
+    rebuilt here, so the receipt commits to exactly what the rule planned) and its result."""
 
-    prompt_ids: list[int]
-    params: Any  # SamplingParams
+    request: ExecRequest
     result: GenerationResult
-    prompt_commitments: bytes | None = None
 
 
 class EvidencePipeline:
@@ -58,8 +57,7 @@ class EvidencePipeline:
 
     def seal_and_sign(self, ex: Execution, request_body: bytes, response_body: bytes
                       ) -> tuple[SignedReceipt, bytes, ExecRequest, ExecResult]:
-        req = ExecRequest.from_engine(self.engine, ex.prompt_ids, ex.params,
-                                      ex.prompt_commitments)
+        req = ex.request
         res = ExecResult.from_generation(ex.result)
         binding = EnvelopeBinding.for_execution(operator=self.operator,
                                                 chain_id=self.domain.chain_id,
@@ -74,12 +72,13 @@ class EvidencePipeline:
         return SignedReceipt.sign(receipt, self.domain, self.signer), blob, req, res
 
     def publish(self, executions: Sequence[Execution], request_body: bytes,
-                response_body: bytes) -> dict[str, Any]:
+                response_body: bytes, *, owner: bytes | None = None) -> dict[str, Any]:
         """Seals, signs and durably enqueues every choice (one transaction); returns the
-        ``verification`` object. Blocking: call it off the event loop."""
+        ``verification`` object. Blocking: call it off the event loop. ``owner``: sha256 of
+        the paying API key (only it may read the receipts back)."""
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
         self.outbox.enqueue_many([(signed.digest, encode_signed_receipt(signed), blob)
-                                  for signed, blob, _, _ in made])
+                                  for signed, blob, _, _ in made], owner=owner)
         entries = [self._entry(ex, signed, blob, req, res)
                    for ex, (signed, blob, req, res) in zip(executions, made, strict=True)]
         out = dict(entries[0])
@@ -97,7 +96,7 @@ class EvidencePipeline:
             "operator": self.operator,
             "req_hash": to_hex(req.hash),
             "out_hash": to_hex(res.hash),
-            "seed": ex.params.seed,
+            "seed": req.seed,
             "da_pointer": str(Pointer.for_blob(self.da_backend, blob)),
             "key_epoch": self.key_epoch,
             "exec_request": req.to_json(),

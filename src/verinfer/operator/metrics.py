@@ -1,14 +1,24 @@
-"""Prometheus metrics of the operator (one registry per app, so tests can run several)."""
+"""Prometheus metrics of the operator (one registry per app, so tests can run several).
+
+Labels are bounded by construction: ``route`` is a route *template* (or ``unmatched`` /
+``unrouted``), never a client-chosen path, and ``status`` is one of the codes in
+:data:`STATUSES` (anything else is ``other``). So /metrics leaks no path, receipt id or
+anything else a client sent, and its size does not grow with traffic (issue 24.5).
+"""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+STATUSES = frozenset({"200", "400", "401", "403", "404", "405", "413", "422", "429", "500",
+                      "503"})
+
 
 class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("verinfer_requests_total", "HTTP requests by route and status",
+        self.requests = Counter("verinfer_requests_total",
+                                "HTTP requests by route template and status",
                                 ["route", "status"], registry=self.registry)
         self.latency = Histogram("verinfer_request_seconds", "End-to-end request latency",
                                  ["route"], registry=self.registry,
@@ -21,3 +31,16 @@ class OperatorMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5))
         self.in_flight = Gauge("verinfer_requests_in_flight", "Requests being served",
                                registry=self.registry)
+        self.ready = Gauge("verinfer_ready", "1 while the operator signs receipts, 0 while a "
+                           "blocker (see /health) stops it", registry=self.registry)
+        self.ready.set(1)
+        self.refused_not_ready = Counter(
+            "verinfer_refused_not_ready_total",
+            "Completions refused with 503 because the operator could not honour a receipt",
+            registry=self.registry)
+        self.unsafe = Gauge("verinfer_unsafe_modes", "Production-unsafe modes this server runs "
+                            "in (0 in production; reasons in /health)", registry=self.registry)
+
+    def count(self, route: str, status: int) -> None:
+        code = str(status)
+        self.requests.labels(route, code if code in STATUSES else "other").inc()

@@ -32,10 +32,16 @@ def parse_receipt_id(value: str) -> bytes:
                                   param="receipt_id") from None
 
 
-def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str) -> dict[str, Any]:
+def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str, *,
+                   owner: bytes | None = None) -> dict[str, Any]:
+    """``owner``: sha256 of the caller's API key when the server requires keys — then only
+    the key that paid for the receipt sees it (others, and entries with no recorded owner,
+    get the same 404 as an unknown id, so existence does not leak either)."""
     digest = parse_receipt_id(receipt_id)
     raw = outbox.receipt(digest)
     state = outbox.entry_state(digest)
+    if owner is not None and outbox.receipt_owner(digest) != owner:
+        raw = None
     if raw is None or state is None:
         raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
                                    param="receipt_id")

@@ -1,11 +1,32 @@
-"""Builds the evidence pipeline and the publisher from an operator config."""
+"""Builds the evidence pipeline, the publisher and the readiness monitors from an operator
+config.
+
+Before the server signs anything it must know that every receipt it signs can be honoured:
+
+* chain binding (issue 24.2): with a chain configured, the connected chain's id, the
+  deployment's chain id and operator.json's chain id are one number, and the ChallengeManager
+  there has the EIP-712 domain separator the receipts use — otherwise the server refuses to
+  start (a receipt for another chain verifies off chain but can never be challenged). Every
+  signature then goes through :class:`ChainBoundSigner`, which refuses a receipt whose chainId
+  or domain differs.
+* identity (issue 13.5): the model id and the *approved* engine fingerprint hash are on
+  ProtocolConfig's allowlists; re-checked every ``identity_interval_s``.
+* backlog (issue 14.7): the oldest receipt not yet committed stays well inside the publication
+  deadline (on chain: ``Params.publicationDeadline``).
+
+Production-unsafe modes (no chain, zero verifying contract, a KMS provisioned next to the
+operator key) are listed by :func:`unsafe_reasons`; `verinfer serve` refuses them without
+``--unsafe-dev`` and reports them in /health and the metrics.
+"""
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from verinfer.da_client.base import DAClient
@@ -18,8 +39,77 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import FileEpochRegistry, require_live
 from verinfer.operator.config import OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
-from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.operator.readiness import BacklogMonitor, MonitorThread, Readiness
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.epoch_keys import load_public_key
+
+log = logging.getLogger(__name__)
+
+ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
+#: Without a chain there is no on-chain deadline; this bounds the backlog all the same.
+DEFAULT_PUBLICATION_DEADLINE_S = 600.0
+#: Stop signing once the oldest unpublished receipt has used this share of its deadline: the
+#: rest is the margin in which the publisher drains what was signed before the stop.
+DEFAULT_STOP_FRACTION = 0.5
+
+
+class ChainBoundSigner(ReceiptSigner):
+    """The operator key, refusing any receipt not bound to the one chain and domain it serves
+    (receipt chainId = domain chainId = the connected chain's id)."""
+
+    def __init__(self, private_key: bytes | str, domain: Domain) -> None:
+        super().__init__(private_key)
+        self.domain = domain
+
+    def sign(self, receipt: Receipt, domain: Domain) -> bytes:
+        if domain != self.domain or receipt.chain_id != self.domain.chain_id:
+            raise OperatorSigningError(
+                f"refusing to sign: receipt chainId {receipt.chain_id} / domain "
+                f"{domain.to_json()} differ from the served chain {self.domain.to_json()}")
+        return super().sign(receipt, domain)
+
+
+class OperatorSigningError(OperatorConfigError):
+    status_code = 500
+    error_type = "server_error"
+    code = "operator_signing"
+
+
+@dataclass
+class ChainIdentity:
+    """Checks the operator's identity against ProtocolConfig's allowlists (a monitor)."""
+
+    readiness: Readiness
+    config: Any  # chain.bindings.ProtocolConfigContract
+    model_id: bytes
+    fingerprint_hash: bytes
+    interval_s: float = 30.0  # re-check period while approved (revocation is rare)
+    clock: Callable[[], float] = time.monotonic
+    retry_after_s: float = 30.0
+    NAME: str = "identity"
+    _checked_at: float | None = None
+
+    def __call__(self) -> None:
+        """Every call while blocked (approval is picked up within one monitor tick), else
+        once per ``interval_s``."""
+        from verinfer.chain.structs import Kind
+
+        now = self.clock()
+        if (self._checked_at is not None and self.NAME not in self.readiness.reasons()
+                and now - self._checked_at < self.interval_s):
+            return
+        self._checked_at = now
+        problems = []
+        if not self.config.is_approved(Kind.MODEL, self.model_id):
+            problems.append(f"model id 0x{self.model_id.hex()} is not approved on chain")
+        if not self.config.is_approved(Kind.ENGINE_FINGERPRINT, self.fingerprint_hash):
+            problems.append(f"engine fingerprint 0x{self.fingerprint_hash.hex()} is not "
+                            "approved on chain")
+        if problems:
+            self.readiness.block(self.NAME, "; ".join(problems) + " (receipts would be "
+                                 "slashable at challenge open)", self.retry_after_s)
+        else:
+            self.readiness.clear(self.NAME)
 
 
 @dataclass
@@ -28,10 +118,29 @@ class OperatorRuntime:
     publisher: Publisher
     outbox: Outbox
     da: DAClient
+    readiness: Readiness = field(default_factory=Readiness)
+    monitors: MonitorThread | None = None
+    unsafe: list[str] = field(default_factory=list)
 
     def close(self, drain_timeout_s: float = 10.0) -> None:
+        if self.monitors is not None:
+            self.monitors.stop()
         self.publisher.stop(drain_timeout_s=drain_timeout_s)
         self.outbox.close()
+
+
+def unsafe_reasons(cfg: OperatorConfig) -> list[str]:
+    """What makes this configuration unfit for production (empty: nothing known)."""
+    out = []
+    if cfg.raw["sink"].get("kind") != "chain":
+        out.append("no chain: batches go to a local JSONL file and nothing on chain can "
+                   "challenge or slash these receipts")
+    if str(cfg.raw["challenge_manager"]).lower() == ZERO_ADDRESS:
+        out.append("receipts name the zero address as verifyingContract")
+    if cfg.raw.get("kms_provisioned_locally"):
+        out.append("the KMS epoch was provisioned locally: seal keys, sealed shares and the "
+                   "attestation root key sit in one directory beside the operator key")
+    return out
 
 
 def open_sink(cfg: OperatorConfig) -> BatchSink:
@@ -46,8 +155,42 @@ def open_sink(cfg: OperatorConfig) -> BatchSink:
     raise OperatorConfigError(f"unknown batch sink kind {kind!r} (jsonl | chain)")
 
 
+def _bind_chain(cfg: OperatorConfig, domain: Domain) -> Any:
+    """Checks the chain binding (see the module doc); returns the bound contracts."""
+    from web3 import Web3
+
+    from verinfer.chain.deploy import Deployment
+
+    sink = cfg.raw["sink"]
+    dep = Deployment.load(Path(sink["deployment"]))
+    w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
+    try:
+        connected = int(w3.eth.chain_id)
+    except Exception as e:  # any RPC failure: the binding is unproven
+        raise OperatorConfigError(f"cannot read the chain id from {sink['rpc_url']}: {e}"
+                                  ) from None
+    ids = {"operator.json chain_id": domain.chain_id, "deployment chain_id": dep.chain_id,
+           "connected chain": connected}
+    if len(set(ids.values())) != 1:
+        raise OperatorConfigError("refusing to sign receipts for another chain: " + ", ".join(
+            f"{k} = {v}" for k, v in ids.items()))
+    if domain.verifying_contract.lower() != dep.challenge_manager.lower():
+        raise OperatorConfigError(
+            f"operator.json names verifyingContract {domain.verifying_contract}, the deployment "
+            f"has ChallengeManager {dep.challenge_manager}")
+    contracts = dep.bind(w3)
+    on_chain = contracts.challenges.domain_separator()
+    if on_chain != domain.separator:
+        raise OperatorConfigError(
+            f"the ChallengeManager at {dep.challenge_manager} has EIP-712 domain separator "
+            f"0x{on_chain.hex()}, receipts would use 0x{domain.separator.hex()}")
+    return contracts
+
+
 def build_runtime(cfg: OperatorConfig, engine: Engine, *,
-                  clock: Callable[[], float] = time.time) -> OperatorRuntime:
+                  clock: Callable[[], float] = time.time,
+                  monitor_interval_s: float | None = None,
+                  check_identity: bool = True) -> OperatorRuntime:
     rec = require_live(FileEpochRegistry(cfg.path("epochs_file")), int(cfg.raw["key_epoch"]))
     epoch_key = load_public_key(rec.suite, rec.public_key_bytes)
     da_cfg: dict[str, Any] = dict(cfg.raw["da"])
@@ -56,14 +199,44 @@ def build_runtime(cfg: OperatorConfig, engine: Engine, *,
         da_cfg["local_store"] = str(cfg.rel(da_cfg["local_store"]))
     da = open_client(backend, DAConfig(**da_cfg))
     domain = Domain(int(cfg.raw["chain_id"]), cfg.raw["challenge_manager"])
+    readiness = Readiness()
+    checks: list[tuple[str, Callable[[], None]]] = []
+    bp: dict[str, Any] = dict(cfg.raw.get("backpressure") or {})
+    deadline = float(bp.get("publication_deadline_s", DEFAULT_PUBLICATION_DEADLINE_S))
+    if cfg.raw["sink"].get("kind") == "chain":
+        contracts = _bind_chain(cfg, domain)
+        # the deadline that counts is the one a claimant uses: the chain's
+        deadline = float(contracts.config.params().publication_deadline)
+        if check_identity:
+            checks.append((ChainIdentity.NAME, ChainIdentity(
+                readiness, contracts.config, bytes.fromhex(engine.model_id[2:]),
+                bytes.fromhex(engine.fingerprint.hash[2:]),
+                interval_s=float(bp.get("identity_interval_s", 30.0)))))
+        else:
+            log.warning("UNSAFE: signing without checking that the model and engine "
+                        "fingerprint are approved on chain")
+    stop_after = float(bp.get("stop_after_s", deadline * DEFAULT_STOP_FRACTION))
+    if not 0 < stop_after < deadline:
+        raise OperatorConfigError(f"backpressure.stop_after_s must be in (0, {deadline:g}) "
+                                  f"(the publication deadline), got {stop_after:g}")
     # Entries queued by an older version carry no domain: they were signed under this one.
     outbox = Outbox(cfg.path("outbox"), now=clock,
                     receipt_decoder=functools.partial(decode_signed_receipt, legacy_domain=domain))
     evidence = EvidencePipeline(
-        engine, ReceiptSigner(cfg.private_key()), domain,
+        engine, ChainBoundSigner(cfg.private_key(), domain), domain,
         int(cfg.raw["key_epoch"]), epoch_key, outbox, backend, clock=clock)
     batch = cfg.raw["batch"]
     publisher = Publisher(outbox, da, open_sink(cfg),
                           batch_max_entries=int(batch.get("max_entries", 1024)),
                           batch_max_age_s=float(batch.get("max_age_s", 5.0)))
-    return OperatorRuntime(evidence, publisher.start(), outbox, da)
+    checks.append((BacklogMonitor.NAME, BacklogMonitor(
+        readiness, outbox.oldest_pending_at, outbox.pending_count, stop_after_s=stop_after,
+        max_pending=int(bp.get("max_pending", 100_000)), clock=clock,
+        last_error=lambda: publisher.last_error)))
+    interval = monitor_interval_s if monitor_interval_s is not None else float(
+        bp.get("check_interval_s", 1.0))
+    monitors = MonitorThread(readiness, checks, interval_s=interval)
+    runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
+                              unsafe_reasons(cfg))
+    runtime.monitors = monitors.start()
+    return runtime

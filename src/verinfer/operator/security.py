@@ -42,6 +42,18 @@ class ApiKeys:
         return "key-" + d[:8].hex()
 
 
+    def digest(self, authorization: str | None) -> bytes | None:
+        """sha256 of the presented key when keys are on and it is one of them, else None:
+        what a receipt stores as its owner."""
+        if not self.enabled:
+            return None
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        d = key_digest(token.strip())
+        return d if any(hmac.compare_digest(d, k) for k in self._digests) else None
+
+
 @dataclass
 class _Bucket:
     tokens: float

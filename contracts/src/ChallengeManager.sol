@@ -76,8 +76,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint16 members;
         uint16 commits;
         uint16 reveals;
-        uint128 lockedStake; // operator stake reserved for this challenge
-        uint128 totalWeight; // committee stake weight
+        uint96 lockedStake; // the operator's liability for this challenge (slashAmount at open)
+        uint112 totalWeight; // committee stake weight
+        uint48 snapshotBlock; // the open block: the draw uses verifier weights as of its end
         uint128 memberPenalty; // non-reveal penalty locked on each member at the draw
     }
 
@@ -105,14 +106,32 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint128 lockedStake;
     }
 
-    /// @notice Per receipt: the live dispute (0 = none) and whether it was ever slashed.
+    /// @notice Per receipt: the live challenge and the live claim (0 = none; they are
+    ///         independent, so neither can hold off the other), whether stake was ever taken for
+    ///         its content (re-execution fault or invalid receipt: `slashed`) and whether stake
+    ///         was ever taken for withholding it (`withholdingSlashed`). A flag is set only when
+    ///         stake was actually taken.
     struct ReceiptState {
         uint64 liveChallenge;
         uint64 liveClaim;
         bool slashed;
+        bool withholdingSlashed;
     }
 
     uint256 internal constant BPS = 10_000;
+
+    /// @notice The vote a committee member reveals when the operator-provided evidence (DA
+    ///         payload, decryption, request) cannot be obtained or does not match the receipt:
+    ///         the operator is responsible for evidence availability, so this counts as a
+    ///         revealed vote against the receipt (it adds to the best other outHash for the
+    ///         slashing quorum) and is never a non-reveal. A receipt whose own outHash equals it
+    ///         is invalid (slashed at open).
+    bytes32 public constant INVALID_EVIDENCE = keccak256("verinfer.vote.invalid-evidence");
+
+    /// @notice How far in the future (beyond the chain's clock) a receipt's issuedAt may be.
+    ///         A receipt dated later than its batch's commit time + this, or later than now +
+    ///         this when claimed, is itself invalid and is slashed at once.
+    uint64 public constant MAX_CLOCK_SKEW = 5 minutes;
 
     ProtocolConfig public immutable config;
     StakeRegistry public immutable stakes;
@@ -206,9 +225,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     error InvalidMerkleProof(bytes32 batchId, bytes32 receiptDigest, uint256 leafIndex);
     /// @notice The batch's challenge window has passed.
     error ChallengeWindowClosed(bytes32 batchId, uint256 deadline, uint256 nowTs);
-    /// @notice The receipt was already slashed once.
+    /// @notice Stake was already taken once for this receipt (for this kind of fault).
     error ReceiptAlreadySlashed(bytes32 receiptDigest);
-    /// @notice A challenge or claim about this receipt is still live.
+    /// @notice A challenge (for openChallenge) or a claim (for claimUnpublished) about this
+    ///         receipt is still live.
     error DisputeAlreadyLive(bytes32 receiptDigest, uint64 challengeId, uint64 claimId);
     /// @notice No such challenge.
     error UnknownChallenge(uint256 id);
@@ -239,7 +259,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     /// @notice The challenge cannot be resolved yet.
     error TooEarlyToResolve(uint256 id, uint256 deadline, uint256 nowTs);
     /// @notice The receipt's publication deadline has not passed yet.
-    error PublicationDeadlineNotPassed(bytes32 receiptDigest, uint64 publishBy, uint256 nowTs);
+    error PublicationDeadlineNotPassed(bytes32 receiptDigest, uint256 publishBy, uint256 nowTs);
     /// @notice No such claim, or not open.
     error ClaimNotOpen(uint256 id, ClaimStatus status);
     /// @notice The operator's response period is over.
@@ -303,14 +323,13 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         if (checkOperator && !stakes.isOperator(r.operator)) revert NotOperator(r.operator);
     }
 
-    /// @dev A receipt can have at most one live dispute and be slashed at most once.
-    function _checkDisputable(bytes32 digest) internal view returns (ReceiptState storage rs) {
+    /// @dev At most one live challenge per receipt, and none once stake was taken for its
+    ///      content. A live withholding claim does not hold a challenge off.
+    function _checkChallengeable(bytes32 digest) internal view returns (ReceiptState storage rs) {
         rs = _receipts[digest];
-        // INVARIANT: no receipt slashes twice.
+        // INVARIANT: no receipt is slashed twice for its content.
         if (rs.slashed) revert ReceiptAlreadySlashed(digest);
-        if (rs.liveChallenge != 0 || rs.liveClaim != 0) {
-            revert DisputeAlreadyLive(digest, rs.liveChallenge, rs.liveClaim);
-        }
+        if (rs.liveChallenge != 0) revert DisputeAlreadyLive(digest, rs.liveChallenge, rs.liveClaim);
     }
 
     // ---- full challenges ----------------------------------------------------------------
@@ -334,12 +353,19 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         // No operator-status check here: the batch lookup below is keyed by the operator, and
         // committing a batch required an active operator.
         bytes32 digest = _verifyReceipt(r, signature, false);
-        ReceiptState storage rs = _checkDisputable(digest);
+        ReceiptState storage rs = _checkChallengeable(digest);
         ProtocolConfig.OpenParams memory p = config.openParams();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
-        bytes32 bid = _checkInclusion(r.operator, digest, batchRoot, leafIndex, siblings, p.challengeWindow);
+        (bytes32 bid, uint64 committedAt) =
+            _checkInclusion(r.operator, digest, batchRoot, leafIndex, siblings, p.challengeWindow);
         id = _storeChallenge(r, digest, bid, p);
-        if (!_configValid(r)) {
+        // Invalid on its face: unapproved model / fingerprint / key epoch at issuedAt; dated
+        // after its own batch was committed (beyond the clock skew), which would also put its
+        // publication deadline out of reach; or claiming the reserved INVALID_EVIDENCE output.
+        if (
+            !_configValid(r) || uint256(r.issuedAt) > uint256(committedAt) + MAX_CLOCK_SKEW
+                || r.outHash == INVALID_EVIDENCE
+        ) {
             _slashInvalidReceipt(id, rs, p.challengerRewardBps);
         } else {
             _challenges[id].status = Status.AwaitingDraw;
@@ -367,7 +393,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         c.challenger = msg.sender;
         c.bond = msg.value.toUint96();
         c.targetBlock = uint40(block.number) + p.drawDelayBlocks;
-        c.lockedStake = stakes.lock(r.operator, p.slashAmount);
+        c.snapshotBlock = uint48(block.number);
+        c.lockedStake = uint256(p.slashAmount).toUint96();
+        // The full liability, whatever other disputes hold (never blocked, never shared).
+        stakes.lock(r.operator, p.slashAmount);
         emit ChallengeOpened(id, digest, r.operator, msg.sender, bid, msg.value, c.targetBlock);
     }
 
@@ -375,8 +404,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     function _slashInvalidReceipt(uint256 id, ReceiptState storage rs, uint16 alphaBps) internal {
         Challenge storage c = _challenges[id];
         c.status = Status.Slashed;
-        rs.slashed = true;
         uint256 slashed = _slashOperator(c.operator, c.lockedStake, c.receiptDigest, Fault.InvalidReceipt, id);
+        // INVARIANT: a receipt is marked slashed only when stake was taken.
+        if (slashed != 0) rs.slashed = true;
         uint256 reward = _payChallenger(c.challenger, c.bond, slashed, alphaBps);
         _burn(slashed - reward);
         emit ChallengeResolved(id, Status.Slashed, bytes32(0), slashed);
@@ -390,9 +420,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint256 leafIndex,
         bytes32[] calldata siblings,
         uint64 window
-    ) internal view returns (bytes32 bid) {
+    ) internal view returns (bytes32 bid, uint64 committedAt) {
         bid = keccak256(abi.encode(operator, root)); // == BatchRegistry.batchId
         BatchRegistry.Batch memory b = batches.batch(bid);
+        committedAt = b.committedAt;
         if (b.committedAt == 0) revert BatchNotFound(operator, root);
         // INVARIANT: a challenge opens only inside the batch's window.
         uint256 deadline = uint256(b.committedAt) + window;
@@ -402,8 +433,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
     }
 
-    /// @notice Draws the committee from blockhash(targetBlock), weighted by active stake; callable
-    ///         by anyone once targetBlock is mined. If that hash is out of reach (older than 256
+    /// @notice Draws the committee from blockhash(targetBlock), weighted by the verifiers' draw
+    ///         weights as of the end of the challenge's open block (fixed before the randomness
+    ///         existed: stake changes after the open cannot move the committee). Callable by
+    ///         anyone once targetBlock is mined. If that hash is out of reach (older than 256
     ///         blocks) the target moves to a new future block instead.
     /// @param id The challenge.
     function drawCommittee(uint256 id) external {
@@ -421,72 +454,26 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             c.targetBlock = newTarget;
             return;
         }
+        // INVARIANT: membership depends only on the seed and the weights at snapshotBlock.
         (address[] memory chosen, uint256[] memory weights, uint256 total) =
-            _selectCommittee(keccak256(abi.encode(bh, id)), p, c.challenger);
+            stakes.drawCommittee(keccak256(abi.encode(bh, id)), c.snapshotBlock, p.committeeSize, c.challenger);
         if (chosen.length == 0) {
             _finishWithoutCommittee(id, c);
             return;
         }
         c.status = Status.Voting;
         c.members = uint16(chosen.length);
-        c.totalWeight = total.toUint128();
+        c.totalWeight = uint112(total);
         c.memberPenalty = p.nonRevealPenalty;
         c.commitDeadline = uint64(block.timestamp) + p.commitPeriod;
         c.revealDeadline = c.commitDeadline + p.revealPeriod;
         for (uint256 i = 0; i < chosen.length; i++) {
             _members[id].push(Member(chosen[i], weights[i].toUint96()));
             _votes[id][chosen[i]].state = VoteState.Member;
-            // Eligibility required this much free stake, so the whole penalty is locked.
+            // A liability like the operator's: a non-revealer loses min(penalty, its stake).
             stakes.lock(chosen[i], p.nonRevealPenalty);
         }
         emit CommitteeDrawn(id, chosen, weights, c.commitDeadline, c.revealDeadline);
-    }
-
-    /// @dev Stake-weighted sampling without replacement among eligible verifiers (active stake
-    ///      >= minimum, free stake >= non-reveal penalty, not the challenger).
-    function _selectCommittee(bytes32 seed, ProtocolConfig.Params memory p, address challenger)
-        internal
-        view
-        returns (address[] memory chosen, uint256[] memory weights, uint256 total)
-    {
-        (address[] memory accts, uint256[] memory active, uint256[] memory free) = stakes.verifierStakes();
-        uint256 pool = 0;
-        uint256 eligible = 0;
-        for (uint256 i = 0; i < accts.length; i++) {
-            if (active[i] >= p.minVerifierStake && free[i] >= p.nonRevealPenalty && accts[i] != challenger) {
-                pool += active[i];
-                eligible++;
-            } else {
-                active[i] = 0; // ineligible: weight 0
-            }
-        }
-        uint256 size = eligible < p.committeeSize ? eligible : p.committeeSize;
-        return _sample(seed, accts, active, pool, size);
-    }
-
-    /// @dev Draws `size` distinct entries; entry j is hit with probability w[j] / remaining pool.
-    function _sample(bytes32 seed, address[] memory accts, uint256[] memory w, uint256 pool, uint256 size)
-        internal
-        pure
-        returns (address[] memory chosen, uint256[] memory weights, uint256 total)
-    {
-        chosen = new address[](size);
-        weights = new uint256[](size);
-        for (uint256 seat = 0; seat < size; seat++) {
-            uint256 x = uint256(keccak256(abi.encode(seed, seat))) % pool;
-            for (uint256 j = 0; j < accts.length; j++) {
-                if (w[j] == 0) continue;
-                if (x < w[j]) {
-                    chosen[seat] = accts[j];
-                    weights[seat] = w[j];
-                    total += w[j];
-                    pool -= w[j];
-                    w[j] = 0;
-                    break;
-                }
-                x -= w[j];
-            }
-        }
     }
 
     /// @notice Commits a vote: keccak256(abi.encode(id, voter, outHash, salt)). Binding the voter
@@ -561,7 +548,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             revert TooEarlyToResolve(id, c.revealDeadline, block.timestamp);
         }
         ProtocolConfig.Params memory p = config.params();
-        (uint256 receiptWeight, bytes32 alt, uint256 altWeight) = _tally(id, c.receiptOutHash);
+        (uint256 receiptWeight, bytes32 alt, uint256 altWeight, uint256 invalidWeight) = _tally(id, c.receiptOutHash);
         _settleMembers(id, c.memberPenalty);
 
         uint256 quorum = uint256(p.quorumBps) * c.totalWeight;
@@ -571,18 +558,22 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             c.status = Status.Dismissed;
             c.majorityOutHash = c.receiptOutHash;
             stakes.unlock(c.operator, c.lockedStake);
-            _payMajority(id, c.receiptOutHash, receiptWeight, c.bond);
+            _payMajority(id, c.receiptOutHash, bytes32(0), receiptWeight, c.bond);
             emit ChallengeResolved(id, Status.Dismissed, c.receiptOutHash, 0);
-        } else if (altWeight * BPS >= quorum) {
+        } else if ((altWeight + invalidWeight) * BPS >= quorum) {
+            // Against the receipt: the best other output plus "evidence unavailable/invalid"
+            // (the operator answers for its evidence). The recorded value is the larger part.
+            bytes32 verdict = altWeight >= invalidWeight ? alt : INVALID_EVIDENCE;
             c.status = Status.Slashed;
-            c.majorityOutHash = alt;
-            rs.slashed = true;
+            c.majorityOutHash = verdict;
             uint256 slashed = _slashOperator(c.operator, c.lockedStake, c.receiptDigest, Fault.Reexecution, id);
+            // INVARIANT: a receipt is marked slashed only when stake was taken.
+            if (slashed != 0) rs.slashed = true;
             uint256 toChallenger = _payChallenger(c.challenger, c.bond, slashed, p.challengerRewardBps);
             uint256 pool = (slashed * p.majorityRewardBps) / BPS;
-            _payMajority(id, alt, altWeight, pool);
+            _payMajority(id, alt, INVALID_EVIDENCE, altWeight + invalidWeight, pool);
             _burn(slashed - toChallenger - pool);
-            emit ChallengeResolved(id, Status.Slashed, alt, slashed);
+            emit ChallengeResolved(id, Status.Slashed, verdict, slashed);
         } else {
             c.status = Status.Inconclusive;
             stakes.unlock(c.operator, c.lockedStake);
@@ -591,11 +582,12 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
     }
 
-    /// @dev Stake on the receipt's outHash, and the best-supported other value.
+    /// @dev Stake on the receipt's outHash, the best-supported other output, and stake on
+    ///      INVALID_EVIDENCE.
     function _tally(uint256 id, bytes32 receiptOut)
         internal
         view
-        returns (uint256 receiptWeight, bytes32 alt, uint256 altWeight)
+        returns (uint256 receiptWeight, bytes32 alt, uint256 altWeight, uint256 invalidWeight)
     {
         Member[] storage ms = _members[id];
         uint256 n = ms.length;
@@ -607,9 +599,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             values[i] = v.value;
             w[i] = ms[i].weight;
             if (v.value == receiptOut) receiptWeight += w[i];
+            else if (v.value == INVALID_EVIDENCE) invalidWeight += w[i];
         }
         for (uint256 i = 0; i < n; i++) {
-            if (w[i] == 0 || values[i] == receiptOut) continue;
+            if (w[i] == 0 || values[i] == receiptOut || values[i] == INVALID_EVIDENCE) continue;
             uint256 sum = 0;
             for (uint256 j = 0; j < n; j++) {
                 if (w[j] != 0 && values[j] == values[i]) sum += w[j];
@@ -629,21 +622,23 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             if (_votes[id][m].state == VoteState.Revealed) {
                 stakes.unlock(m, penalty);
             } else if (penalty != 0) {
-                stakes.slashLocked(m, penalty);
-                _burn(penalty);
-                emit MemberPenalized(id, m, penalty);
+                uint256 taken = stakes.slashLocked(m, penalty);
+                _burn(taken);
+                emit MemberPenalized(id, m, taken);
             }
         }
     }
 
-    /// @dev Splits `amount` among members who revealed `value`, pro rata to weight; dust burnt.
-    function _payMajority(uint256 id, bytes32 value, uint256 weight, uint256 amount) internal {
+    /// @dev Splits `amount` among members who revealed `value` or `value2` (0 = none), pro rata
+    ///      to weight (`weight` = their total); dust burnt.
+    function _payMajority(uint256 id, bytes32 value, bytes32 value2, uint256 weight, uint256 amount) internal {
         if (amount == 0) return;
         Member[] storage ms = _members[id];
         uint256 paid = 0;
         for (uint256 i = 0; i < ms.length; i++) {
             Vote storage v = _votes[id][ms[i].account];
-            if (v.state != VoteState.Revealed || v.value != value) continue;
+            if (v.state != VoteState.Revealed) continue;
+            if (v.value != value && (value2 == bytes32(0) || v.value != value2)) continue;
             uint256 share = (amount * ms[i].weight) / weight;
             paid += share;
             _credit(ms[i].account, share);
@@ -665,20 +660,34 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     /// @notice Claims that a signed receipt was not published in time. Opens after
     ///         issuedAt + publicationDeadline; msg.value must be the challenge bond. The operator
     ///         then has responsePeriod to prove inclusion in a batch committed by that deadline.
+    ///         A live challenge on the same receipt does not hold a claim off (nor the reverse).
+    ///         A receipt dated more than MAX_CLOCK_SKEW after now is invalid on its face (its
+    ///         deadline would be out of reach): it is slashed at once (Fault.InvalidReceipt).
     /// @param r The receipt as signed.
     /// @param signature The operator's signature.
     /// @return id The claim id.
     function claimUnpublished(ReceiptLib.Receipt calldata r, bytes calldata signature)
         external
         payable
+        nonReentrant
         returns (uint256 id)
     {
         bytes32 digest = _verifyReceipt(r, signature, true);
-        ReceiptState storage rs = _checkDisputable(digest);
+        ReceiptState storage rs = _receipts[digest];
         ProtocolConfig.Params memory p = config.params();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
-        uint64 publishBy = r.issuedAt + p.publicationDeadline;
-        if (block.timestamp <= publishBy) revert PublicationDeadlineNotPassed(digest, publishBy, block.timestamp);
+        // All in uint256: issuedAt = 2^64 - 1 cannot overflow anything.
+        bool futureDated = uint256(r.issuedAt) > block.timestamp + MAX_CLOCK_SKEW;
+        if (futureDated) {
+            if (rs.slashed) revert ReceiptAlreadySlashed(digest);
+        } else {
+            if (rs.withholdingSlashed) revert ReceiptAlreadySlashed(digest);
+            if (rs.liveClaim != 0) revert DisputeAlreadyLive(digest, rs.liveChallenge, rs.liveClaim);
+        }
+        uint256 publishBy = futureDated ? block.timestamp : uint256(r.issuedAt) + p.publicationDeadline;
+        if (!futureDated && block.timestamp <= publishBy) {
+            revert PublicationDeadlineNotPassed(digest, publishBy, block.timestamp);
+        }
         id = ++claimCount;
         Claim storage cl = _claims[id];
         cl.receiptDigest = digest;
@@ -687,10 +696,20 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         cl.status = ClaimStatus.Open;
         cl.claimant = msg.sender;
         cl.bond = msg.value.toUint96();
-        cl.publishBy = publishBy;
-        cl.lockedStake = stakes.lock(r.operator, p.slashAmount);
-        rs.liveClaim = id.toUint64();
-        emit ClaimOpened(id, digest, r.operator, msg.sender, publishBy, cl.responseDeadline);
+        cl.publishBy = publishBy.toUint64();
+        cl.lockedStake = p.slashAmount;
+        stakes.lock(r.operator, p.slashAmount);
+        emit ClaimOpened(id, digest, r.operator, msg.sender, cl.publishBy, cl.responseDeadline);
+        if (futureDated) {
+            cl.status = ClaimStatus.Slashed;
+            uint256 slashed = _slashOperator(r.operator, p.slashAmount, digest, Fault.InvalidReceipt, id);
+            if (slashed != 0) rs.slashed = true;
+            uint256 toClaimant = _payChallenger(msg.sender, msg.value, slashed, p.challengerRewardBps);
+            _burn(slashed - toClaimant);
+            emit ClaimUpheld(id, slashed);
+        } else {
+            rs.liveClaim = id.toUint64();
+        }
     }
 
     /// @notice Answers a withholding claim with an inclusion proof into a batch of the operator
@@ -734,8 +753,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         cl.status = ClaimStatus.Slashed;
         ReceiptState storage rs = _receipts[cl.receiptDigest];
         rs.liveClaim = 0;
-        rs.slashed = true;
         uint256 slashed = _slashOperator(cl.operator, cl.lockedStake, cl.receiptDigest, Fault.Withholding, id);
+        // INVARIANT: a receipt is marked slashed only when stake was taken.
+        if (slashed != 0) rs.withholdingSlashed = true;
         uint256 toClaimant = _payChallenger(cl.claimant, cl.bond, slashed, config.params().challengerRewardBps);
         _burn(slashed - toClaimant);
         emit ClaimUpheld(id, slashed);
@@ -743,14 +763,14 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
 
     // ---- payouts ------------------------------------------------------------------------
 
-    /// @dev Takes the reserved stake into this contract.
+    /// @dev Settles the dispute's liability as a slash; returns what was actually taken
+    ///      (`amount` unless the operator's whole stake is already gone).
     function _slashOperator(address operator, uint256 amount, bytes32 digest, Fault fault, uint256 disputeId)
         internal
-        returns (uint256)
+        returns (uint256 taken)
     {
-        stakes.slashLocked(operator, amount);
-        emit OperatorSlashed(operator, digest, fault, amount, disputeId);
-        return amount;
+        taken = stakes.slashLocked(operator, amount);
+        emit OperatorSlashed(operator, digest, fault, taken, disputeId);
     }
 
     /// @dev Bond back plus α of the slashed amount; returns the α part.

@@ -600,7 +600,8 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
         vm.assertEq(cm.credits(challenger), 3 ether);
         vm.assertEq(cm.totalBurnt(), 8 ether);
-        vm.assertTrue(cm.receiptState(digestOf(r)).slashed, "slashed");
+        vm.assertTrue(cm.receiptState(digestOf(r)).withholdingSlashed, "slashed for withholding");
+        vm.assertFalse(cm.receiptState(digestOf(r)).slashed, "content fault still open");
     }
 
     function test_resolveUnpublished_tooEarly_reverts() public {
@@ -662,15 +663,29 @@ contract ChallengeManagerTest is Fixture {
         cm.answerUnpublished(id, p.root, p.index, p.proof);
     }
 
-    function test_claimUnpublished_whileChallengeLive_reverts() public {
+    /// A live challenge does not hold a claim off (and the reverse): they are different faults,
+    /// and exclusivity let an operator's own dispute shield a receipt (issue 13, attack 1).
+    function test_claimUnpublished_whileChallengeLive_succeeds() public {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         uint256 id = open(p);
         vm.warp(uint256(p.receipt.issuedAt) + 1 hours + 1);
         vm.prank(challenger);
-        vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.DisputeAlreadyLive.selector, digestOf(p.receipt), uint64(id), 0)
-        );
-        cm.claimUnpublished{value: 1 ether}(p.receipt, p.signature);
+        uint256 cid = cm.claimUnpublished{value: 1 ether}(p.receipt, p.signature);
+        ChallengeManager.ReceiptState memory rs = cm.receiptState(digestOf(p.receipt));
+        vm.assertEq(uint256(rs.liveChallenge), id);
+        vm.assertEq(uint256(rs.liveClaim), cid);
+        vm.assertEq(uint256(stakes.accountOf(operator).locked), 20 ether, "two full liabilities");
+    }
+
+    function test_claimUnpublished_whileClaimLive_reverts() public {
+        ReceiptLib.Receipt memory r = makeReceipt(HONEST_OUT, 9);
+        bytes memory sig = signReceipt(OPERATOR_KEY, r);
+        vm.warp(uint256(r.issuedAt) + 1 hours + 1);
+        vm.prank(challenger);
+        uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
+        vm.prank(challenger);
+        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.DisputeAlreadyLive.selector, digestOf(r), 0, uint64(id)));
+        cm.claimUnpublished{value: 1 ether}(r, sig);
     }
 
     // ---- credits / misc -----------------------------------------------------------------

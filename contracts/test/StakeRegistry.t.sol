@@ -132,11 +132,17 @@ contract StakeRegistryTest is Fixture {
         stakes.slashLocked(operator, 1);
     }
 
-    function test_lock_cappedAtFreeStake_succeeds() public {
+    function test_lock_beyondFreeStake_recordsFullLiability_succeeds() public {
         vm.prank(address(cm));
-        uint128 got = stakes.lock(operator, 50 ether);
-        vm.assertEq(uint256(got), 20 ether);
+        stakes.lock(operator, 50 ether);
+        vm.assertEq(uint256(stakes.accountOf(operator).locked), 50 ether, "full liability recorded");
         vm.assertEq(stakes.freeStake(operator), 0);
+        // Settling it as a slash takes what there is, and clears the whole liability.
+        vm.prank(address(cm));
+        uint256 taken = stakes.slashLocked(operator, 50 ether);
+        vm.assertEq(taken, 20 ether);
+        vm.assertEq(uint256(stakes.accountOf(operator).stake), 0);
+        vm.assertEq(uint256(stakes.accountOf(operator).locked), 0);
     }
 
     function test_syncParams_newMinimum_succeeds() public {
@@ -155,16 +161,24 @@ contract StakeRegistryTest is Fixture {
         stakes.setChallengeManager(address(1));
     }
 
-    function test_register_verifierListFull_reverts() public {
-        for (uint256 i = stakes.verifierCount(); i < stakes.MAX_VERIFIERS(); i++) {
-            address v = address(uint160(0x100000 + i));
-            vm.deal(v, 1 ether);
-            vm.prank(v);
-            stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
-        }
+    function test_register_verifierTakesAndReleasesSlot_succeeds() public {
+        uint256 count = stakes.verifierCount();
+        vm.deal(newcomer, 2 ether);
+        vm.prank(newcomer);
+        stakes.register{value: 2 ether}(StakeRegistry.Role.Verifier);
+        uint256 slot = stakes.accountOf(newcomer).slot;
+        vm.assertTrue(slot != 0, "slot taken");
+        vm.assertEq(stakes.verifierCount(), count + 1);
+        vm.assertEq(stakes.weightOf(newcomer), 2 ether);
+        vm.prank(newcomer);
+        stakes.requestUnbond(1.5 ether); // active 0.5 < minimum 1: weight 0, slot released
+        vm.assertEq(uint256(stakes.accountOf(newcomer).slot), 0);
+        vm.assertEq(stakes.weightOf(newcomer), 0);
+        vm.assertEq(stakes.verifierCount(), count);
         vm.deal(newcomer, 1 ether);
         vm.prank(newcomer);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.TooManyVerifiers.selector, 256));
-        stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+        stakes.bond{value: 1 ether}(); // active 1.5: back in, in the slot it left (reused first)
+        vm.assertEq(uint256(stakes.accountOf(newcomer).slot), slot);
+        vm.assertEq(stakes.weightOf(newcomer), 1.5 ether);
     }
 }

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from verinfer.engine.sampling import choice_seed
 from verinfer.errors import AuthenticationError, RateLimitError
 from verinfer.operator.generation import TextDeltas
 from verinfer.operator.security import ApiKeys, RateLimiter
+from verinfer.protocol.request_rule import choice_seed
 
 
 @given(st.text(alphabet="ab\ufffdc", max_size=30), st.lists(st.text("abc", min_size=1,

@@ -5,7 +5,6 @@ import pytest
 
 from verinfer.engine.sampling import (
     SamplingParams,
-    derive_seed,
     exp64_reference,
     sample,
     sample_reference,
@@ -13,6 +12,7 @@ from verinfer.engine.sampling import (
     uniform,
 )
 from verinfer.errors import InvalidRequestError, KernelError
+from verinfer.protocol.request_rule import derive_seed
 
 
 def _logits(seed: int = 0, n: int = 1000) -> np.ndarray:

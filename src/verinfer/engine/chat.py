@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import InvalidRequestError
-
-ROLES = ("system", "developer", "user", "assistant")
+from verinfer.protocol.request_rule import ROLES, ChatTurn
 
 
 @dataclass(frozen=True)
@@ -55,3 +54,19 @@ def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[i
 
 def _plain(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_bos=False, parse_special=False)
+
+
+class TokenizerPrompts:
+    """The request rule's prompt rendering (verinfer.protocol.request_rule.PromptTokenizer)
+    over a real tokenizer: the operator and the verifier both render prompts through this."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
+        return render_chat(self.tokenizer, [ChatMessage(m.role, m.content) for m in messages])
+
+    def text(self, text: str) -> list[int]:
+        spec = self.tokenizer.spec
+        bos = [spec.bos_id] if spec.bos_id is not None and spec.add_bos else []
+        return bos + _plain(self.tokenizer, text)

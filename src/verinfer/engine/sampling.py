@@ -23,7 +23,6 @@ token must not depend on how a library splits a sum.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,28 +92,8 @@ def uniform(seed: int, position: int) -> float:
     return (word >> 11) * (1.0 / (1 << 53))
 
 
-def derive_seed(req_hash: bytes) -> int:
-    """Seed for a request that gave none: the first 8 bytes of its request hash."""
-    return int.from_bytes(hashlib.sha256(b"verinfer/seed/v1" + req_hash).digest()[:8], "big")
-
-
-def request_seed(model_id: str, prompt_ids: Sequence[int], params: SamplingParams) -> int:
-    """The seed of a request that gave none (a protocol rule operators and verifiers share):
-    derived from what decides the output — model id (0x-hex), prompt token ids and the decode
-    policy — never from transport details such as ``stream``, so the same request streams the
-    same text."""
-    doc = json.dumps([model_id, list(prompt_ids), params.max_tokens, float(params.temperature),
-                      params.top_k, float(params.top_p), list(params.stop), params.ignore_eos],
-                     separators=(",", ":"))
-    return derive_seed(hashlib.sha256(doc.encode()).digest())
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Choice 0 of a request uses its seed; choice i > 0 a seed derived from (seed, i)."""
-    if index == 0:
-        return seed
-    return derive_seed(hashlib.sha256(b"verinfer/choice/v1" + seed.to_bytes(8, "big")
-                                      + index.to_bytes(4, "big")).digest())
+# The seed rules (a request's seed when it gives none, one seed per choice) are protocol rules:
+# verinfer.protocol.request_rule.request_seed / choice_seed. The engine only draws with a seed.
 
 
 SAMPLING_RULE = "vi-sample-v2"  # recorded in the engine fingerprint

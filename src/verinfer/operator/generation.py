@@ -1,20 +1,22 @@
-"""The serving core both endpoints share: OpenAI sampling options → engine jobs, run whole or
-streamed, plus the stream text rule.
+"""The serving core both endpoints share: the request body → engine jobs (by the protocol's
+request rule, verinfer.protocol.request_rule — the same function the verifier judges with), run
+whole or streamed, plus the stream text rule.
 
-Choice ``i`` of a request with ``n`` choices is its own engine sequence with seed
-``choice_seed(seed, i)``, so every choice replays on its own.
+Choice ``k`` of a response is its own engine sequence with its own ExecRequest (own seed), so
+every choice replays on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from verinfer.engine.engine import MAX_TOP_LOGPROBS, Engine, GenerationResult, StepEvent
-from verinfer.engine.sampling import MAX_SEED, SamplingParams, choice_seed, request_seed
-from verinfer.errors import InvalidRequestError, ModelNotFoundError
+from verinfer.engine.engine import Engine, GenerationResult, StepEvent
+from verinfer.engine.sampling import SamplingParams
+from verinfer.engine.served import prompt_tokenizer, served_model
+from verinfer.errors import ModelNotFoundError
 from verinfer.operator.protocol import (
     EngineEvidence,
     ModelCard,
@@ -22,8 +24,8 @@ from verinfer.operator.protocol import (
     StreamOptions,
     Usage,
 )
-
-MAX_CHOICES = 8
+from verinfer.protocol.request_rule import Endpoint, plan_request
+from verinfer.receipts.canonical import ExecRequest
 
 # Called by a stream after its last content/usage chunk with every choice's result; returns
 # the verification object for the final chunk.
@@ -33,35 +35,20 @@ Finalizer = Callable[[list[GenerationResult]], Awaitable[dict[str, Any]]]
 @dataclass(frozen=True)
 class Job:
     index: int  # choice index in the response
-    prompt_ids: list[int]
+    request: ExecRequest  # what the receipt commits to: the request rule's, never re-derived
     params: SamplingParams
     top_logprobs: int | None  # None: no logprobs
 
-
-@dataclass(frozen=True)
-class SamplingOptions:
-    """The OpenAI fields that shape decoding, after endpoint-specific defaults."""
-
-    max_tokens: int | None  # None: up to the end of the context window
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    stop: str | list[str] | None
-    seed: int | None
-    n: int | None
-    top_logprobs: int | None
-    prompt_commitments: str | None
-
-
-def reject_unsupported(fields: dict[str, bool]) -> None:
-    for param, used in fields.items():
-        if used:
-            raise InvalidRequestError(f"{param} is not supported by this server", param=param)
+    @property
+    def prompt_ids(self) -> list[int]:
+        return list(self.request.prompt_token_ids)
 
 
 class ServingBase:
     def __init__(self, engine: Engine, model_name: str) -> None:
         self.engine, self.model_name = engine, model_name
+        self.served = served_model(engine)
+        self.prompts = prompt_tokenizer(engine)
 
     def models(self, created: int) -> ModelList:
         return ModelList(data=[ModelCard(id=self.model_name, created=created)])
@@ -71,39 +58,17 @@ class ServingBase:
             raise ModelNotFoundError(f"the model {model!r} does not exist; this server serves "
                                      f"{self.model_name!r}", param="model")
 
-    def jobs(self, prompts: Sequence[list[int]], opt: SamplingOptions) -> list[Job]:
-        n = 1 if opt.n is None else opt.n
-        if not 1 <= n <= MAX_CHOICES:
-            raise InvalidRequestError(f"n must be in [1, {MAX_CHOICES}], got {n}", param="n")
-        if opt.top_logprobs is not None and not 0 <= opt.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequestError(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got "
-                                      f"{opt.top_logprobs}", param="top_logprobs")
-        if opt.prompt_commitments is not None:
-            _check_root(opt.prompt_commitments)
-        if opt.seed is not None and not 0 <= opt.seed <= MAX_SEED:
-            raise InvalidRequestError(f"seed must be in [0, 2^64), got {opt.seed}", param="seed")
-        stop = (opt.stop,) if isinstance(opt.stop, str) else tuple(opt.stop or ())
-        base = SamplingParams(
-            max_tokens=opt.max_tokens if opt.max_tokens is not None else 1,
-            temperature=1.0 if opt.temperature is None else opt.temperature,
-            top_k=opt.top_k or 0,
-            top_p=1.0 if opt.top_p is None else opt.top_p,
-            stop=stop,
-        ).validate()
-        out: list[Job] = []
-        for p, prompt in enumerate(prompts):
-            params = base
-            if opt.max_tokens is None:  # no explicit limit: up to the end of the context
-                params = replace(base, max_tokens=max(1, self.engine.max_context - len(prompt)))
-            # No seed given: derive it from what decides the output (never from transport
-            # details such as `stream`), so the same request streams the same text.
-            seed = (opt.seed if opt.seed is not None
-                    else request_seed(self.engine.model_id, prompt, params))
-            for i in range(n):
-                job = Job(p * n + i, prompt, replace(params, seed=choice_seed(seed, i)),
-                          opt.top_logprobs)
-                self.engine.check_request(job.prompt_ids, job.params)
-                out.append(job)
+    def jobs(self, body: bytes, endpoint: Endpoint) -> list[Job]:
+        """The body's jobs, exactly the ExecRequests of the request rule (the pydantic model
+        has checked the body's shape; the rule decides what it means). Blocking (tokenizes)."""
+        plan = plan_request(body, endpoint, self.served, self.prompts)
+        out = []
+        for k, req in enumerate(plan.requests):
+            params = req.sampling_params()
+            # the server's window (--max-context) may be smaller than the model's context: a
+            # request that does not fit is refused here, never shortened
+            self.engine.check_request(req.prompt_token_ids, params)
+            out.append(Job(k, req, params, plan.policy.top_logprobs))
         return out
 
     async def run(self, jobs: Sequence[Job]) -> list[GenerationResult]:
@@ -164,14 +129,6 @@ class ServingBase:
         prompt = sum(len(p) for p in {tuple(j.prompt_ids): j.prompt_ids for j in jobs}.values())
         out = sum(len(r.token_ids) for r in results)
         return Usage(prompt_tokens=prompt, completion_tokens=out, total_tokens=prompt + out)
-
-
-def _check_root(value: str) -> None:
-    body = value[2:] if value.startswith("0x") else ""
-    if len(body) != 64 or any(c not in "0123456789abcdefABCDEF" for c in body):
-        raise InvalidRequestError(
-            f"prompt_commitments must be 0x followed by 64 hex digits, got {value!r}",
-            param="prompt_commitments")
 
 
 class TextDeltas:

@@ -3,13 +3,38 @@ logic in ``chat/`` and ``completions/``).
 
 Fields follow OpenAI's order; verinfer's extras sit in one marked block at the end of a model.
 Requests reject unknown fields so a client never believes an option took effect when it did not.
+The request models are the API's schema and first check only: what a body *means* (defaults,
+limits, seeds, the ExecRequests to run) is decided by verinfer.protocol.request_rule, from the
+body bytes, exactly as a verifier decides it.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+from verinfer.protocol.limits import MAX_EXACT_FLOAT_INT
+
+
+def _exact_int(value: object) -> object:
+    # JSON has one number type: 8.0 is the integer 8 (the request rule reads it so too)
+    if type(value) is float and value.is_integer() and abs(value) <= MAX_EXACT_FLOAT_INT:
+        return int(value)
+    return value
+
+
+def _plain_float(value: object) -> object:
+    # one double per JSON number, and no signed zero (-0.0 is the temperature 0)
+    if type(value) is float:
+        return value + 0.0
+    return value
+
+
+#: An integer field that also takes an exact float (``8.0``), as the request rule does.
+JsonInt = Annotated[int, BeforeValidator(_exact_int)]
+#: A number field; ``-0.0`` is read as ``0.0``, as the request rule does.
+JsonFloat = Annotated[float, BeforeValidator(_plain_float)]
 
 
 class Strict(BaseModel):

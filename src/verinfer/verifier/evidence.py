@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams, request_seed
+from verinfer.engine.served import prompt_tokenizer, served_model
+from verinfer.protocol.request_rule import exec_requests
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import (
@@ -57,24 +57,9 @@ def chat_body(content: str, *, max_tokens: int = 8, seed: int | None = None,
 
 
 def request_for_body(engine: Engine, body_bytes: bytes) -> ExecRequest:
-    """The ExecRequest an honest server runs for choice 0 of a chat body (same rules as
-    verinfer.operator: temperature 1, top_p 1, seed from the body or derived from
-    the model id, prompt and decode policy)."""
-    body = json.loads(body_bytes)
-    prompt = render_chat(engine.tokenizer,
-                         [ChatMessage(m["role"], m["content"]) for m in body["messages"]])
-    stop = body.get("stop")
-    params = SamplingParams(
-        max_tokens=body.get("max_completion_tokens") or body["max_tokens"],
-        temperature=1.0 if body.get("temperature") is None else float(body["temperature"]),
-        top_k=body.get("top_k") or 0,
-        top_p=1.0 if body.get("top_p") is None else float(body["top_p"]),
-        stop=(stop,) if isinstance(stop, str) else tuple(stop or ())).validate()
-    seed = body.get("seed")
-    if seed is None:
-        seed = request_seed(engine.model_id, prompt, params)
-    params = replace(params, seed=seed)
-    return ExecRequest.from_engine(engine, prompt, params)
+    """The ExecRequest an honest server runs for choice 0 of ``body_bytes``: the protocol's
+    request rule, as the operator and the verifier apply it (no copy of it here)."""
+    return exec_requests(body_bytes, served_model(engine), prompt_tokenizer(engine))[0]
 
 
 class EvidenceFactory:
@@ -92,7 +77,8 @@ class EvidenceFactory:
 
     def _generate(self, request: ExecRequest, engine: Engine | None = None) -> GenerationResult:
         return (engine or self.engine).generate(list(request.prompt_token_ids),
-                                                request.sampling_params())
+                                                request.sampling_params(),
+                                                top_logprobs=request.top_logprobs)
 
     def _finish(self, body: bytes, request: ExecRequest, result: ExecResult, text: str,
                 *, blob: bytes | None = None) -> Evidence:

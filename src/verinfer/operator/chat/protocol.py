@@ -6,7 +6,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from verinfer.operator.protocol import EngineEvidence, StreamOptions, Strict, Usage
+from verinfer.operator.protocol import (
+    EngineEvidence,
+    JsonFloat,
+    JsonInt,
+    StreamOptions,
+    Strict,
+    Usage,
+)
 
 
 class ChatMessageIn(Strict):
@@ -18,23 +25,23 @@ class ChatMessageIn(Strict):
 class ChatCompletionRequest(Strict):
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
     model: str
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
-    logprobs: bool | None = False
-    top_logprobs: int | None = None
-    max_completion_tokens: int | None = None
-    max_tokens: int | None = None
-    n: int | None = 1
-    presence_penalty: float | None = 0.0
-    seed: int | None = None
+    frequency_penalty: JsonFloat | None = None
+    logit_bias: dict[str, JsonFloat] | None = None
+    logprobs: bool | None = None
+    top_logprobs: JsonInt | None = None
+    max_completion_tokens: JsonInt | None = None
+    max_tokens: JsonInt | None = None
+    n: JsonInt | None = None
+    presence_penalty: JsonFloat | None = None
+    seed: JsonInt | None = None
     stop: str | list[str] | None = None
-    stream: bool | None = False
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: JsonFloat | None = None
+    top_p: JsonFloat | None = None
     user: str | None = None
     # ---- verinfer extras --------------------------------------------------------------------
-    top_k: int | None = None
+    top_k: JsonInt | None = None
     prompt_commitments: str | None = None  # 0x + 32-byte Merkle root of documents referred to
 
 

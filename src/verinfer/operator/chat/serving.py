@@ -6,9 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
-from verinfer.errors import InvalidRequestError
 from verinfer.operator.chat.protocol import (
     ChatChoice,
     ChatCompletionChunk,
@@ -21,14 +19,7 @@ from verinfer.operator.chat.protocol import (
     ChunkDelta,
     TopLogprob,
 )
-from verinfer.operator.generation import (
-    Finalizer,
-    Job,
-    SamplingOptions,
-    ServingBase,
-    TextDeltas,
-    reject_unsupported,
-)
+from verinfer.operator.generation import Finalizer, Job, ServingBase, TextDeltas
 
 
 class ServingChat(ServingBase):
@@ -38,27 +29,11 @@ class ServingChat(ServingBase):
         self.clock = clock
         self.new_id = new_id or (lambda: "chatcmpl-" + uuid.uuid4().hex)
 
-    def prepare(self, req: ChatCompletionRequest) -> list[Job]:
+    def prepare(self, req: ChatCompletionRequest, body: bytes) -> list[Job]:
+        """``req`` is ``body`` as the schema parsed it; the jobs come from ``body`` itself,
+        through the request rule, exactly as a verifier will derive them."""
         self.check_model(req.model)
-        reject_unsupported({
-            "logit_bias": bool(req.logit_bias),
-            "frequency_penalty": bool(req.frequency_penalty),
-            "presence_penalty": bool(req.presence_penalty),
-            "stream_options": req.stream_options is not None and not req.stream,
-        })
-        if req.top_logprobs is not None and not req.logprobs:
-            raise InvalidRequestError("top_logprobs requires logprobs to be true",
-                                      param="top_logprobs")
-        prompt = render_chat(self.engine.tokenizer,
-                             [ChatMessage(m.role, m.content) for m in req.messages])
-        opt = SamplingOptions(
-            max_tokens=req.max_completion_tokens if req.max_completion_tokens is not None
-            else req.max_tokens,
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, stop=req.stop,
-            seed=req.seed, n=req.n,
-            top_logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-            prompt_commitments=req.prompt_commitments)
-        return self.jobs([prompt], opt)
+        return self.jobs(body, "chat")
 
     def _logprobs(self, lps: Sequence[TokenLogprob]) -> ChoiceLogprobs:
         tok = self.engine.tokenizer

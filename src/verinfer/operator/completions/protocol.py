@@ -6,30 +6,37 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from verinfer.operator.protocol import EngineEvidence, StreamOptions, Strict, Usage
+from verinfer.operator.protocol import (
+    EngineEvidence,
+    JsonFloat,
+    JsonInt,
+    StreamOptions,
+    Strict,
+    Usage,
+)
 
 
 class CompletionRequest(Strict):
     model: str
-    prompt: str | list[str] | list[int] | list[list[int]]
-    best_of: int | None = None
-    echo: bool | None = False
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
-    logprobs: int | None = None
-    max_tokens: int | None = 16
-    n: int | None = 1
-    presence_penalty: float | None = 0.0
-    seed: int | None = None
+    prompt: str | list[str] | list[JsonInt] | list[list[JsonInt]]
+    best_of: JsonInt | None = None
+    echo: bool | None = None
+    frequency_penalty: JsonFloat | None = None
+    logit_bias: dict[str, JsonFloat] | None = None
+    logprobs: JsonInt | None = None
+    max_tokens: JsonInt | None = None
+    n: JsonInt | None = None
+    presence_penalty: JsonFloat | None = None
+    seed: JsonInt | None = None
     stop: str | list[str] | None = None
-    stream: bool | None = False
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     suffix: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: JsonFloat | None = None
+    top_p: JsonFloat | None = None
     user: str | None = None
     # ---- verinfer extras --------------------------------------------------------------------
-    top_k: int | None = None
+    top_k: JsonInt | None = None
     prompt_commitments: str | None = None  # 0x + 32-byte Merkle root of documents referred to
 
 

@@ -6,24 +6,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
-from verinfer.errors import InvalidRequestError
 from verinfer.operator.completions.protocol import (
     Completion,
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
 )
-from verinfer.operator.generation import (
-    Finalizer,
-    Job,
-    SamplingOptions,
-    ServingBase,
-    TextDeltas,
-    reject_unsupported,
-)
-
-MAX_LEGACY_LOGPROBS = 5
-MAX_PROMPTS = 16
+from verinfer.operator.generation import Finalizer, Job, ServingBase, TextDeltas
 
 
 class ServingCompletions(ServingBase):
@@ -33,46 +22,11 @@ class ServingCompletions(ServingBase):
         self.clock = clock
         self.new_id = new_id or (lambda: "cmpl-" + uuid.uuid4().hex)
 
-    def _prompts(self, prompt: str | list[str] | list[int] | list[list[int]]
-                 ) -> list[list[int]]:
-        tok = self.engine.tokenizer
-        bos = [tok.spec.bos_id] if tok.spec.bos_id is not None and tok.spec.add_bos else []
-        if isinstance(prompt, str):
-            items: list[str | list[int]] = [prompt]
-        elif prompt and all(isinstance(x, int) for x in prompt):
-            items = [list(prompt)]  # type: ignore[arg-type]
-        else:
-            items = list(prompt)  # type: ignore[arg-type]
-        if not items or len(items) > MAX_PROMPTS:
-            raise InvalidRequestError(f"prompt must hold 1 to {MAX_PROMPTS} prompts, got "
-                                      f"{len(items)}", param="prompt")
-        out = []
-        for item in items:
-            ids = bos + tok.encode(item, add_bos=False, parse_special=False) \
-                if isinstance(item, str) else list(item)
-            if not ids:
-                raise InvalidRequestError("the prompt is empty", param="prompt")
-            out.append(ids)
-        return out
-
-    def prepare(self, req: CompletionRequest) -> list[Job]:
+    def prepare(self, req: CompletionRequest, body: bytes) -> list[Job]:
+        """``req`` is ``body`` as the schema parsed it; the jobs come from ``body`` itself,
+        through the request rule, exactly as a verifier will derive them."""
         self.check_model(req.model)
-        reject_unsupported({
-            "echo": bool(req.echo), "suffix": req.suffix is not None,
-            "logit_bias": bool(req.logit_bias),
-            "frequency_penalty": bool(req.frequency_penalty),
-            "presence_penalty": bool(req.presence_penalty),
-            "best_of": req.best_of is not None and req.best_of != (req.n or 1),
-            "stream_options": req.stream_options is not None and not req.stream,
-        })
-        if req.logprobs is not None and not 0 <= req.logprobs <= MAX_LEGACY_LOGPROBS:
-            raise InvalidRequestError(f"logprobs must be in [0, {MAX_LEGACY_LOGPROBS}], got "
-                                      f"{req.logprobs}", param="logprobs")
-        opt = SamplingOptions(
-            max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
-            top_k=req.top_k, stop=req.stop, seed=req.seed, n=req.n, top_logprobs=req.logprobs,
-            prompt_commitments=req.prompt_commitments)
-        return self.jobs(self._prompts(req.prompt), opt)
+        return self.jobs(body, "completions")
 
     def _logprobs(self, lps: Sequence[TokenLogprob], offset: int) -> CompletionLogprobs:
         tok = self.engine.tokenizer

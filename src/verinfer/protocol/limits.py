@@ -1,0 +1,47 @@
+"""The one limits table of the request rule (verinfer.protocol.request_rule).
+
+Every bound an OpenAI body must satisfy lives here, once. The operator refuses a body outside
+them with a 400 and the verifier judges a receipt for such a body nonconformant: the two sides
+read the same numbers, so an honest operator can never serve a request the committee refuses.
+Changing a number is a protocol change (operators and verifiers must move together).
+"""
+
+from __future__ import annotations
+
+#: Largest request body (bytes) either side parses.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Choices per prompt (``n``).
+MAX_CHOICES = 8
+#: Prompts in one legacy completions request (``prompt`` as a list).
+MAX_PROMPTS = 16
+#: Chat messages in one request.
+MAX_MESSAGES = 256
+#: Characters of prompt text (all messages or prompts together) tokenized for one request:
+#: bounds the tokenizer's work before it starts (it is pure Python, ~4 us per character).
+MAX_PROMPT_CHARS = 256 * 1024
+#: Stop strings, and the longest one (characters).
+MAX_STOP = 4
+MAX_STOP_CHARS = 256
+#: Logprobs alternatives per token: chat ``top_logprobs`` and legacy ``logprobs``.
+MAX_TOP_LOGPROBS = 20
+MAX_LEGACY_LOGPROBS = 5
+#: Decode policy ranges (temperature closed, top_p half-open (0, 1]).
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.0, 2.0
+MAX_TOP_P = 1.0
+MAX_TOP_K = 2**32 - 1  # the canonical ExecRequest holds top_k and max_tokens as u32
+MAX_MAX_TOKENS = 2**32 - 1
+MAX_SEED = 2**64 - 1
+#: Integers written as JSON floats (``8.0``) are accepted only where the double is exact.
+MAX_EXACT_FLOAT_INT = 2**53
+
+#: Defaults of omitted fields (OpenAI's documented defaults).
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
+DEFAULT_N = 1
+#: max_tokens of a body without one: this many, or the room the prompt leaves in the *model's*
+#: context when that is less. Legacy completions: 16 (OpenAI's default). Chat: 256, not "the
+#: rest of the context" (OpenAI's wording): the KV cache is allocated for prompt + max_tokens up
+#: front, and servers run windows far smaller than the model's context (Gemma 3: 32768), so a
+#: context-sized default would make every request without a limit unservable.
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+DEFAULT_CHAT_MAX_TOKENS = 256

@@ -1,0 +1,467 @@
+"""The request rule: an OpenAI request body → the ExecRequests an honest server runs.
+
+One pure function, :func:`plan_request`, used by both sides of a dispute:
+- the operator builds its engine jobs from it (verinfer.operator.generation), and
+- the verifier checks a sealed ExecRequest with ``request in exec_requests(body, ...)``
+  (verinfer.verifier.conformance).
+Both apply it to the same bytes (the body exactly as received, which the envelope carries), so
+they cannot drift: there is no second copy of any default, limit or seed rule.
+
+The steps, each deterministic:
+1. **Parse** the body (bounded: verinfer.protocol.jsonsafe) and accept exactly the fields of the
+   endpoint; ``null`` means omitted. Unsupported options are refused, never ignored.
+2. **Canonicalize numbers**: a JSON number is a value, not a spelling. ``-0.0``, ``-0e5``, ``0``
+   and ``0.0`` are the same temperature, and ``8.0`` is the integer 8. Why: the operator once
+   derived a seed from ``-0.0`` while the verifier, reading the canonical ExecRequest, used
+   ``0.0`` — and an honest operator was slashed. Floats are IEEE doubles with the sign of zero
+   dropped; integers written as floats must be exact (|x| <= 2^53, no fraction).
+3. **Defaults and limits** from one table (verinfer.protocol.limits).
+4. **Prompts** → token ids through the caller's :class:`PromptTokenizer` (the engine's
+   tokenizer and chat template; this module imports no engine), bounded in characters first.
+5. **max_tokens**: when omitted, fixed by the rule from the *model's* context length and the
+   prompt length: ``min(default, context - prompt)`` with the defaults of the limits table (chat
+   256, legacy completions 16) — never an operator choice (not its ``--max-context`` window
+   either), so an operator cannot truncate the answer or shop for a sample by varying it.
+6. **Seeds**: the body's ``seed``, or one derived from (model id, prompt ids, canonical decode
+   policy incl. the resolved max_tokens) — never from transport details (``stream``, ``user``,
+   body bytes). Choice ``i`` gets ``choice_seed(seed, i)``: exactly one seed per choice index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from verinfer.errors import ContextLengthExceededError, InvalidRequestError
+from verinfer.protocol import limits as L
+from verinfer.protocol.jsonsafe import loads_untrusted
+
+if TYPE_CHECKING:
+    from verinfer.receipts.canonical import ExecRequest
+
+Endpoint = Literal["chat", "completions"]
+ROLES = ("system", "developer", "user", "assistant")
+
+_COMMON = frozenset({
+    "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+    "presence_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_p",
+    "user",
+    # verinfer extras
+    "top_k", "prompt_commitments"})
+#: The fields each endpoint accepts (the operator's pydantic models must declare exactly these).
+FIELDS: dict[Endpoint, frozenset[str]] = {
+    "chat": _COMMON | {"messages", "top_logprobs", "max_completion_tokens"},
+    "completions": _COMMON | {"prompt", "best_of", "echo", "suffix"},
+}
+
+
+# ---- numbers ---------------------------------------------------------------------------------
+def canonical_float(value: object, param: str) -> float:
+    """A JSON number as the one double it denotes: ints accepted, -0.0 becomes 0.0,
+    booleans, strings, NaN and infinities refused."""
+    if type(value) is bool or not isinstance(value, int | float):
+        raise InvalidRequestError(f"{param} must be a number, got {_kind(value)}", param=param)
+    try:
+        f = float(value)
+    except OverflowError:
+        raise InvalidRequestError(f"{param} is out of range", param=param) from None
+    if not math.isfinite(f):
+        raise InvalidRequestError(f"{param} must be a finite number", param=param)
+    return f + 0.0  # IEEE: -0.0 + 0.0 == +0.0; every other value is unchanged
+
+
+def canonical_int(value: object, param: str) -> int:
+    """A JSON number that is an integer: ``8`` and ``8.0`` (and ``8e0``) are 8; a float is
+    accepted only when it is exact (no fraction, |x| <= 2^53)."""
+    if type(value) is bool:
+        raise InvalidRequestError(f"{param} must be an integer, got a boolean", param=param)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) <= L.MAX_EXACT_FLOAT_INT:
+        return int(value)
+    raise InvalidRequestError(f"{param} must be an integer, got {_kind(value)}", param=param)
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "an integer"
+    return {str: "a string", bool: "a boolean", list: "an array", dict: "an object",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _ranged_int(value: object, param: str, lo: int, hi: int) -> int:
+    v = canonical_int(value, param)
+    if not lo <= v <= hi:
+        raise InvalidRequestError(f"{param} must be in [{lo}, {hi}], got {v}", param=param)
+    return v
+
+
+def _bool(value: object, param: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidRequestError(f"{param} must be a boolean, got {_kind(value)}", param=param)
+    return value
+
+
+def _str(value: object, param: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{param} must be a string, got {_kind(value)}", param=param)
+    return value
+
+
+def _text(value: object, param: str) -> str:
+    """A string that is valid Unicode (JSON's "\\ud800" decodes to a lone surrogate, which no
+    tokenizer or CBOR text can hold)."""
+    s = _str(value, param)
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequestError(f"{param} is not valid Unicode (lone surrogate)",
+                                  param=param) from None
+    return s
+
+
+# ---- the canonical decode policy -------------------------------------------------------------
+@dataclass(frozen=True)
+class ChatTurn:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class DecodePolicy:
+    """What the body asks for, canonical: equal bodies (as JSON values) give equal policies."""
+
+    endpoint: Endpoint
+    max_tokens: int | None  # None: omitted, fixed per prompt by :func:`resolve_max_tokens`
+    temperature: float
+    top_p: float
+    top_k: int
+    stop: tuple[str, ...]
+    seed: int | None  # None: derived per prompt by :func:`request_seed`
+    n: int
+    top_logprobs: int | None  # None: no logprobs
+    prompt_commitments: bytes | None
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True)
+class ParsedBody:
+    policy: DecodePolicy
+    messages: tuple[ChatTurn, ...] | None  # chat
+    prompts: tuple[str | tuple[int, ...], ...]  # completions: text or token ids per prompt
+
+
+def endpoint_of(body: Mapping[str, Any]) -> Endpoint:
+    """Which endpoint a body is for: only chat bodies have ``messages`` (each endpoint refuses
+    the other's fields, so a body accepted by one is never accepted by the other)."""
+    return "chat" if "messages" in body else "completions"
+
+
+def load_body(body: bytes | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(body, bytes | bytearray | memoryview):
+        obj = loads_untrusted(body, max_bytes=L.MAX_BODY_BYTES, what="request body")
+    else:
+        obj = body
+    if not isinstance(obj, Mapping):
+        raise InvalidRequestError("the request body must be a JSON object")
+    return dict(obj)
+
+
+def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBody:
+    """Steps 1-3: the body's fields, checked and canonical, with defaults applied."""
+    b = {k: v for k, v in load_body(body).items() if v is not None}  # null == omitted
+    unknown = sorted(set(b) - FIELDS[endpoint])
+    if unknown:
+        raise InvalidRequestError(f"unrecognized request argument: {unknown[0]}",
+                                  param=unknown[0])
+    _str(b.get("model"), "model")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if name in b and canonical_float(b[name], name) != 0.0:
+            raise InvalidRequestError(f"{name} is not supported by this server", param=name)
+    if "logit_bias" in b:
+        lb = b["logit_bias"]
+        if not isinstance(lb, Mapping):
+            raise InvalidRequestError("logit_bias must be an object", param="logit_bias")
+        if lb:
+            raise InvalidRequestError("logit_bias is not supported by this server",
+                                      param="logit_bias")
+    if "user" in b:
+        _str(b["user"], "user")
+    stream = _bool(b["stream"], "stream") if "stream" in b else False
+    include_usage = False
+    if "stream_options" in b:
+        so = b["stream_options"]
+        if not isinstance(so, Mapping) or set(so) - {"include_usage"}:
+            raise InvalidRequestError("stream_options takes only include_usage",
+                                      param="stream_options")
+        if not stream:
+            raise InvalidRequestError("stream_options is only allowed with stream: true",
+                                      param="stream_options")
+        if so.get("include_usage") is not None:
+            include_usage = _bool(so["include_usage"], "stream_options.include_usage")
+
+    n = _ranged_int(b["n"], "n", 1, L.MAX_CHOICES) if "n" in b else L.DEFAULT_N
+    temperature = (canonical_float(b["temperature"], "temperature") if "temperature" in b
+                   else L.DEFAULT_TEMPERATURE)
+    if not L.MIN_TEMPERATURE <= temperature <= L.MAX_TEMPERATURE:
+        raise InvalidRequestError(f"temperature must be in [{L.MIN_TEMPERATURE}, "
+                                  f"{L.MAX_TEMPERATURE}], got {temperature!r}",
+                                  param="temperature")
+    top_p = canonical_float(b["top_p"], "top_p") if "top_p" in b else L.DEFAULT_TOP_P
+    if not 0.0 < top_p <= L.MAX_TOP_P:
+        raise InvalidRequestError(f"top_p must be in (0, {L.MAX_TOP_P}], got {top_p!r}",
+                                  param="top_p")
+    top_k = _ranged_int(b["top_k"], "top_k", 0, L.MAX_TOP_K) if "top_k" in b else 0
+    seed = _ranged_int(b["seed"], "seed", 0, L.MAX_SEED) if "seed" in b else None
+    stop = _stop(b.get("stop"))
+    commitments = _root(b["prompt_commitments"]) if "prompt_commitments" in b else None
+
+    messages: tuple[ChatTurn, ...] | None = None
+    prompts: tuple[str | tuple[int, ...], ...] = ()
+    if endpoint == "chat":
+        limit_name = ("max_completion_tokens" if "max_completion_tokens" in b
+                      else "max_tokens")  # OpenAI: max_completion_tokens replaces max_tokens
+        top_logprobs: int | None = None
+        logprobs = _bool(b["logprobs"], "logprobs") if "logprobs" in b else False
+        if "top_logprobs" in b:
+            if not logprobs:
+                raise InvalidRequestError("top_logprobs requires logprobs to be true",
+                                          param="top_logprobs")
+            top_logprobs = _ranged_int(b["top_logprobs"], "top_logprobs", 0,
+                                       L.MAX_TOP_LOGPROBS)
+        elif logprobs:
+            top_logprobs = 0
+        messages = _messages(b.get("messages"))
+    else:
+        limit_name = "max_tokens"
+        top_logprobs = (_ranged_int(b["logprobs"], "logprobs", 0, L.MAX_LEGACY_LOGPROBS)
+                        if "logprobs" in b else None)
+        if "echo" in b and _bool(b["echo"], "echo"):
+            raise InvalidRequestError("echo is not supported by this server", param="echo")
+        if "suffix" in b:
+            _str(b["suffix"], "suffix")
+            raise InvalidRequestError("suffix is not supported by this server", param="suffix")
+        if "best_of" in b and _ranged_int(b["best_of"], "best_of", 1, L.MAX_CHOICES) != n:
+            raise InvalidRequestError("best_of other than n is not supported by this server",
+                                      param="best_of")
+        prompts = _prompts(b.get("prompt"))
+    max_tokens = (_ranged_int(b[limit_name], limit_name, 1, L.MAX_MAX_TOKENS)
+                  if limit_name in b else None)
+    policy = DecodePolicy(endpoint=endpoint, max_tokens=max_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
+                          top_logprobs=top_logprobs, prompt_commitments=commitments,
+                          stream=stream, include_usage=include_usage)
+    return ParsedBody(policy, messages, prompts)
+
+
+def _stop(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or len(items) > L.MAX_STOP:
+        raise InvalidRequestError(f"stop must be a string or up to {L.MAX_STOP} strings",
+                                  param="stop")
+    out = tuple(_text(s, "stop") for s in items)
+    if any(not s or len(s) > L.MAX_STOP_CHARS for s in out):
+        raise InvalidRequestError(f"stop strings must have 1 to {L.MAX_STOP_CHARS} characters",
+                                  param="stop")
+    return out
+
+
+def _root(value: object) -> bytes:
+    s = _str(value, "prompt_commitments")
+    body = s[2:] if s.startswith("0x") else ""
+    if len(body) != 64 or any(c not in "0123456789abcdefABCDEF" for c in body):
+        raise InvalidRequestError("prompt_commitments must be 0x followed by 64 hex digits",
+                                  param="prompt_commitments")
+    return bytes.fromhex(body)
+
+
+def _messages(value: object) -> tuple[ChatTurn, ...]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequestError("messages must be a non-empty array", param="messages")
+    if len(value) > L.MAX_MESSAGES:
+        raise InvalidRequestError(f"at most {L.MAX_MESSAGES} messages, got {len(value)}",
+                                  param="messages")
+    out, chars = [], 0
+    for m in value:
+        if not isinstance(m, Mapping) or set(m) - {"role", "content", "name"}:
+            raise InvalidRequestError("each message is an object with role, content and an "
+                                      "optional name", param="messages")
+        role = m.get("role")
+        if role not in ROLES:
+            raise InvalidRequestError(f"message role must be one of {', '.join(ROLES)}",
+                                      param="messages")
+        if m.get("name") is not None:
+            _str(m["name"], "messages.name")
+        content = _text(m.get("content"), "messages.content")
+        chars += len(content)
+        out.append(ChatTurn(role, content))
+    _check_chars(chars, "messages")
+    return tuple(out)
+
+
+def _prompts(value: object) -> tuple[str | tuple[int, ...], ...]:
+    if isinstance(value, str):
+        items: list[Any] = [value]
+    elif isinstance(value, list) and value and all(
+            not isinstance(x, str | list) for x in value):
+        items = [value]  # one prompt given as token ids
+    elif isinstance(value, list):
+        items = value
+    else:
+        raise InvalidRequestError("prompt must be a string, an array of strings or token ids",
+                                  param="prompt")
+    if not 1 <= len(items) <= L.MAX_PROMPTS:
+        raise InvalidRequestError(f"prompt must hold 1 to {L.MAX_PROMPTS} prompts, got "
+                                  f"{len(items)}", param="prompt")
+    out: list[str | tuple[int, ...]] = []
+    chars = 0
+    for item in items:
+        if isinstance(item, str):
+            out.append(_text(item, "prompt"))
+            chars += len(item)
+        elif isinstance(item, list) and item:
+            out.append(tuple(canonical_int(t, "prompt") for t in item))
+        else:
+            raise InvalidRequestError("each prompt must be a string or a non-empty array of "
+                                      "token ids", param="prompt")
+    _check_chars(chars, "prompt")
+    return tuple(out)
+
+
+def _check_chars(chars: int, param: str) -> None:
+    if chars > L.MAX_PROMPT_CHARS:
+        raise InvalidRequestError(f"the prompt text has {chars} characters; the limit is "
+                                  f"{L.MAX_PROMPT_CHARS}", param=param)
+
+
+# ---- prompts, context and seeds ----------------------------------------------------------------
+class PromptTokenizer(Protocol):
+    """The engine's prompt rendering, as the rule needs it (implemented over the real tokenizer
+    by verinfer.engine.chat.TokenizerPrompts)."""
+
+    def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
+        """Prompt ids of a chat (template applied)."""
+        ...
+
+    def text(self, text: str) -> list[int]:
+        """Prompt ids of a legacy completion prompt (BOS rule applied, no special tokens)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The facts about the model the rule reads (all bound to ``model_id``, the weights file's
+    hash, or to the engine fingerprint the ExecRequest names)."""
+
+    model_id: bytes
+    tokenizer_hash: bytes
+    engine_fingerprint: str
+    context_length: int  # the model's own, not a server's smaller window
+    vocab_size: int
+
+
+def resolve_max_tokens(policy: DecodePolicy, prompt_len: int, context_length: int) -> int:
+    """Step 5: the output limit, from the body or — when omitted — from the model's context
+    and the prompt length alone."""
+    room = context_length - prompt_len
+    param = "messages" if policy.endpoint == "chat" else "prompt"
+    if room < 1:
+        raise ContextLengthExceededError(
+            f"this model's maximum context length is {context_length} tokens; the prompt has "
+            f"{prompt_len}", param=param)
+    if policy.max_tokens is None:
+        default = (L.DEFAULT_CHAT_MAX_TOKENS if policy.endpoint == "chat"
+                   else L.DEFAULT_COMPLETION_MAX_TOKENS)
+        return min(default, room)
+    if policy.max_tokens > room:
+        raise ContextLengthExceededError(
+            f"this model's maximum context length is {context_length} tokens; the prompt has "
+            f"{prompt_len} and max_tokens asks for {policy.max_tokens} more",
+            param="max_completion_tokens" if policy.endpoint == "chat" else "max_tokens")
+    return policy.max_tokens
+
+
+SEED_DOMAIN = b"verinfer/seed/v1"
+CHOICE_DOMAIN = b"verinfer/choice/v1"
+
+
+def derive_seed(digest: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(SEED_DOMAIN + digest).digest()[:8], "big")
+
+
+def request_seed(model_id: bytes, prompt_ids: Sequence[int], max_tokens: int,
+                 policy: DecodePolicy) -> int:
+    """Step 6, a body without ``seed``: derived from what decides the output — model id, prompt
+    ids and the canonical decode policy — so the operator has nothing to choose."""
+    doc = json.dumps(["0x" + model_id.hex(), list(prompt_ids), max_tokens, policy.temperature,
+                      policy.top_k, policy.top_p, list(policy.stop), False],
+                     separators=(",", ":"))
+    return derive_seed(hashlib.sha256(doc.encode()).digest())
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """Choice 0 uses the request's seed; choice i > 0 one derived from (seed, i)."""
+    if index == 0:
+        return seed
+    return derive_seed(hashlib.sha256(CHOICE_DOMAIN + seed.to_bytes(8, "big")
+                                      + index.to_bytes(4, "big")).digest())
+
+
+# ---- the whole rule -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RequestPlan:
+    policy: DecodePolicy
+    requests: tuple[ExecRequest, ...]  # index k is response choice k (prompt k // n, choice k % n)
+
+
+def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: ServedModel,
+                 prompts: PromptTokenizer) -> RequestPlan:
+    """Steps 1-6: every ExecRequest an honest server runs for ``body``, in choice order.
+    Raises a ClientError (InvalidRequestError, ContextLengthExceededError, ...) for a body an
+    honest server refuses."""
+    from verinfer.receipts.canonical import ExecRequest  # receipts sit above this layer
+
+    parsed = parse_body(body, endpoint)
+    pol = parsed.policy
+    if parsed.messages is not None:
+        prompt_ids = [prompts.chat(parsed.messages)]
+    else:
+        prompt_ids = [prompts.text(p) if isinstance(p, str) else list(p)
+                      for p in parsed.prompts]
+    out = []
+    for ids in prompt_ids:
+        if not ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        bad = next((t for t in ids if not 0 <= t < model.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(f"token id {bad} is outside the vocabulary "
+                                      f"[0, {model.vocab_size})", param="prompt")
+        max_tokens = resolve_max_tokens(pol, len(ids), model.context_length)
+        base = (pol.seed if pol.seed is not None
+                else request_seed(model.model_id, ids, max_tokens, pol))
+        for i in range(pol.n):
+            out.append(ExecRequest(
+                model_id=model.model_id, tokenizer_hash=model.tokenizer_hash,
+                engine_fingerprint=model.engine_fingerprint, prompt_token_ids=tuple(ids),
+                max_tokens=max_tokens, temperature=pol.temperature, top_k=pol.top_k,
+                top_p=pol.top_p, stop=pol.stop, seed=choice_seed(base, i), ignore_eos=False,
+                prompt_commitments=pol.prompt_commitments, top_logprobs=pol.top_logprobs))
+    return RequestPlan(pol, tuple(out))
+
+
+def exec_requests(body: bytes | Mapping[str, Any], model: ServedModel,
+                  prompts: PromptTokenizer, endpoint: Endpoint | None = None
+                  ) -> tuple[ExecRequest, ...]:
+    """The ExecRequests an honest server runs for ``body`` (endpoint read from the body when
+    not given): a sealed request conforms iff ``request in exec_requests(body, ...)``."""
+    loaded = load_body(body)
+    return plan_request(loaded, endpoint or endpoint_of(loaded), model, prompts).requests

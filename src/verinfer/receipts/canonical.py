@@ -91,7 +91,7 @@ def _freeze(value: object) -> object:
 def _freeze_logprobs(value: list[Any]) -> tuple[Any, ...]:
     """:func:`_freeze` for ExecResult.logprobs, with a fast path for the expected shape
     ``[lp, [[id, lp], ...]]`` (a 1,000-token, top-20 result has 63,000 arrays)."""
-    out = []
+    out: list[object] = []
     for e in value:
         if type(e) is list and len(e) == 2 and type(e[1]) is list:
             out.append((e[0], tuple([tuple(p) if type(p) is list else p for p in e[1]])))

@@ -182,8 +182,11 @@ class EnclaveRunner:
         async def one(s: ShardInfo) -> tuple[int, bytes | None]:
             try:
                 status, data = await self._post(http, f"{s.url}/v1/nonce", None)
-            except (httpx.HTTPError, ShardAnswerError) as e:
+            except httpx.HTTPError as e:
                 refusals[s.index] = f"unreachable: {type(e).__name__}: {e}"
+                return s.index, None
+            except ShardAnswerError as e:
+                refusals[s.index] = f"bad_answer: {e}"
                 return s.index, None
             if status != 200:
                 refusals[s.index] = _reason(status, data)
@@ -219,8 +222,11 @@ class EnclaveRunner:
             shard = self.shards[idx]
             try:
                 status, data = await self._post(http, f"{shard.url}/v1/release", body)
-            except (httpx.HTTPError, ShardAnswerError) as e:
+            except httpx.HTTPError as e:
                 refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
+                return idx, None
+            except ShardAnswerError as e:
+                refusals[idx] = f"bad_answer: {e}"
                 return idx, None
             if status != 200:
                 refusals[idx] = _reason(status, data)

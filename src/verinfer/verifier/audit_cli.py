@@ -57,14 +57,17 @@ def report_problem(rep: SignedAuditReport, job: SignedReceipt,
     a registered verifier on chain, and it is not dated in the future (bounded skew; ``now`` is
     the later of the wall clock and the chain's, which lags on an idle chain)."""
     try:
+        # the date first: beyond 2^53 the report cannot even be canonicalized (RFC 8785)
+        check_issued_at(rep.report.issued_at, now, what="audit report")
         signer = rep.verify()
         if rep.report.receipt_digest != job.digest:
             return f"report {rep.report.job_id} is about another receipt"
         if rep.report.verdict.receipt_out_hash != job.receipt.out_hash:
             return f"report {rep.report.job_id} names another receipt outHash"
-        check_issued_at(rep.report.issued_at, now, what="audit report")
     except VerinferError as e:
         return f"report {rep.report.job_id}: {e.message}"
+    except (ValueError, TypeError) as e:  # e.g. rfc8785 refusing a field: not a valid report
+        return f"report {rep.report.job_id}: cannot be canonicalized ({type(e).__name__})"
     if not is_verifier(signer):
         return f"report {rep.report.job_id} signed by {signer}, not a registered verifier"
     return None

@@ -9,11 +9,15 @@ because every case is decided by deterministic checks.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-INVALID_EVIDENCE = hashlib.sha256(b"verinfer/vote/invalid-evidence/v1").digest()
+from eth_utils import keccak
+
+#: The contract's constant (ChallengeManager.INVALID_EVIDENCE): the chain counts stake on it
+#: together with stake on any other non-receipt value towards slashing, and refuses receipts
+#: whose outHash is this value.
+INVALID_EVIDENCE = keccak(b"verinfer.vote.invalid-evidence")
 
 Reason = Literal[
     "match",  # re-execution reproduces the receipt's outHash

@@ -8,9 +8,18 @@ dispersal failed and the caller should retry later or fail over to another backe
 The certificate is not a hash of the blob, so the pointer is ``sha256(blob) || certificate``
 and ``get`` checks the returned bytes against that sha256 (the proxy's own KZG checks are a
 second, independent layer). The proxy has no HEAD route: ``exists`` downloads the blob.
+
+``put`` does not trust the certificate: it reads the blob back through the proxy and checks
+its sha256 before returning the pointer (``read_back``). A proxy that certifies a blob it
+cannot serve would otherwise make the operator commit a batch naming an unfetchable pointer
+-- and the operator, not the proxy, is slashed for withholding. A failed read-back is an error
+of that put (logged; the publisher retries the entry or batch with backoff), never a pointer.
 """
 
 from __future__ import annotations
+
+import hashlib
+import logging
 
 import httpx
 
@@ -25,6 +34,7 @@ from verinfer.da_client.errors import (
 from verinfer.da_client.pointer import MAX_COMMITMENT_BYTES, SHA256_LEN, Pointer
 
 _MODE = {"commitment_mode": "standard"}
+log = logging.getLogger(__name__)
 
 
 class EigenDAProxyClient(DAClient):
@@ -32,8 +42,9 @@ class EigenDAProxyClient(DAClient):
 
     def __init__(self, base_url: str, *, timeout_s: float = 120.0,
                  max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None, read_back: bool = True) -> None:
         self.base_url = base_url.rstrip("/")
+        self.read_back = read_back
         self.max_blob_bytes = max_blob_bytes
         self._http = http if http is not None else httpx.Client(timeout=timeout_s)
 
@@ -59,7 +70,26 @@ class EigenDAProxyClient(DAClient):
             raise DAProtocolError(
                 f"eigenda proxy {url} returned a commitment of {len(cert)} bytes; expected 1.."
                 f"{MAX_COMMITMENT_BYTES - SHA256_LEN}")
-        return Pointer("eigenda", digest + cert)
+        pointer = Pointer("eigenda", digest + cert)
+        if self.read_back:
+            self._read_back(pointer, digest, len(blob))
+        return pointer
+
+    def _read_back(self, pointer: Pointer, digest: bytes, size: int) -> None:
+        back = self._fetch(pointer)
+        if back is None:
+            log.error("eigenda proxy %s certified a blob of %d bytes (sha256 0x%s) it does not "
+                      "serve; not using that certificate", self.base_url, size, digest.hex())
+            raise DAProtocolError(
+                f"eigenda proxy {self.base_url} certified blob 0x{digest.hex()} but GET returns "
+                "404: the certificate is not usable")
+        got = hashlib.sha256(back).digest()
+        if got != digest:
+            log.error("eigenda proxy %s serves different bytes (sha256 0x%s) for blob 0x%s; not "
+                      "using that certificate", self.base_url, got.hex(), digest.hex())
+            raise CommitmentMismatchError(
+                f"eigenda proxy {self.base_url} serves {len(back)} bytes with sha256 "
+                f"0x{got.hex()} for the blob 0x{digest.hex()} it just certified")
 
     def _fetch(self, pointer: Pointer) -> bytes | None:
         url = f"{self.base_url}/get/0x{pointer.certificate.hex()}"

@@ -31,6 +31,7 @@ class FakeEigenDAProxy:
         self.blobs: dict[bytes, bytes] = {}
         self.fail_next_puts = 0  # answer 503 to this many puts
         self.corrupt_gets = False  # flip a bit in every blob served
+        self.lie_on_puts = False  # answer 200 with a certificate, keep nothing (a lying proxy)
         self.puts = 0
         self.gets = 0
         self._lock = threading.Lock()
@@ -76,7 +77,8 @@ class FakeEigenDAProxy:
                 return None
             # an opaque certificate: not derivable from sha256(blob) by the client
             cert = CERT_VERSION_V2 + os.urandom(16) + hashlib.blake2b(blob, digest_size=32).digest()
-            self.blobs[cert] = blob
+            if not self.lie_on_puts:
+                self.blobs[cert] = blob
             return cert
 
     def _load(self, cert: bytes) -> bytes | None:

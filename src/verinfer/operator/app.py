@@ -42,8 +42,13 @@ from verinfer.protocol import limits
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
 #: Threads that tokenize requests: the tokenizer is pure Python, so it must not run on the
-#: event loop (one 3.9 MB body froze every request, /health included, for 17 s).
-TOKENIZE_WORKERS = 2
+#: event loop (one 3.9 MB body froze every request, /health included, for 17 s). One thread:
+#: every extra CPU-bound thread is one more contender for the GIL the event loop needs.
+TOKENIZE_WORKERS = 1
+#: GIL switch interval while serving. CPython's 5 ms default lets a CPU-bound thread (the
+#: tokenizer) hold the GIL 5 ms each time the event loop gives it up for I/O — a request that
+#: does a dozen I/O waits then takes 60 ms+ (the convoy effect). 0.5 ms bounds that wait.
+GIL_SWITCH_INTERVAL_S = 0.0005
 #: Requests tokenizing or waiting for a tokenizer thread; more get 503 at once.
 TOKENIZE_QUEUE = 64
 log = logging.getLogger(__name__)
@@ -231,6 +236,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     metrics.unsafe.set(len(cfg.unsafe))
     install_error_handlers(app)
     _cap_recursion()
+    sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))
     tokenizers = ThreadPoolExecutor(max_workers=TOKENIZE_WORKERS, thread_name_prefix="tokenize")
     tokenize_slots = asyncio.Semaphore(TOKENIZE_QUEUE)
 

@@ -5,12 +5,14 @@ completions, whole and streamed."""
 
 from __future__ import annotations
 
+import copy
 import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -25,6 +27,11 @@ from verinfer.kms.sealing import load_seal_key, read_sealed
 from verinfer.kms.shamir import Share, reconstruct
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.envelope import EpochPrivateKey
+from verinfer.receipts.logprobs_check import (
+    LogprobsMismatchError,
+    check_chat_logprobs,
+    check_completion_logprobs,
+)
 from verinfer.verifier.reexec import verify_receipt_job
 
 CHAT: dict[str, Any] = {"model": "tiny",
@@ -106,6 +113,8 @@ def test_chat_logprobs_are_committed_and_reproduced(client: OpenAI, operator_dir
     assert content
     shown = [(t.logprob, [a.logprob for a in t.top_logprobs]) for t in content]
     _same_bits(shown, _committed(_v(r), 4))
+    check_chat_logprobs([t.model_dump() for t in content],
+                        ExecResult.from_json(_v(r)["exec_result"]))
     _judged_reproduced(_v(r), operator_dir, tiny_path, epoch_key)
 
 
@@ -167,3 +176,59 @@ def test_no_logprobs_asked_none_committed(client: OpenAI) -> None:
     v = _v(r)
     assert ExecRequest.from_json(v["exec_request"]).top_logprobs is None
     assert ExecResult.from_json(v["exec_result"]).logprobs is None
+
+
+# ---- the client's side: shown == committed ------------------------------------------------------
+def _post(server: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    r = httpx.post(f"{server}/v1/{path}", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+def _nudge(x: float) -> float:
+    (w,) = struct.unpack(">Q", struct.pack(">d", x))
+    return float(struct.unpack(">d", struct.pack(">Q", w ^ 1))[0])
+
+
+def test_client_check_catches_chat_logprobs_shown_other_than_committed(server: str) -> None:
+    body = {**CHAT, "max_tokens": 5, "temperature": 0.9, "seed": 4, "logprobs": True,
+            "top_logprobs": 3}
+    r = _post(server, "chat/completions", body)
+    res = ExecResult.from_json(r["verification"]["exec_result"])
+    content = r["choices"][0]["logprobs"]["content"]
+    check_chat_logprobs(content, res)  # the honest server: shown == committed
+    # what an operator (or a proxy) that "improves" the numbers it shows would send
+    for tamper in ("chosen", "alternative", "drop_alternative", "drop_all"):
+        shown = copy.deepcopy(content)
+        if tamper == "chosen":
+            shown[1]["logprob"] = _nudge(shown[1]["logprob"])
+        elif tamper == "alternative":
+            shown[-1]["top_logprobs"][2]["logprob"] = -0.001
+        elif tamper == "drop_alternative":
+            shown[0]["top_logprobs"].pop()
+        with pytest.raises(LogprobsMismatchError):
+            check_chat_logprobs(None if tamper == "drop_all" else shown, res)
+
+
+def test_client_check_catches_completion_logprobs_shown_other_than_committed(
+        server: str) -> None:
+    body = {"model": "tiny", "prompt": "a b c", "max_tokens": 5, "temperature": 0.9,
+            "seed": 8, "logprobs": 2}
+    r = _post(server, "completions", body)
+    res = ExecResult.from_json(r["verification"]["exec_result"])
+    lp = r["choices"][0]["logprobs"]
+    check_completion_logprobs(lp, res)
+    shown = copy.deepcopy(lp)
+    shown["token_logprobs"][0] = _nudge(shown["token_logprobs"][0])
+    with pytest.raises(LogprobsMismatchError):
+        check_completion_logprobs(shown, res)
+    shown = copy.deepcopy(lp)
+    key = next(iter(shown["top_logprobs"][2]))
+    shown["top_logprobs"][2][key] = -1e-9
+    with pytest.raises(LogprobsMismatchError):
+        check_completion_logprobs(shown, res)
+    # logprobs shown for a response whose receipt commits none
+    r = _post(server, "completions", {**body, "logprobs": None})
+    with pytest.raises(LogprobsMismatchError):
+        check_completion_logprobs(lp, ExecResult.from_json(r["verification"]["exec_result"]))

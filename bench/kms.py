@@ -43,7 +43,8 @@ def main() -> None:
     member = Account.create()
     with tempfile.TemporaryDirectory(prefix="verinfer-bench-kms-") as tmp:
         lay = provision(Path(tmp), epoch=1, threshold=3, shares=5, measurements=[m],
-                        verifiers=[member.address], challenges={"c1": [member.address]})
+                        verifiers=[member.address], challenges={"c1": [member.address]},
+                        unsafe_single_tree=True)  # a throwaway loopback cluster
         registry = FileEpochRegistry(lay.registry)
         root_key = load_root_private(lay.root_key)
         shards = lay.shards_info()

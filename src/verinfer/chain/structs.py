@@ -134,6 +134,7 @@ class ChallengeInfo:
     reveals: int
     locked_stake: int
     total_weight: int
+    snapshot_block: int  # the open block: the draw uses verifier weights as of its end
     member_penalty: int
 
     @classmethod

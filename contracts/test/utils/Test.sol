@@ -19,6 +19,8 @@ interface Vm {
     function roll(uint256 newHeight) external;
     function chainId(uint256 newChainId) external;
     function setBlockhash(uint256 blockNumber, bytes32 blockHash) external;
+    function snapshotState() external returns (uint256 snapshotId);
+    function revertToState(uint256 snapshotId) external returns (bool success);
     function expectRevert(bytes calldata revertData) external;
     function expectRevert(bytes4 revertData) external;
     function expectRevert() external;

@@ -157,3 +157,22 @@ def test_unsafe_demo_mode_is_loud(server: Server) -> None:
     # the reported-only part of the fingerprint is shown, but not hashed
     fp = health["engine_fingerprint"]
     assert "device" in fp["reported"] and "device" not in fp["approved"]
+
+
+def test_client_check_refuses_skewed_or_wrong_chain_receipts(server: Server) -> None:
+    """The client helper docs/operator.md points to: a fresh, honest answer passes; the same
+    receipt seen an hour early or late (issuedAt outside the skew) or for another chain fails."""
+    from verinfer.receipts.client_check import check_verification
+    from verinfer.receipts.errors import IssuedAtSkewError, WrongChainError
+
+    r = httpx.post(server.base + "/v1/chat/completions", json=CHAT, headers=_auth(KEY_A),
+                   timeout=60)
+    v = r.json()["verification"]
+    chain = v["receipt"]["domain"]["chainId"]
+    receipt = check_verification(v, chain_id=chain, operator=v["operator"])
+    assert "0x" + receipt.out_hash.hex() == v["out_hash"]
+    for shift in (-3600.0, 3600.0):
+        with pytest.raises(IssuedAtSkewError):
+            check_verification(v, chain_id=chain, now=lambda s=shift: time.time() + s)
+    with pytest.raises(WrongChainError):
+        check_verification(v, chain_id=1)

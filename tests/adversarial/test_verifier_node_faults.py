@@ -292,3 +292,18 @@ def test_escalation_counts_only_reports_of_registered_verifiers_within_the_skew(
     other = _evidence(net, "another receipt")
     why = report_problem(report(net.r.verifiers[0]), other.signed, is_verifier, now)
     assert why is not None and "another receipt" in why
+
+
+def test_rpc_outage_keeps_the_node_serving_with_backoff(net: Net) -> None:
+    """This node's RPC refuses connections: every step fails, the node neither dies nor votes,
+    and it backs off instead of hammering (0.1 s poll: ~4 tries in 3 s, not ~30)."""
+    acct = net.r.verifiers[0]
+    w3 = Web3(Web3.HTTPProvider("http://127.0.0.1:1", request_kwargs={"timeout": 1}))
+    c = bind(w3, net.d, acct)
+    n = VerifierNode(ChainView(w3, net.d, c), c, acct,
+                     EnclaveJudge(net.cfg, acct, net.da, net.engine).judge, net.da,
+                     NodeConfig(net.tmp / "v0-rpc.json", retry_max_s=2.0))
+    t0 = time.monotonic()
+    n.run(lambda: time.monotonic() - t0 > 3.0, poll_s=0.1)
+    assert 2 <= len(n.stats.errors) <= 6, n.stats.errors
+    assert n.stats.judged == n.stats.committed == 0

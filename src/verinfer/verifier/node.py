@@ -119,14 +119,22 @@ class VerifierNode:
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool], poll_s: float = 0.25) -> None:
+        failures = 0  # consecutive failed steps: this node's RPC is down or lying
         while not stop():
             try:
                 self.step()
+                failures = 0
             except VerinferError as e:
+                failures += 1
                 self._error(f"step: {e.message}")
             except Exception as e:  # keep serving: one bad RPC answer must not end the node
+                failures += 1
                 self._error(f"step: {type(e).__name__}: {e}")
-            time.sleep(poll_s)
+            # a local outage is retried with backoff (capped), still watching for stop
+            wait = poll_s if failures == 0 else min(poll_s * 2 ** failures, self.cfg.retry_max_s)
+            until = time.monotonic() + wait
+            while not stop() and time.monotonic() < until:
+                time.sleep(min(poll_s, 0.2))
 
     def _error(self, msg: str) -> None:
         self.stats.errors.append(msg)

@@ -42,7 +42,13 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
     """Each receipt of every committed batch independently with probability ``rate``."""
     out = []
     for b in view.batches(from_block):
-        m = view.manifest(da, b.manifest_pointer)
+        try:
+            m = view.manifest(da, b.manifest_pointer)
+        except VerinferError as err:
+            # one operator's unreadable manifest must not stop auditing everyone else's
+            # (a full challenge of one of its receipts is what gets it slashed)
+            console.print(f"[yellow]skipped batch[/yellow] 0x{b.root.hex()}: {err.message}")
+            continue
         for e in m.entries:
             if rng.random() < rate:
                 out.append((e.signed, str(e.ciphertext)))

@@ -65,6 +65,8 @@ def unexecutable(engine: Engine, request: ExecRequest) -> str | None:
         engine.check_request(list(request.prompt_token_ids), request.sampling_params())
     except ClientError as e:
         return f"the engine refuses the request ({e.code or type(e).__name__}, {e.param})"
+    except (ValueError, TypeError) as e:  # parameters the engine cannot even represent
+        return f"the engine refuses the request ({type(e).__name__})"
     return None
 
 
@@ -170,7 +172,11 @@ def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
     why = unexecutable(engine, request)
     if why is not None:
         return _invalid(receipt, "request_unexecutable", why)
-    mine, replayed, decoded = recompute(engine, request, contents.result)
+    try:
+        mine, replayed, decoded = recompute(engine, request, contents.result)
+    except ClientError as e:  # the engine refused it after all: the operator's request
+        return _invalid(receipt, "request_unexecutable",
+                        f"the engine refuses the request ({e.code or type(e).__name__})")
     reason = "match" if mine.hash == receipt.out_hash else "output_mismatch"
     detail = ""
     if reason == "output_mismatch":

@@ -52,7 +52,7 @@ def check_response(r: Any, what: str) -> None:
 # loader for live schemas (`schemathesis.pytest.from_fixture`) sets `request.node._nodeid`,
 # which pytest 9 no longer has.
 
-OPERATIONS = [("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
+OPERATIONS = [("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/models"),
               ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
               ("GET", "/v1/receipts/{receipt_id}")]
 EXAMPLES_PER_MODE = 30

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from verinfer.errors import InvalidRequestError
+from verinfer.protocol import limits as _limits
 
 if TYPE_CHECKING:  # torch loads only where tokens are drawn (receipts import SamplingParams)
     import torch
 
 PRNG_DOMAIN = b"verinfer/sampling/v1"
-MAX_SEED = 2**64 - 1
+MAX_SEED = _limits.MAX_SEED  # from the one limits table (verinfer.protocol.limits)
 MAX_U32 = 2**32 - 1  # the receipts' canonical encoding holds top_k and max_tokens as u32
 
 
@@ -70,8 +71,9 @@ class SamplingParams:
         if not 0 <= self.seed <= MAX_SEED:
             raise InvalidRequestError(f"seed must be in [0, 2^64), got {self.seed!r}",
                                       param="seed")
-        if len(self.stop) > 4 or any(not s for s in self.stop):
-            raise InvalidRequestError("stop takes up to 4 non-empty strings", param="stop")
+        if len(self.stop) > _limits.MAX_STOP or any(not s for s in self.stop):
+            raise InvalidRequestError(f"stop takes up to {_limits.MAX_STOP} non-empty strings",
+                                      param="stop")
         for s in self.stop:
             try:
                 s.encode()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import cbor2
 
+from verinfer.protocol import limits as _limits
 from verinfer.receipts.errors import (
     NonCanonicalEncodingError,
     ReceiptFormatError,
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
 # sealed before the change stays judgeable; new ones are written as version 2.
 EXEC_VERSION = 2
 EXEC_VERSIONS = (1, 2)
-MAX_STOP = 4
-MAX_TOP_LOGPROBS = 20  # per output token; the engine takes its bound from here
+# from the one limits table (verinfer.protocol.limits), which the request rule applies
+MAX_STOP = _limits.MAX_STOP
+MAX_TOP_LOGPROBS = _limits.MAX_TOP_LOGPROBS  # per output token; the engine takes it from here
 FinishReason = Literal["stop", "length"]
 # one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)
 TokenLogprobs = tuple[float, tuple[tuple[int, float], ...]]

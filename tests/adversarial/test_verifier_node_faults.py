@@ -234,6 +234,18 @@ def test_absent_ciphertext_after_the_window_is_voted(net: Net) -> None:
     assert set(_votes(net, cid, net.nodes)) == {(INVALID_EVIDENCE, "ciphertext_unavailable")}
 
 
+def test_manifest_on_another_da_backend_counts_as_absent(net: Net) -> None:
+    """The operator names a backend the network does not use (here: local files on a Redis
+    network): no member can fetch it. Retrying would end in abstention, so it is voted."""
+    ev = _evidence(net, "other-backend")
+    m = build_manifest([ManifestEntry(ev.signed, net.da.put(ev.blob))])
+    root = _commit(net, [ev], str(Pointer.for_blob("local", m.to_bytes())))
+    increase_time(net.w3, PARAMS.publication_deadline + 1)
+    cid = _open(net, [ev], 0, root)
+    assert _drive(net, cid, net.nodes) is Status.SLASHED
+    assert set(_votes(net, cid, net.nodes)) == {(INVALID_EVIDENCE, "manifest_unavailable")}
+
+
 def test_local_da_and_kms_outages_are_retried_with_backoff_not_voted(net: Net) -> None:
     """Honest evidence; the members' own DA connection is down (connection refused), later
     their KMS quorum is unreachable (no shard runs). Neither is the operator's doing: no vote,

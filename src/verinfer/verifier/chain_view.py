@@ -15,6 +15,7 @@ from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.events import batches_committed
 from verinfer.da_client.errors import (
+    BackendMismatchError,
     BlobNotFoundError,
     CommitmentMismatchError,
     DAUnavailableError,
@@ -147,7 +148,8 @@ class ChainView:
         else:
             try:
                 data = da.get(pointer)
-            except BlobNotFoundError as e:
+            except (BlobNotFoundError, BackendMismatchError) as e:
+                # another backend than the network's counts as absent: the operator chose it
                 if absent_is_fault:
                     raise OperatorFault("manifest_unavailable",
                                         f"manifest {key} is not on DA") from e

@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 from eth_account.signers.local import LocalAccount
 
 from verinfer.da_client.errors import (
+    BackendMismatchError,
     BlobNotFoundError,
     CommitmentMismatchError,
     DAUnavailableError,
@@ -73,7 +74,9 @@ def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
         return None
     try:
         return da.get(p)
-    except BlobNotFoundError:
+    except (BlobNotFoundError, BackendMismatchError):
+        # a pointer into another backend than the network's is as good as absent: the
+        # operator chose where to publish
         return None
     except (DAUnavailableError, CommitmentMismatchError) as e:
         raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e

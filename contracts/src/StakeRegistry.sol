@@ -339,16 +339,15 @@ contract StakeRegistry is Ownable {
             slotsUsed = slot;
         }
         verifierCount += 1;
-        OwnerCheckpoint[] storage h = _owners[slot];
-        uint256 len = h.length;
-        if (len != 0 && h[len - 1].blockNumber == block.number) h[len - 1].owner = who;
-        else h.push(OwnerCheckpoint(uint48(block.number), who));
+        _owners[slot].push(OwnerCheckpoint(uint48(block.number), who));
     }
 
+    /// @dev Always appends, even within one block (lookups take the last checkpoint at or
+    ///      before a block): a transaction's gas then does not depend on whether an earlier
+    ///      transaction of the same block touched the node, so eth_estimateGas, run against
+    ///      another block number, stays exact.
     function _write(Checkpoint[] storage h, uint256 v) internal {
-        uint256 n = h.length;
-        if (n != 0 && h[n - 1].blockNumber == block.number) h[n - 1].value = uint208(v);
-        else h.push(Checkpoint(uint48(block.number), uint208(v)));
+        h.push(Checkpoint(uint48(block.number), uint208(v)));
     }
 
     function _latest(Checkpoint[] storage h) internal view returns (uint256) {

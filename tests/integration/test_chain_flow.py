@@ -1,5 +1,7 @@
 """End to end against a real anvil: deploy, stake, commit a batch, challenge a receipt signed
-with eth-account, draw the committee, commit/reveal, resolve both ways, check balances."""
+with eth-account, draw the committee, commit/reveal, resolve both ways, check balances; and the
+issue-13 attacks through the Python bindings (self-claims, post-open unbonding, future-dated
+receipts, forced abstention)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,15 @@ from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.events import batches_committed, challenges_resolved, committees_drawn
 from verinfer.chain.signing import sign_receipt_typed
-from verinfer.chain.structs import ETHER, Kind, Role, Status, default_params
+from verinfer.chain.structs import (
+    ETHER,
+    INVALID_EVIDENCE,
+    ClaimStatus,
+    Kind,
+    Role,
+    Status,
+    default_params,
+)
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
 
@@ -165,3 +175,100 @@ def test_chain_bad_inputs_revert_with_typed_errors(net: Net) -> None:
     with pytest.raises(ContractRevertError) as e:
         cm.open_challenge(rs[0], sig, root, 0, proof.siblings, bond)
     assert e.value.error_name == "ChallengeWindowClosed"
+
+
+def _rpc(w3: Web3, method: str, *params: object) -> object:
+    resp = w3.provider.make_request(method, list(params))  # type: ignore[arg-type]
+    return resp["result"]
+
+
+def test_chain_unbond_after_open_does_not_move_committee(net: Net) -> None:
+    """Issue 13 attack 2: once blockhash(target) is public, verifiers unbond before the draw.
+    The committee is the one of the weights at the open block, whatever they do."""
+    out = hashlib.sha256(b"steer").digest()
+    rs, domain, root, tree = _post(net, [out, out])
+    p = default_params()
+    cm = net.as_(net.challenger).challenges
+    proof = tree.proof(1)
+    cid = cm.open_challenge(rs[1], sign_receipt_typed(rs[1], domain, net.operator), root,
+                            proof.index, proof.siblings, p.challenge_bond)
+    view = net.d.bind(net.w3)
+    info = view.challenges.challenge(cid)
+    assert info.snapshot_block == info.target_block - p.draw_delay_blocks
+    mine(net.w3, p.draw_delay_blocks + 1)
+    snap = _rpc(net.w3, "evm_snapshot")
+    cm.draw_committee(cid)
+    baseline = view.challenges.committee(cid)
+    assert _rpc(net.w3, "evm_revert", snap)
+    snap = _rpc(net.w3, "evm_snapshot")
+    amounts = [ETHER // 8 + 12345, ETHER // 4 + 1, ETHER // 2 + 7, ETHER - 1234]
+    for v, amount in zip(net.verifiers, amounts, strict=True):  # very different live weights
+        net.as_(v).stakes.request_unbond(amount)
+    assert view.stakes.weight_of(net.verifiers[3].address) == 0  # below the minimum: left
+    cm.draw_committee(cid)
+    assert view.challenges.committee(cid) == baseline
+    assert _rpc(net.w3, "evm_revert", snap)
+
+
+def test_chain_self_claim_does_not_shield_fraud(net: Net) -> None:
+    """Issue 13 attack 1: the operator claims its own receipts unpublished from a second
+    address (liabilities on its stake, live claim on the fraudulent receipt); a real challenge
+    still opens, and the proven fraud costs exactly slashAmount."""
+    p = default_params()
+    alt = dev_accounts(8)[7]
+    claimed = hashlib.sha256(b"claimed 2").digest()
+    actual = hashlib.sha256(b"re-executed 2").digest()
+    rs, domain, root, tree = _post(net, [claimed, claimed])
+    increase_time(net.w3, p.publication_deadline + 1)
+    view = net.d.bind(net.w3)
+    own = net.as_(alt).challenges
+    locked_before = view.stakes.account_of(net.operator.address).locked  # earlier tests' disputes
+    claims = [own.claim_unpublished(r, sign_receipt_typed(r, domain, net.operator),
+                                    p.challenge_bond) for r in rs]
+    acct = view.stakes.account_of(net.operator.address)
+    assert acct.locked == locked_before + 2 * p.slash_amount
+    stake_before = acct.stake
+    cid = _challenge_and_vote(net, rs[0], domain, root, tree, 0, [actual] * 3)
+    info = view.challenges.challenge(cid)
+    assert info.status is Status.SLASHED and info.locked_stake == p.slash_amount
+    assert view.stakes.account_of(net.operator.address).stake == stake_before - p.slash_amount
+    state = view.challenges.receipt_state(rs[0].digest(domain))
+    assert state.slashed and state.live_claim == claims[0]
+    for i, c in enumerate(claims):  # answered in time: bond back to the operator, nothing taken
+        proof = tree.proof(i)  # type: ignore[attr-defined]
+        net.as_(net.operator).challenges.answer_unpublished(c, root, proof.index, proof.siblings)
+        assert view.challenges.claim(c).status is ClaimStatus.ANSWERED
+    acct = view.stakes.account_of(net.operator.address)
+    assert acct.stake == stake_before - p.slash_amount and acct.locked == locked_before
+
+
+def test_chain_far_future_receipt_claim_slashes_at_once(net: Net) -> None:
+    """Issue 13 attack 4: issuedAt = 2^64 - 1 (formerly unclaimable, overflowing) is invalid on
+    its face: the withholding claim slashes at once."""
+    p = default_params()
+    view = net.d.bind(net.w3)
+    domain = Domain(chain_id=net.d.chain_id, verifying_contract=net.d.challenge_manager)
+    r = replace(_receipts(net, [hashlib.sha256(b"future").digest()])[0], issued_at=2**64 - 1)
+    stake_before = view.stakes.account_of(net.operator.address).stake
+    cid = net.as_(net.challenger).challenges.claim_unpublished(
+        r, sign_receipt_typed(r, domain, net.operator), p.challenge_bond)
+    assert view.challenges.claim(cid).status is ClaimStatus.SLASHED
+    assert view.stakes.account_of(net.operator.address).stake == stake_before - p.slash_amount
+    assert view.challenges.receipt_slashed(r.digest(domain))
+
+
+def test_chain_invalid_evidence_votes_slash_without_penalty(net: Net) -> None:
+    """Issue 13 attack 6: members who cannot use the operator's evidence reveal INVALID_EVIDENCE:
+    no non-reveal penalty, and at quorum the operator is slashed."""
+    p = default_params()
+    out = hashlib.sha256(b"unverifiable").digest()
+    rs, domain, root, tree = _post(net, [out])
+    view = net.d.bind(net.w3)
+    stakes_before = {v.address: view.stakes.account_of(v.address).stake for v in net.verifiers}
+    op_before = view.stakes.account_of(net.operator.address).stake
+    cid = _challenge_and_vote(net, rs[0], domain, root, tree, 0, [INVALID_EVIDENCE] * 3)
+    info = view.challenges.challenge(cid)
+    assert info.status is Status.SLASHED and info.majority_out_hash == INVALID_EVIDENCE
+    assert view.stakes.account_of(net.operator.address).stake == op_before - p.slash_amount
+    for v in net.verifiers:
+        assert view.stakes.account_of(v.address).stake == stakes_before[v.address]

@@ -29,6 +29,7 @@ from verinfer.chain.structs import (
     Kind,
     Member,
     Params,
+    ReceiptState,
     Role,
     StakeAccount,
     Vote,
@@ -186,6 +187,18 @@ class StakeRegistryContract(_Bound):
     def total_stake(self) -> int:
         return int(self._call(self.contract.functions.totalStake()))
 
+    def weight_of(self, who: str) -> int:
+        """`who`'s committee-draw weight now (active stake if >= the verifier minimum, else 0)."""
+        return int(self._call(self.contract.functions.weightOf(who)))
+
+    def total_weight_at(self, block: int) -> int:
+        """Sum of draw weights as of the end of `block`."""
+        return int(self._call(self.contract.functions.totalWeightAt(block)))
+
+    def verifier_count(self) -> int:
+        """Verifiers holding a draw slot (weight > 0) now."""
+        return int(self._call(self.contract.functions.verifierCount()))
+
 
 class BatchRegistryContract(_Bound):
     NAME = "BatchRegistry"
@@ -280,7 +293,11 @@ class ChallengeManagerContract(_Bound):
         return int(self._call(self.contract.functions.totalBurnt()))
 
     def receipt_slashed(self, digest: bytes) -> bool:
+        """True iff stake was taken for the receipt's content (re-execution or invalid receipt)."""
         return bool(self._call(self.contract.functions.receiptState(digest))[2])
+
+    def receipt_state(self, digest: bytes) -> ReceiptState:
+        return ReceiptState.from_tuple(self._call(self.contract.functions.receiptState(digest)))
 
 
 class AuditLogContract(_Bound):

@@ -8,6 +8,16 @@ from typing import Any
 
 ETHER = 10**18
 
+#: ChallengeManager.INVALID_EVIDENCE = keccak256("verinfer.vote.invalid-evidence"): the outHash a
+#: committee member reveals when the operator-provided evidence cannot be obtained or does not
+#: match the receipt. It counts as a reveal (no non-reveal penalty) and as a vote against the
+#: receipt (docs/contracts.md, "Full challenge").
+INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1999de6d2699848b454")
+
+#: ChallengeManager.MAX_CLOCK_SKEW (seconds): a receipt dated later than its batch commit + this,
+#: or later than the chain's now + this when claimed, is invalid and slashed at once.
+MAX_CLOCK_SKEW = 300
+
 
 class Role(enum.IntEnum):
     NONE = 0
@@ -94,15 +104,20 @@ def default_params() -> Params:
 
 @dataclass(frozen=True)
 class StakeAccount:
+    """StakeRegistry.Account. `locked` is the sum of live disputes' liabilities (it may exceed
+    `stake`); `slot` is the verifier's draw-tree slot (0 = none: weight 0)."""
+
     stake: int
     unbonding: int
     role: Role
     locked: int
     unbond_ready_at: int
+    slot: int = 0
 
     @classmethod
     def from_tuple(cls, t: Any) -> StakeAccount:
-        return cls(int(t[0]), int(t[1]), Role(t[2]), int(t[3]), int(t[4]))
+        return cls(int(t[0]), int(t[1]), Role(t[2]), int(t[3]), int(t[4]),
+                   int(t[5]) if len(t) > 5 else 0)
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,21 @@ class ChallengeInfo:
         vals = list(t)
         vals[5] = Status(vals[5])
         return cls(*vals)
+
+
+@dataclass(frozen=True)
+class ReceiptState:
+    """ChallengeManager.ReceiptState: live challenge / claim ids (independent of each other) and
+    whether stake was taken for the receipt's content (`slashed`) or for withholding it."""
+
+    live_challenge: int
+    live_claim: int
+    slashed: bool
+    withholding_slashed: bool
+
+    @classmethod
+    def from_tuple(cls, t: Any) -> ReceiptState:
+        return cls(int(t[0]), int(t[1]), bool(t[2]), bool(t[3]))
 
 
 @dataclass(frozen=True)

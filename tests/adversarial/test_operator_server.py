@@ -172,7 +172,10 @@ def test_client_check_refuses_skewed_or_wrong_chain_receipts(server: Server) -> 
     receipt = check_verification(v, chain_id=chain, operator=v["operator"])
     assert "0x" + receipt.out_hash.hex() == v["out_hash"]
     for shift in (-3600.0, 3600.0):
+        def shifted(s: float = shift) -> float:
+            return time.time() + s
+
         with pytest.raises(IssuedAtSkewError):
-            check_verification(v, chain_id=chain, now=lambda s=shift: time.time() + s)
+            check_verification(v, chain_id=chain, now=shifted)
     with pytest.raises(WrongChainError):
         check_verification(v, chain_id=1)

@@ -24,7 +24,6 @@ from web3 import Web3
 from verinfer.chain.anvil import Anvil, increase_time
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.errors import ChainError
 from verinfer.chain.structs import ETHER, Status, VoteState
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.da_client.pointer import Pointer
@@ -105,21 +104,8 @@ def net(tiny_engine: Engine, tiny_path: Path,
         net = Net(w3, d, r, da, factory, cfg, tiny_engine, tmp, [])
         net.nodes = [net.node(i) for i in range(3)]
         for n in net.nodes:
-            _register(n)
+            assert n.ensure_registered(ETHER)
         yield net
-
-
-def _register(n: VerifierNode) -> None:
-    # KNOWN (chain bindings, reported): StakeRegistry.register's gas estimate can be too low
-    # when the tx lands in a later block than the estimate (a new stake checkpoint), so the
-    # tx runs out of gas; a second try is estimated against the new state.
-    for attempt in range(3):
-        try:
-            n.ensure_registered(ETHER)
-            return
-        except ChainError:
-            if attempt == 2:
-                raise
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import rfc8785
 
+from verinfer.chain.structs import MAX_CLOCK_SKEW
 from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import (
     ManifestEntry,
@@ -96,6 +97,7 @@ def test_client_check_refuses_a_receipt_for_another_chain(form: str) -> None:
 
 
 def test_future_receipts_and_reports_are_refused_and_2_64_does_not_overflow() -> None:
+    assert MAX_ISSUED_AT_SKEW_S == MAX_CLOCK_SKEW  # clients refuse what the chain slashes
     now = 1_800_000_000
     check_issued_at(now + MAX_ISSUED_AT_SKEW_S, now)  # clock drift within the skew is fine
     for far in (now + MAX_ISSUED_AT_SKEW_S + 1, 2**64 - 1):

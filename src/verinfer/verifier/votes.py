@@ -12,12 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from eth_utils import keccak
+# The contract's constant (ChallengeManager.INVALID_EVIDENCE = keccak256(
+# "verinfer.vote.invalid-evidence")), defined once in its Python mirror: the chain counts stake
+# on it together with stake on any other non-receipt value towards slashing, and refuses
+# receipts whose outHash is this value.
+from verinfer.chain.structs import INVALID_EVIDENCE
 
-#: The contract's constant (ChallengeManager.INVALID_EVIDENCE): the chain counts stake on it
-#: together with stake on any other non-receipt value towards slashing, and refuses receipts
-#: whose outHash is this value.
-INVALID_EVIDENCE = keccak(b"verinfer.vote.invalid-evidence")
+__all__ = ["INVALID_EVIDENCE", "REASONS", "Reason", "Verdict"]
 
 Reason = Literal[
     "match",  # re-execution reproduces the receipt's outHash

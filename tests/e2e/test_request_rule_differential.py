@@ -32,8 +32,8 @@ ZERO = ("0", "0.0", "-0.0", "-0", "-0e5", "0e0", "-0.000E+2", "0E-7")
 class Num:
     """A JSON number written exactly as given (the spelling is what is under test)."""
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, text: str, *, int_as_float: bool = False) -> None:
+        self.text, self.int_as_float = text, int_as_float
 
 
 def _int(k: int, *, exact_float: bool = True) -> st.SearchStrategy[Num]:
@@ -42,7 +42,7 @@ def _int(k: int, *, exact_float: bool = True) -> st.SearchStrategy[Num]:
         forms += [f"{k}.0", f"{k}e0", f"{k}.000E0"] + ([f"{k}0e-1"] if k else [])
     if k == 0:
         forms += list(ZERO)
-    return st.sampled_from(forms).map(Num)
+    return st.sampled_from(forms).map(lambda t: Num(t, int_as_float=not t.isdigit()))
 
 
 def _float(x: float) -> st.SearchStrategy[Num]:
@@ -145,14 +145,15 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
     items = [(k, v) for k, v in f.items() if v is not OMIT]
     items = draw(st.permutations(items))
     raw = _dump(dict(items), draw(st.booleans())).encode()
-    temp = f["temperature"]
     exercised = {
         "chat": int(chat), "streamed": int(stream is True), "n_gt_1": int(n > 1),
         "max_tokens_omitted": int(limit is OMIT or limit is None),
         "signed_zero": int(any(isinstance(v, Num) and v.text.startswith("-0")
                                for v in f.values())),
-        "int_as_float": int(any(isinstance(v, Num) and ("." in v.text or "e" in v.text.lower())
-                                and v is not temp for v in f.values())),
+        "int_as_float": int(any(isinstance(v, Num) and v.int_as_float for v in f.values())
+                            or any(isinstance(t, Num) and t.int_as_float
+                                   for t in (f["prompt"] if not chat
+                                             and isinstance(f["prompt"], list) else []))),
         "stop": int(f["stop"] not in (OMIT, None, [])),
     }
     return raw, exercised

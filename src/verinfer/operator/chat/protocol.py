@@ -23,6 +23,10 @@ class ChatMessageIn(Strict):
 
 
 class ChatCompletionRequest(Strict):
+    """The body's schema. Omitted fields stay None here: their defaults, the limits and what the
+    body means are the request rule's (verinfer.protocol.request_rule), applied to the body bytes
+    by the serving code exactly as a verifier applies it."""
+
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
     model: str
     frequency_penalty: JsonFloat | None = None

@@ -17,6 +17,10 @@ from verinfer.operator.protocol import (
 
 
 class CompletionRequest(Strict):
+    """The body's schema. Omitted fields stay None here: their defaults, the limits and what the
+    body means are the request rule's (verinfer.protocol.request_rule), applied to the body bytes
+    by the serving code exactly as a verifier applies it."""
+
     model: str
     prompt: str | list[str] | list[JsonInt] | list[list[JsonInt]]
     best_of: JsonInt | None = None

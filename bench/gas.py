@@ -2,8 +2,10 @@
 
 Commits a 1024-receipt batch, opens challenges on its receipts (10-sibling proofs; the first
 challenge ever pays extra zero-to-nonzero storage writes, reported separately),
-draws the committee, commits and reveals one vote. gasUsed includes the 21000 intrinsic cost
-and calldata. Prints one JSON object as the last line.
+draws the committee, commits and reveals one vote; then registers 1,000 more verifiers and
+draws a committee again (`draw_gas_1000_verifiers`: the draw reads a checkpointed Fenwick tree,
+so its cost depends on the tree depth, not on the number of verifiers). gasUsed includes the
+21000 intrinsic cost and calldata. Prints one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+
+from eth_account import Account
+from web3 import Web3
 
 from verinfer.chain.anvil import Anvil, dev_accounts, mine
 from verinfer.chain.bindings import TxSender, vote_commitment
@@ -21,6 +26,29 @@ from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
 
 LEAVES = 1024
+MANY_VERIFIERS = 1000
+
+
+def _register_many(w3: Web3, d: object, n: int, stake: int) -> int:
+    """Registers n fresh verifiers (funded with anvil_setBalance), sending the signed
+    transactions back to back and waiting for the last; returns the largest gasUsed."""
+    stakes = d.bind(w3).stakes.contract  # type: ignore[attr-defined]
+    hashes = []
+    for i in range(n):
+        acct = Account.from_key(hashlib.sha256(b"bench verifier %d" % i).digest())
+        w3.provider.make_request("anvil_setBalance",  # type: ignore[arg-type]
+                                 [acct.address, hex(stake + 10**17)])
+        tx = stakes.functions.register(int(Role.VERIFIER)).build_transaction({
+            "from": acct.address, "value": stake, "gas": 1_500_000, "nonce": 0,
+            "chainId": w3.eth.chain_id, "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 0})
+        hashes.append(w3.eth.send_raw_transaction(acct.sign_transaction(tx).raw_transaction))
+    worst = 0
+    for h in hashes:
+        r = w3.eth.wait_for_transaction_receipt(h, timeout=120)
+        if r["status"] != 1:
+            raise RuntimeError(f"register failed: {h.hex()}")
+        worst = max(worst, int(r["gasUsed"]))
+    return worst
 
 
 def main() -> dict[str, object]:
@@ -80,12 +108,24 @@ def main() -> dict[str, object]:
             s = next(v for v in verifiers if v.address == m.account)
             as_(s).challenges.commit_vote(cid, vote_commitment(cid, m.account, out, salt))
         rv = as_(signer).challenges.reveal_vote(cid, out, salt)
+        # The same draw with 1,000 more verifiers registered.
+        register_worst = _register_many(w3, d, MANY_VERIFIERS, params.min_verifier_stake)
+        n_verifiers = d.bind(w3).stakes.verifier_count()
+        idx3 = 9
+        p3 = tree.proof(idx3)
+        cid3 = cm.open_challenge(receipts[idx3], sign_receipt_typed(receipts[idx3], domain, op),
+                                 tree.root, p3.index, p3.siblings, params.challenge_bond)
+        mine(w3, params.draw_delay_blocks + 1)
+        draw_many = cm.draw_committee(cid3)
     commit_gas = int(commit["gasUsed"])
     return {
         "commit_batch_gas": commit_gas,
         "open_challenge_gas": int(open_gas),
         "open_challenge_gas_first": int(open_first),
         "draw_committee_gas": int(draw["gasUsed"]),
+        "draw_gas_1000_verifiers": int(draw_many["gasUsed"]),
+        "verifiers_for_draw_1000": n_verifiers,
+        "register_verifier_gas_max": register_worst,
         "commit_vote_gas": int(cv["gasUsed"]),
         "reveal_vote_gas": int(rv["gasUsed"]),
         "gas_per_receipt_1024": round(commit_gas / LEAVES, 2),

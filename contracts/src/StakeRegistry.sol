@@ -398,8 +398,9 @@ contract StakeRegistry is Ownable {
         Removed memory out = Removed(new uint256[](size + 1), new uint256[](size + 1), 0);
         uint256 filled = 0;
         uint256 pool = _at(_tree[MAX_VERIFIERS], snapshotBlock);
+        uint256 used = slotsUsed;
         for (uint256 nonce = 0; filled < size && pool != 0; nonce++) {
-            uint256 slot = _find(uint256(keccak256(abi.encode(seed, nonce))) % pool, snapshotBlock, out);
+            uint256 slot = _find(uint256(keccak256(abi.encode(seed, nonce))) % pool, snapshotBlock, out, used);
             uint256 w = _at(_leaf[slot], snapshotBlock);
             out.slots[out.n] = slot;
             out.weights[out.n] = w;
@@ -426,11 +427,13 @@ contract StakeRegistry is Ownable {
     }
 
     /// @dev Fenwick descent: the smallest slot whose prefix weight (removed slots counted as 0)
-    ///      exceeds x.
-    function _find(uint256 x, uint256 blk, Removed memory out) internal view returns (uint256) {
+    ///      exceeds x. A step past `used` (the highest slot ever assigned) is never taken: the
+    ///      range would hold every remaining weight, which exceeds x; so it is not read.
+    function _find(uint256 x, uint256 blk, Removed memory out, uint256 used) internal view returns (uint256) {
         uint256 pos = 0;
         for (uint256 step = MAX_VERIFIERS >> 1; step != 0; step >>= 1) {
             uint256 next = pos + step;
+            if (next > used) continue;
             uint256 v = _at(_tree[next], blk);
             for (uint256 k = 0; k < out.n; k++) {
                 if (out.slots[k] > pos && out.slots[k] <= next) v -= out.weights[k];

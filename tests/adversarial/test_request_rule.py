@@ -171,3 +171,14 @@ def test_a_server_window_too_small_for_the_default_refuses(server: str,
         r = post(client, server, body)
     assert r.status_code == 400
     assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+# ---- 5. one body, two meanings ------------------------------------------------------------------
+def test_a_repeated_key_is_refused_by_the_server(server: str) -> None:
+    """A client (or a proxy) that reads the first "temperature" sees 0, the server's parser the
+    last: the server must refuse the body rather than pick one reading."""
+    body = (b'{"model":"tiny","messages":[{"role":"user","content":"dup"}],"max_tokens":4,'
+            b'"temperature":0,"temperature":2}')
+    with httpx.Client() as client:
+        r = post(client, server, body)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"

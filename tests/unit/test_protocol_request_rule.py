@@ -197,3 +197,12 @@ def test_the_api_models_read_numbers_as_the_rule_does() -> None:
     assert str(r.temperature) == "0.0" and (r.max_tokens, r.n, r.seed) == (8, 2, 7)
     c = CompletionRequest.model_validate({"model": "m", "prompt": [1.0, 2.0]})
     assert c.prompt == [1, 2]
+
+
+def test_a_repeated_key_is_refused_not_resolved(tiny_engine: Engine) -> None:
+    # json.loads keeps the last value, other readers the first: one body, two meanings
+    with pytest.raises(UntrustedJsonError):
+        _reqs(tiny_engine, CHAT, ',"temperature":0,"temperature":2')
+    with pytest.raises(UntrustedJsonError):
+        _reqs(tiny_engine, '{"model":"m","messages":[{"role":"user","content":"a",'
+                           '"content":"b"}]%s}')

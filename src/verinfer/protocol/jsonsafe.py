@@ -49,6 +49,15 @@ def max_depth(data: bytes) -> int:
     return deepest
 
 
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"repeated key {key!r}")
+        out[key] = value
+    return out
+
+
 def _cap_recursion() -> None:
     if sys.getrecursionlimit() > SAFE_RECURSION_LIMIT:
         sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
@@ -60,10 +69,13 @@ def loads_untrusted(
     max_bytes: int = MAX_BYTES,
     depth: int = MAX_DEPTH,
     what: str = "JSON",
+    unique_keys: bool = False,
 ) -> Any:
     """Parses JSON from an untrusted source; raises :class:`UntrustedJsonError`, never crashes.
 
-    ``what`` names the source in the error (e.g. "KMS release body").
+    ``what`` names the source in the error (e.g. "KMS release body"). ``unique_keys``: an
+    object with a repeated key is an error (parsers disagree on which value wins, so a
+    repeated key can mean one thing to one reader and another to the next).
     """
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
@@ -73,7 +85,7 @@ def loads_untrusted(
         raise UntrustedJsonError(f"{what}: nesting depth {found} exceeds the limit of {depth}")
     _cap_recursion()  # belt and braces: a decoder bug past the scan still raises, not crashes
     try:
-        return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=_unique_object if unique_keys else None)
     # JSONDecodeError and UnicodeDecodeError are ValueErrors.
     except (ValueError, RecursionError) as e:
         raise UntrustedJsonError(f"{what}: not valid JSON ({e})") from None

@@ -8,8 +8,9 @@ Both apply it to the same bytes (the body exactly as received, which the envelop
 they cannot drift: there is no second copy of any default, limit or seed rule.
 
 The steps, each deterministic:
-1. **Parse** the body (bounded: verinfer.protocol.jsonsafe) and accept exactly the fields of the
-   endpoint; ``null`` means omitted. Unsupported options are refused, never ignored.
+1. **Parse** the body (bounded: verinfer.protocol.jsonsafe; a repeated key is an error, since
+   readers disagree on which value wins) and accept exactly the fields of the endpoint;
+   ``null`` means omitted. Unsupported options are refused, never ignored.
 2. **Canonicalize numbers**: a JSON number is a value, not a spelling. ``-0.0``, ``-0e5``, ``0``
    and ``0.0`` are the same temperature, and ``8.0`` is the integer 8. Why: the operator once
    derived a seed from ``-0.0`` while the verifier, reading the canonical ExecRequest, used
@@ -166,7 +167,8 @@ def endpoint_of(body: Mapping[str, Any]) -> Endpoint:
 
 def load_body(body: bytes | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(body, bytes | bytearray | memoryview):
-        obj = loads_untrusted(body, max_bytes=L.MAX_BODY_BYTES, what="request body")
+        obj = loads_untrusted(body, max_bytes=L.MAX_BODY_BYTES, what="request body",
+                              unique_keys=True)
     else:
         obj = body
     if not isinstance(obj, Mapping):

@@ -54,7 +54,7 @@ def test_every_departure_is_caught_and_named(tiny_engine: Engine,
     raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}],
                       "max_tokens": 4}).encode()
     req = request_for_body(tiny_engine, raw)
-    bad = replace(req, **change)  # type: ignore[arg-type]
+    bad = replace(req, **change)
     problems = request_problems(tiny_engine, bad, raw)
     assert len(problems) == 1 and next(iter(change)) in problems[0]
 

@@ -463,7 +463,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
         c.status = Status.Voting;
         c.members = uint16(chosen.length);
-        c.totalWeight = uint112(total);
+        c.totalWeight = total.toUint112();
         c.memberPenalty = p.nonRevealPenalty;
         c.commitDeadline = uint64(block.timestamp) + p.commitPeriod;
         c.revealDeadline = c.commitDeadline + p.revealPeriod;

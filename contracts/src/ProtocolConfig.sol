@@ -162,6 +162,8 @@ contract ProtocolConfig is Ownable {
         }
         if (p.challengeBond == 0) revert InvalidParams("challengeBond == 0");
         if (p.challengeBond > type(uint96).max) revert InvalidParams("challengeBond > uint96");
+        // A challenge stores its liability in 96 bits.
+        if (p.slashAmount > type(uint96).max) revert InvalidParams("slashAmount > uint96");
         if (p.minOperatorStake < p.slashAmount) revert InvalidParams("minOperatorStake < slashAmount");
         if (p.minVerifierStake < p.nonRevealPenalty) {
             revert InvalidParams("minVerifierStake < nonRevealPenalty");

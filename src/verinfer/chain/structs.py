@@ -19,6 +19,18 @@ INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1
 MAX_CLOCK_SKEW = 300
 
 
+def is_future_dated(issued_at: int, chain_time: int) -> bool:
+    """True iff a receipt's issuedAt is beyond the chain's clock + MAX_CLOCK_SKEW: such a receipt
+    is invalid on its face; `claimUnpublished` slashes it at once (no publication deadline to
+    wait for), and in a batch it is slashed at open when later than the batch's commit + skew."""
+    return issued_at > chain_time + MAX_CLOCK_SKEW
+
+
+def publication_deadline(issued_at: int, publication_deadline_s: int) -> int:
+    """issuedAt + publicationDeadline in Python ints (the contract computes it in uint256)."""
+    return issued_at + publication_deadline_s
+
+
 class Role(enum.IntEnum):
     NONE = 0
     OPERATOR = 1

@@ -51,7 +51,7 @@ def _hkdf_sha256(ikm: bytes, info: bytes, length: int) -> bytes:
 
 
 def test_derivation_follows_the_documented_labels() -> None:
-    for suite in EnvelopeSuite:
+    for suite in (EnvelopeSuite.X25519, EnvelopeSuite.MLKEM768_X25519):
         base = b"verinfer/epoch-key/v1/" + suite.value.encode()
         x = x25519.X25519PrivateKey.from_private_bytes(_hkdf_sha256(SEED, base + b"/x25519", 32))
         want = x.public_key().public_bytes_raw()
@@ -73,3 +73,18 @@ def test_bad_inputs() -> None:
         load_public_key(EnvelopeSuite.MLKEM768_X25519, bytes(32))
     with pytest.raises(ReceiptFormatError, match="invalid"):
         load_public_key(EnvelopeSuite.MLKEM768_X25519, b"\xff" * 1216)
+
+
+def test_p256_key_is_the_seed_scalar() -> None:
+    """The threshold suite's private key is s itself (so shares of s decapsulate)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    priv, pub = derive_epoch_keypair(SEED, EnvelopeSuite.P256)
+    want = ec.derive_private_key(int.from_bytes(SEED, "big"), ec.SECP256R1()).public_key()
+    assert pub.raw == want.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+    assert load_public_key(EnvelopeSuite.P256, pub.raw) == pub
+    with pytest.raises(ReceiptFormatError):
+        derive_epoch_keypair(b"\xff" * 32, EnvelopeSuite.P256)  # >= n
+    with pytest.raises(ReceiptFormatError):
+        load_public_key(EnvelopeSuite.P256, b"\x04" + bytes(64))

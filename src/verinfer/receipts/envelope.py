@@ -3,7 +3,8 @@ OpenAI request body, original response body) to the app public key of a key epoc
 
 Blob (what goes to DA; ``ciphertextHash = sha256(blob)``)::
 
-    b"VIE\\x01" || suite code (1 byte: 1 = X25519, 2 = MLKEM768_X25519) || key_epoch (u64 BE)
+    b"VIE\\x01" || suite code (1 byte: 1 = X25519, 2 = MLKEM768_X25519, 3 = P256)
+    || key_epoch (u64 BE)
     || HPKE single-shot output (enc || AEAD ciphertext)
 
 HPKE ``info`` (``cryptography``'s single-shot API has no separate aad, so all binding goes
@@ -22,6 +23,7 @@ RNG inside ``cryptography``; sealing is therefore not reproducible, which is int
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +56,10 @@ __all__ = [
     "derive_epoch_keypair",
     "load_public_key",
     "open_envelope",
+    "open_envelope_with",
     "public_key_bytes",
     "seal",
+    "split_envelope",
 ]
 
 # The plaintext map's own version (its keys), independent of the ExecRequest/ExecResult
@@ -63,7 +67,7 @@ __all__ = [
 ENVELOPE_VERSION = 1
 LABEL = b"verinfer/envelope/v1"
 MAGIC = b"VIE\x01"
-SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2}
+SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2, EnvelopeSuite.P256: 3}
 _SUITE_BY_CODE = {v: k for k, v in SUITE_CODES.items()}
 HEADER_LEN = len(MAGIC) + 1 + 8
 
@@ -224,28 +228,38 @@ def ciphertext_hash(blob: bytes) -> bytes:
     return hashlib.sha256(blob).digest()
 
 
-def open_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding,
-                  private_key: EpochPrivateKey) -> EnvelopeContents:
-    """Decrypt a blob for a receipt (or its binding) with the epoch private key.
-
-    Raises :class:`EnvelopeDecryptionError` for any failure to open (never says which), and
-    :class:`EnvelopeContentError` if it opens but the contents do not match the receipt.
-    """
+def _binding_of(blob: bytes, bound_to: Receipt | EnvelopeBinding) -> EnvelopeBinding:
     if isinstance(bound_to, Receipt):
         if not isinstance(blob, bytes) or ciphertext_hash(blob) != bound_to.ciphertext_hash:
             raise EnvelopeDecryptionError()
-        binding = EnvelopeBinding.from_receipt(bound_to)
-    else:
-        binding = bound_to
+        return EnvelopeBinding.from_receipt(bound_to)
+    return bound_to
+
+
+def _check_header(blob: bytes, binding: EnvelopeBinding, suite: EnvelopeSuite) -> None:
     if (not isinstance(blob, bytes) or len(blob) <= HEADER_LEN or blob[:4] != MAGIC
-            or _SUITE_BY_CODE.get(blob[4]) is not private_key.suite
+            or _SUITE_BY_CODE.get(blob[4]) is not suite
             or int.from_bytes(blob[5:HEADER_LEN], "big") != binding.key_epoch):
         raise EnvelopeDecryptionError()
-    suite = private_key.suite
-    try:
-        plaintext = suite.hpke.decrypt(blob[HEADER_LEN:], private_key.hpke, binding.info(suite))
-    except Exception:  # InvalidTag, ValueError on short input, ...: all the same to callers
-        raise EnvelopeDecryptionError() from None
+
+
+def split_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding, suite: EnvelopeSuite
+                   ) -> tuple[EnvelopeBinding, bytes, bytes]:
+    """(binding, enc, AEAD ciphertext) of a blob of a DH-KEM suite whose enc has a fixed
+    length (P256: 65 bytes), after the same header and ciphertext-hash checks as
+    :func:`open_envelope`. The KMS shards use ``enc`` (E) for per-envelope decapsulation."""
+    if not suite.threshold_decapsulable:
+        raise EnvelopeDecryptionError()
+    binding = _binding_of(blob, bound_to)
+    _check_header(blob, binding, suite)
+    enc_len = suite.public_key_len
+    body = blob[HEADER_LEN:]
+    if len(body) <= enc_len:
+        raise EnvelopeDecryptionError()
+    return binding, body[:enc_len], body[enc_len:]
+
+
+def _finish(plaintext: bytes, binding: EnvelopeBinding) -> EnvelopeContents:
     try:
         contents = EnvelopeContents.from_bytes(plaintext)
     except ReceiptFormatError as e:
@@ -256,3 +270,33 @@ def open_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding,
         raise EnvelopeContentError("envelope opened but does not match its receipt: "
                                    + "; ".join(problems))
     return contents
+
+
+def open_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding,
+                  private_key: EpochPrivateKey) -> EnvelopeContents:
+    """Decrypt a blob for a receipt (or its binding) with the epoch private key.
+
+    Raises :class:`EnvelopeDecryptionError` for any failure to open (never says which), and
+    :class:`EnvelopeContentError` if it opens but the contents do not match the receipt.
+    """
+    binding = _binding_of(blob, bound_to)
+    suite = private_key.suite
+    _check_header(blob, binding, suite)
+    try:
+        plaintext = suite.hpke.decrypt(blob[HEADER_LEN:], private_key.hpke, binding.info(suite))
+    except Exception:  # InvalidTag, ValueError on short input, ...: all the same to callers
+        raise EnvelopeDecryptionError() from None
+    return _finish(plaintext, binding)
+
+
+def open_envelope_with(blob: bytes, bound_to: Receipt | EnvelopeBinding, suite: EnvelopeSuite,
+                       hpke_open: Callable[[bytes, bytes, bytes], bytes]) -> EnvelopeContents:
+    """Open without the epoch private key: ``hpke_open(enc, info, ct)`` performs HPKE's Decap
+    and Open for this one envelope (the KMS's threshold path, ``verinfer.kms.tdh``). Same
+    errors as :func:`open_envelope`; any exception of ``hpke_open`` is a failure to open."""
+    binding, enc, ct = split_envelope(blob, bound_to, suite)
+    try:
+        plaintext = hpke_open(enc, binding.info(suite), ct)
+    except Exception:
+        raise EnvelopeDecryptionError() from None
+    return _finish(plaintext, binding)

@@ -8,7 +8,13 @@ The KMS shares the seed (t-of-n Shamir); whoever reconstructs it calls
 
 The suite name is in the info so the same seed never yields related keys for two suites.
 Public key bytes: X25519 -> the 32 raw bytes; MLKEM768_X25519 -> ML-KEM-768 encapsulation key
-(1184 bytes) || X25519 public key (32 bytes), the order of the hybrid KEM drafts.
+(1184 bytes) || X25519 public key (32 bytes), the order of the hybrid KEM drafts;
+P256 -> the 65-byte uncompressed SEC1 point.
+
+P256 (DHKEM(P-256, HKDF-SHA256), HKDF-SHA256, AES-128-GCM) is the threshold suite: its private
+key is the epoch secret s itself (seed = s, 32 bytes big-endian, 1 <= s < n), Shamir-shared by
+the KMS, and envelopes to it are opened share by share (``verinfer.kms.tdh``) without anyone
+rebuilding s. :func:`derive_epoch_keypair` accepts it only so tests can open with the full key.
 """
 
 from __future__ import annotations
@@ -18,14 +24,18 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hpke as _hpke
-from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
+from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from verinfer.receipts.errors import ReceiptFormatError
 
 LABEL = b"verinfer/epoch-key/v1/"
 MLKEM768_PUBLIC_LEN = 1184
 X25519_LEN = 32
+P256_PUBLIC_LEN = 65
+#: P-256 group order: a P256 seed is a scalar below it.
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
 class EnvelopeSuite(enum.Enum):
@@ -33,22 +43,35 @@ class EnvelopeSuite(enum.Enum):
 
     X25519 = "x25519-hkdf-sha256-aes256gcm"
     MLKEM768_X25519 = "mlkem768x25519-hkdf-sha256-aes256gcm"
+    P256 = "p256-hkdf-sha256-aes128gcm"
 
     @property
     def suite_id(self) -> bytes:
         """RFC 9180 suite_id: "HPKE" || kem_id || kdf_id || aead_id (u16 big-endian each).
-        KEM 0x0020 = DHKEM(X25519, HKDF-SHA256); 0x647a = MLKEM768-X25519 (hybrid draft)."""
-        kem = 0x0020 if self is EnvelopeSuite.X25519 else 0x647A
-        return b"HPKE" + kem.to_bytes(2, "big") + (1).to_bytes(2, "big") + (2).to_bytes(2, "big")
+        KEM 0x0020 = DHKEM(X25519, HKDF-SHA256); 0x647a = MLKEM768-X25519 (hybrid draft);
+        0x0010 = DHKEM(P-256, HKDF-SHA256). AEAD 2 = AES-256-GCM, 1 = AES-128-GCM."""
+        kem, aead = {EnvelopeSuite.X25519: (0x0020, 2), EnvelopeSuite.MLKEM768_X25519: (0x647A, 2),
+                     EnvelopeSuite.P256: (0x0010, 1)}[self]
+        return b"HPKE" + kem.to_bytes(2, "big") + (1).to_bytes(2, "big") + aead.to_bytes(2, "big")
 
     @property
     def hpke(self) -> _hpke.Suite:
+        if self is EnvelopeSuite.P256:
+            return _hpke.Suite(_hpke.KEM.P256, _hpke.KDF.HKDF_SHA256, _hpke.AEAD.AES_128_GCM)
         kem = _hpke.KEM.X25519 if self is EnvelopeSuite.X25519 else _hpke.KEM.MLKEM768_X25519
         return _hpke.Suite(kem, _hpke.KDF.HKDF_SHA256, _hpke.AEAD.AES_256_GCM)
 
     @property
+    def threshold_decapsulable(self) -> bool:
+        """Shards can open an envelope of this suite without anyone holding the epoch key
+        (a DH KEM over a prime-order group). X25519 keys are not Shamir-shared (clamping),
+        and ML-KEM decapsulation is not linear in the key: those epochs rebuild the key."""
+        return self is EnvelopeSuite.P256
+
+    @property
     def public_key_len(self) -> int:
-        return X25519_LEN if self is EnvelopeSuite.X25519 else MLKEM768_PUBLIC_LEN + X25519_LEN
+        return {EnvelopeSuite.X25519: X25519_LEN, EnvelopeSuite.P256: P256_PUBLIC_LEN,
+                EnvelopeSuite.MLKEM768_X25519: MLKEM768_PUBLIC_LEN + X25519_LEN}[self]
 
     @classmethod
     def parse(cls, value: EnvelopeSuite | str) -> EnvelopeSuite:
@@ -62,8 +85,10 @@ class EnvelopeSuite(enum.Enum):
                 param="suite") from None
 
 
-HpkePublicKey = x25519.X25519PublicKey | _hpke.MLKEM768X25519PublicKey
-HpkePrivateKey = x25519.X25519PrivateKey | _hpke.MLKEM768X25519PrivateKey
+HpkePublicKey = (x25519.X25519PublicKey | _hpke.MLKEM768X25519PublicKey
+                 | ec.EllipticCurvePublicKey)
+HpkePrivateKey = (x25519.X25519PrivateKey | _hpke.MLKEM768X25519PrivateKey
+                  | ec.EllipticCurvePrivateKey)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +132,15 @@ def derive_epoch_keypair(seed: bytes, suite: EnvelopeSuite | str = EnvelopeSuite
         got = f"{len(seed)} bytes" if isinstance(seed, bytes | bytearray) else repr(type(seed))
         raise ReceiptFormatError(f"an epoch seed must be 32 bytes, got {got}", param="seed")
     s = EnvelopeSuite.parse(suite)
+    if s is EnvelopeSuite.P256:
+        scalar = int.from_bytes(bytes(seed), "big")
+        if not 1 <= scalar < P256_ORDER:
+            raise ReceiptFormatError("a p256 epoch seed must be a scalar in [1, n)",
+                                     param="seed")
+        pk = ec.derive_private_key(scalar, ec.SECP256R1())
+        raw = pk.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+        pub = EpochPublicKey(s, raw, pk.public_key())
+        return EpochPrivateKey(s, pk, pub), pub
     base = LABEL + s.value.encode()
     xk = x25519.X25519PrivateKey.from_private_bytes(_hkdf(bytes(seed), base + b"/x25519", 32))
     x_pub = xk.public_key().public_bytes_raw()
@@ -132,6 +166,11 @@ def load_public_key(suite: EnvelopeSuite | str, data: bytes) -> EpochPublicKey:
             f"a {s.value} public key is {s.public_key_len} bytes, got "
             f"{len(data) if isinstance(data, bytes) else type(data).__name__}", param="public_key")
     try:
+        if s is EnvelopeSuite.P256:
+            if data[0] != 4:  # uncompressed only: the bytes are hashed into HPKE's kem_context
+                raise ValueError("not an uncompressed SEC1 point")
+            return EpochPublicKey(
+                s, data, ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), data))
         if s is EnvelopeSuite.X25519:
             return EpochPublicKey(s, data, x25519.X25519PublicKey.from_public_bytes(data))
         m_pub = mlkem.MLKEM768PublicKey.from_public_bytes(data[:MLKEM768_PUBLIC_LEN])

@@ -4,13 +4,20 @@ the host can read its memory and whoever holds the attestation root key can forg
 The parent (the verifier node) keeps the requester key: the child asks it, over the pipe, to
 sign the request digest it computed. The child holds the ephemeral key, the shares and the
 epoch key; only the job's result comes back.
+
+What the child sends is untrusted bytes, never pickles: the child opens operator-supplied
+evidence and runs the engine on it, and ``Connection.recv()`` unpickles, i.e. runs whatever
+code the bytes name in the parent, which holds the verifier's account key. So each message is
+length-bounded (``recv_bytes(maxlength)``), parsed with :func:`loads_untrusted` (size and depth
+checked before the stdlib decoder: a nested-bracket bomb cannot crash the parent) and
+shape-checked; anything else is an :class:`EnclaveError` (a local fault of this verifier).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -18,6 +25,14 @@ from typing import Any
 
 from verinfer.enclave.errors import EnclaveError, KeyReleaseError
 from verinfer.enclave.runner import JobOutcome, RequesterSigner
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+
+#: Largest child message the parent reads (an opened envelope, hex-encoded, fits).
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+#: A run signs one release request per key release attempt; more is a child probing the key.
+MAX_SIGN_REQUESTS = 8
+#: Deepest JSON a child message may have (a verdict is 2, an opened envelope 2).
+MAX_MESSAGE_DEPTH = 16
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,79 @@ class EnclaveSpec:
     http_timeout_s: float = 5.0
 
 
+def _jsonable(v: Any) -> Any:
+    """Job results as JSON: bytes as 0x-hex (the job result types are JSON and bytes)."""
+    if isinstance(v, bytes | bytearray):
+        return "0x" + bytes(v).hex()
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if v is None or isinstance(v, str | int | float | bool):
+        return v
+    raise TypeError(f"job result of type {type(v).__name__} cannot leave the enclave")
+
+
+def _encode_result(result: Any) -> tuple[str, Any]:
+    """(result type, JSON value). Typed results are decoded by the parent's own parser."""
+    from verinfer.receipts.envelope import EnvelopeContents
+
+    if isinstance(result, EnvelopeContents):
+        return "envelope_contents", "0x" + result.to_bytes().hex()
+    return "json", _jsonable(result)
+
+
+def _decode_envelope_contents(v: Any) -> Any:
+    from verinfer.receipts.envelope import EnvelopeContents
+
+    return EnvelopeContents.from_bytes(_hex(v, "result"))
+
+
+#: result type -> the parent's decoder of the child's JSON value (closed list: the child
+#: cannot name a constructor).
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "json": lambda v: v,
+    "envelope_contents": _decode_envelope_contents,
+}
+
+
+def _hex(v: Any, what: str, length: int | None = None) -> bytes:
+    if not isinstance(v, str) or not v.startswith("0x"):
+        raise EnclaveError(f"software enclave sent a malformed {what}: not 0x-hex")
+    try:
+        b = bytes.fromhex(v[2:])
+    except ValueError:
+        raise EnclaveError(f"software enclave sent a malformed {what}: not 0x-hex") from None
+    if length is not None and len(b) != length:
+        raise EnclaveError(f"software enclave sent a {what} of {len(b)} bytes, not {length}")
+    return b
+
+
+def _int_list(v: Any, what: str) -> list[int]:
+    if not isinstance(v, list) or len(v) > 1024 or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise EnclaveError(f"software enclave sent a malformed {what}: not a list of ints")
+    return list(v)
+
+
+def _refusals(v: Any) -> dict[int, str]:
+    if not isinstance(v, dict) or len(v) > 1024:
+        raise EnclaveError("software enclave sent malformed refusals: not an object")
+    out: dict[int, str] = {}
+    for k, x in v.items():
+        if not (k.isdigit() and len(k) < 10 and isinstance(x, str)):
+            raise EnclaveError("software enclave sent malformed refusals: "
+                               "want {shard index: reason}")
+        out[int(k)] = x[:1000]
+    return out
+
+
+def _send(conn: Connection, msg: dict[str, Any]) -> None:
+    import json
+
+    conn.send_bytes(json.dumps(msg, allow_nan=False).encode())
+
+
 class _PipeSigner:
     def __init__(self, conn: Connection, address: str) -> None:
         self._conn = conn
@@ -41,9 +129,9 @@ class _PipeSigner:
         return self._address
 
     def sign(self, digest: bytes) -> bytes:
-        self._conn.send(("sign", digest))
-        sig = self._conn.recv()
-        if not isinstance(sig, bytes):
+        _send(self._conn, {"kind": "sign", "digest": "0x" + digest.hex()})
+        sig = self._conn.recv_bytes(256)
+        if not sig:
             raise EnclaveError("parent refused to sign the release request")
         return sig
 
@@ -70,20 +158,58 @@ def _child(conn: Connection, spec: EnclaveSpec, requester: str, job_ref: str,
         job = resolve_job(job_ref)
         out = runner.run(lambda key: job(key, **job_args), epoch=epoch, purpose=purpose,
                          challenge_id=challenge_id)
-        conn.send(("result", out))
+        rtype, value = _encode_result(out.result)
+        _send(conn, {"kind": "result", "result_type": rtype, "result": value,
+                     "shards_used": out.shards_used, "corrupt_shards": out.corrupt_shards,
+                     "refusals": {str(k): v for k, v in out.refusals.items()},
+                     "key_ms": out.key_ms})
     except KeyReleaseError as e:
-        conn.send(("key_release_error", e.message, e.refusals, e.corrupt_shards))
+        _send(conn, {"kind": "key_release_error", "message": e.message,
+                     "refusals": {str(k): v for k, v in e.refusals.items()},
+                     "corrupt_shards": list(e.corrupt_shards)})
     except VerinferError as e:
-        conn.send(("error", type(e).__name__, e.message))
+        _send(conn, {"kind": "error", "type": type(e).__name__, "message": e.message})
     except Exception as e:
-        conn.send(("error", type(e).__name__, str(e)))
+        _send(conn, {"kind": "error", "type": type(e).__name__, "message": str(e)})
     finally:
         conn.close()
 
 
+def _message(raw: bytes) -> dict[str, Any]:
+    try:
+        msg = loads_untrusted(raw, max_bytes=MAX_MESSAGE_BYTES, depth=MAX_MESSAGE_DEPTH,
+                              what="software enclave message")
+    except UntrustedJsonError as e:
+        raise EnclaveError(f"software enclave sent unreadable bytes: {e.message}") from e
+    if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+        raise EnclaveError("software enclave sent a message without a kind")
+    return msg
+
+
+def _outcome(msg: dict[str, Any]) -> JobOutcome[Any]:
+    decode = _DECODERS.get(msg.get("result_type"))  # type: ignore[arg-type]
+    if decode is None:
+        raise EnclaveError(f"software enclave sent an unknown result type "
+                           f"{str(msg.get('result_type'))[:40]!r}")
+    key_ms = msg.get("key_ms")
+    if not isinstance(key_ms, int | float) or isinstance(key_ms, bool):
+        raise EnclaveError("software enclave sent a malformed key_ms")
+    try:
+        result = decode(msg.get("result"))
+    except EnclaveError:
+        raise
+    except Exception as e:  # the typed decoders raise their own error types
+        raise EnclaveError(f"software enclave sent an undecodable result: {e}") from e
+    return JobOutcome(result, _int_list(msg.get("shards_used"), "shards_used"),
+                      _int_list(msg.get("corrupt_shards"), "corrupt_shards"),
+                      _refusals(msg.get("refusals")), float(key_ms))
 class SoftwareEnclave:
     """Run ``job_ref`` (``module:function``, called as ``f(private_key, **job_args)``) in a
     fresh child process that obtains the epoch key from the shards. Not a security boundary."""
+
+    #: The child's entry point (spawned by reference). Adversarial tests put a hostile child
+    #: here to show the parent survives whatever a compromised child writes.
+    child_main: Callable[..., None] = staticmethod(_child)
 
     def __init__(self, spec: EnclaveSpec, signer: RequesterSigner) -> None:
         self.spec = spec
@@ -93,29 +219,45 @@ class SoftwareEnclave:
             purpose: str, challenge_id: str, timeout_s: float = 120.0) -> JobOutcome[Any]:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child, name="verinfer-software-enclave",
+        proc = ctx.Process(target=type(self).child_main, name="verinfer-software-enclave",
                            args=(child, self.spec, self.signer.address, job_ref,
                                  dict(job_args or {}), epoch, purpose, challenge_id))
         proc.start()
         child.close()
         deadline = time.monotonic() + timeout_s
+        signed = 0
         try:
             while True:
                 if not parent.poll(max(0.0, deadline - time.monotonic())):
                     raise EnclaveError(f"software enclave gave no answer in {timeout_s}s")
                 try:
-                    msg = parent.recv()
+                    raw = parent.recv_bytes(MAX_MESSAGE_BYTES)
                 except EOFError as e:
                     raise EnclaveError("software enclave exited without an answer") from e
-                if msg[0] == "sign":
-                    parent.send(self.signer.sign(msg[1]))
-                elif msg[0] == "result":
-                    out: JobOutcome[Any] = msg[1]
-                    return out
-                elif msg[0] == "key_release_error":
-                    raise KeyReleaseError(msg[1], refusals=msg[2], corrupt_shards=msg[3])
+                except OSError as e:  # longer than maxlength (the pipe is then unusable)
+                    raise EnclaveError(f"software enclave sent a message over "
+                                       f"{MAX_MESSAGE_BYTES} bytes") from e
+                msg = _message(raw)
+                kind = msg["kind"]
+                if kind == "sign":
+                    signed += 1
+                    if signed > MAX_SIGN_REQUESTS:
+                        raise EnclaveError(f"software enclave asked for more than "
+                                           f"{MAX_SIGN_REQUESTS} signatures")
+                    parent.send_bytes(self.signer.sign(_hex(msg.get("digest"), "digest", 32)))
+                elif kind == "result":
+                    return _outcome(msg)
+                elif kind == "key_release_error":
+                    raise KeyReleaseError(str(msg.get("message"))[:2000],
+                                          refusals=_refusals(msg.get("refusals")),
+                                          corrupt_shards=_int_list(msg.get("corrupt_shards"),
+                                                                   "corrupt_shards"))
+                elif kind == "error":
+                    raise EnclaveError(f"software enclave failed: {str(msg.get('type'))[:80]}: "
+                                       f"{str(msg.get('message'))[:2000]}")
                 else:
-                    raise EnclaveError(f"software enclave failed: {msg[1]}: {msg[2]}")
+                    raise EnclaveError(f"software enclave sent an unknown message kind "
+                                       f"{kind[:40]!r}")
         finally:
             parent.close()
             proc.join(timeout=10)

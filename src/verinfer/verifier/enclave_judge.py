@@ -138,7 +138,10 @@ class EnclaveJudge:
                 JOB_REF, {"receipt": receipt.to_json(), "blob": blob,
                           "model_path": str(self.cfg.model_path), "kernels": self.cfg.kernels},
                 epoch=receipt.key_epoch, purpose=purpose, challenge_id=challenge_id)
-            return Verdict.from_json(out.result)
+            try:  # the child's JSON (process.py bounds and parses it) must be a verdict
+                return Verdict.from_json(out.result)
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                raise EnclaveError(f"software enclave returned no verdict: {e!r:.200}") from e
         assert self.engine is not None
         engine = self.engine
         attester = SoftwareAttester(

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
+from verinfer.chain.structs import MAX_CLOCK_SKEW, is_future_dated
 from verinfer.errors import VerinferError
 from verinfer.verifier.challenger import Challenger, locate
 from verinfer.verifier.cli_common import (
@@ -88,6 +89,12 @@ def challenge(
                         unsafe_devnet_time_travel=unsafe_devnet_time_travel)
         with console.status("locating the receipt in committed batches…"):
             loc = locate(w.view, w.da, ref)
+        _, chain_now = w.view.head()
+        if is_future_dated(loc.signed.receipt.issued_at, chain_now):
+            # what a client check refuses on receipt (issuedAt skew); the chain slashes it
+            console.log(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
+                        f"{MAX_CLOCK_SKEW} s after chain time {chain_now}: invalid on its face, "
+                        "claimed at once (no publication deadline to wait for)")
         kind, cid = ch.open(loc)
         console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
         if kind == "claim":

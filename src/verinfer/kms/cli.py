@@ -155,9 +155,10 @@ def shard_serve(
     index: Annotated[int, typer.Option()],
     port: Annotated[int, typer.Option()],
     data_dir: Annotated[Path, typer.Option()],
-    attestation_root: Annotated[list[Path], typer.Option(
-        help="Pinned SoftwareEnclave root public key file (repeatable).")],
     allowlist: Annotated[Path, typer.Option(help="Measurement allowlist JSON.")],
+    attestation_root: Annotated[list[Path] | None, typer.Option(
+        help="Pinned SoftwareEnclave root public key file (repeatable; with "
+             "--allow-insecure-software-enclave).")] = None,
     rpc_url: Annotated[str | None, typer.Option(
         help="Chain JSON-RPC URL: read committees and verifiers from the deployed contracts "
              "(with --deployment). The production committee source.")] = None,
@@ -179,6 +180,15 @@ def shard_serve(
     checkpoint_every: Annotated[int, typer.Option(
         help="Sign and append a release-log head every N entries (also at start and "
              "shutdown).")] = 100,
+    tee: Annotated[list[str] | None, typer.Option(
+        help="Accepted TEE(s): 'tdx' or 'software' for every epoch, 'EPOCH=tdx,software' for "
+             "one (repeatable; docs/attestation.md).")] = None,
+    tdx_policy: Annotated[Path | None, typer.Option(
+        help="TDX policy JSON (TCB statuses, platforms MRTD/RTMR0-2); needed for --tee tdx.")]
+    = None,
+    allow_insecure_software_enclave: Annotated[bool, typer.Option(
+        help="Accept SoftwareEnclave quotes: NOT a security boundary (devnet, tests).")]
+    = False,
 ) -> None:
     """Serve one shard over HTTP (nonce, release, health, metrics).
 
@@ -186,8 +196,8 @@ def shard_serve(
     (--committee): exactly one."""
     import uvicorn
 
-    from verinfer.enclave.attestation import VerifierSet
-    from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public
+    from verinfer.enclave.software import load_root_public
+    from verinfer.enclave.tee_gate import build_tee_gate
     from verinfer.errors import VerinferError
     from verinfer.kms.allowlist import FileMeasurementAllowlist
     from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
@@ -231,12 +241,20 @@ def shard_serve(
             typer.echo(f"error: release log does not verify ({e.reason}); refusing to start: "
                        f"{e.message}", err=True)
             raise typer.Exit(2) from e
+        try:  # which TEEs this shard accepts (enclave/tee_gate.py)
+            gate = build_tee_gate(tees=tee or [], tdx_policy=tdx_policy,
+                                  allow_insecure_software_enclave=allow_insecure_software_enclave)
+            if allow_insecure_software_enclave and not attestation_root:
+                raise ValueError("--allow-insecure-software-enclave needs --attestation-root")
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from e
         cfg = ShardConfig(
             index=index, data_dir=data_dir, seal_key=seal_key, identity=identity,
             epochs=FileEpochRegistry(registry),
-            quote_verifier=VerifierSet([SoftwareQuoteVerifier()]),
+            quote_verifier=gate,
             allowlist=FileMeasurementAllowlist(allowlist),
-            software_roots=frozenset(load_root_public(p) for p in attestation_root),
+            software_roots=frozenset(load_root_public(p) for p in attestation_root or []),
             committee=oracle,
             release_log=rlog,
             now=time.time, nonce_ttl_s=nonce_ttl, quote_max_age_s=quote_max_age,
@@ -247,4 +265,7 @@ def shard_serve(
     source = f"chain {rpc_url} ({deployment})" if chain else f"file {committee}"
     print(f"kms shard {index} ({service.address}) on http://{host}:{port}, committee from "
           f"{source}", file=sys.stderr, flush=True)
+    if gate.insecure_software_enclave:
+        print(f"kms shard {index}: WARNING --allow-insecure-software-enclave: SoftwareEnclave "
+              "quotes (no security boundary) can obtain shares", file=sys.stderr, flush=True)
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

@@ -167,6 +167,7 @@ class ShardProcesses:
                    "--seal-key-file", str(self.lay.seal_key_file(i)),
                    "--registry", str(self.lay.registry),
                    "--attestation-root", str(self.lay.root_pub),
+                   "--allow-insecure-software-enclave",  # the software enclave: local only
                    "--allowlist", str(self.lay.allowlist),
                    *self.committee_args(), *self.extra_args]
             with self.lay.server_log(i).open("ab") as log:

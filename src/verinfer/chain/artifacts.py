@@ -18,6 +18,7 @@ from eth_abi import decode as abi_decode
 from eth_utils import keccak, to_checksum_address
 
 from verinfer.chain.errors import ArtifactsMissingError
+from verinfer.protocol.hexutil import parse_hex_lenient
 
 CONTRACT_NAMES = ("ProtocolConfig", "StakeRegistry", "BatchRegistry", "ChallengeManager",
                   "AuditLog")
@@ -66,7 +67,8 @@ def load_artifact(name: str, root: Path | None = None) -> Artifact:
         raise ArtifactsMissingError(f"{path} missing after forge build")
     data = json.loads(path.read_text())
     return Artifact(name=name, abi=data["abi"],
-                    bytecode=bytes.fromhex(data["bytecode"]["object"].removeprefix("0x")))
+                    bytecode=parse_hex_lenient(data["bytecode"]["object"], None,
+                                               f"{name} bytecode"))
 
 
 def _canonical_type(param: dict[str, Any]) -> str:

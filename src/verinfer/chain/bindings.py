@@ -35,13 +35,14 @@ from verinfer.chain.structs import (
     Vote,
     VoteState,
 )
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import Receipt
 
 
 def _revert_data(exc: Exception) -> bytes:
     data = getattr(exc, "data", None)
     if isinstance(data, str) and data.startswith("0x"):
-        return bytes.fromhex(data[2:])
+        return parse_hex(data, None, "revert data")
     if isinstance(data, bytes):
         return data
     return b""

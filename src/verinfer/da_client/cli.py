@@ -15,6 +15,7 @@ import typer
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.errors import ClientError, VerinferError
+from verinfer.protocol.hexutil import parse_hex_lenient
 
 app = typer.Typer(help="Data availability: get/put blobs, batch proofs, the publication outbox.",
                   no_args_is_help=True)
@@ -196,10 +197,7 @@ def proof(manifest: Annotated[str, typer.Argument(help="DA pointer of the batch 
             m = parse_manifest(router.get(p))
         finally:
             router.close()
-        try:
-            digest = bytes.fromhex(receipt_digest.removeprefix("0x"))
-        except ValueError:
-            raise ClientError(f"receipt digest is not hex: {receipt_digest!r}") from None
+        digest = parse_hex_lenient(receipt_digest, 32, "receipt digest")
         pr = m.proof(digest)
         entry = m.entries[pr.index]
     typer.echo(json.dumps({"batchRoot": "0x" + m.root.hex(), "proof": pr.to_json(),

@@ -29,6 +29,7 @@ import rfc8785
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
 from verinfer.da_client.pointer import Pointer
+from verinfer.protocol.hexutil import HexFormatError, parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Domain, Receipt, check_receipt_domain
 from verinfer.receipts.errors import (
@@ -278,14 +279,12 @@ def _signed_from_json(obj: Mapping[str, Any], where: str, domain: Domain) -> Sig
 
 
 def _parse_hex(value: object, length: int, field: str) -> bytes:
-    if (not isinstance(value, str) or not value.startswith("0x")
-            or len(value) != 2 + 2 * length or value != value.lower()):
-        raise ManifestError(f"{field} must be 0x + {2 * length} lower-case hex digits, "
-                            f"got {str(value)[:100]!r}", param=field)
+    # lower-case only: a manifest has one spelling (its bytes are its DA pointer)
     try:
-        return bytes.fromhex(value[2:])
-    except ValueError:
-        raise ManifestError(f"{field} is not hex: {value[:100]!r}", param=field) from None
+        return parse_hex(value, length, field, lower_only=True)
+    except HexFormatError:
+        raise ManifestError(f"{field} must be 0x + {2 * length} lower-case hex digits, "
+                            f"got {str(value)[:100]!r}", param=field) from None
 
 
 def _parse_hex32(value: object, field: str) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verinfer.da_client.pointer import Pointer
+from verinfer.protocol.hexutil import parse_hex
 
 log = logging.getLogger("verinfer.da_client")
 
@@ -63,7 +64,8 @@ class JsonlBatchSink:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._roots = {bytes.fromhex(b["batchRoot"][2:]) for b in read_jsonl_batches(self.path)}
+        self._roots = {parse_hex(b["batchRoot"], 32, "batchRoot")
+                       for b in read_jsonl_batches(self.path)}
         self._lock = threading.Lock()
 
     def commit(self, batch: BatchCommitment) -> None:

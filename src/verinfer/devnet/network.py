@@ -26,6 +26,7 @@ from verinfer.enclave.attestation import measurement
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.envelope import EpochPublicKey, load_public_key
 from verinfer.verifier.evidence import Evidence
 
@@ -67,8 +68,9 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params) -> Deploy
     """Deploys, approves the engine's model and fingerprint, stakes the operator."""
     d = deploy_all(w3, r.governance, params)
     gov = bind(w3, d, r.governance)
-    gov.config.approve(Kind.MODEL, bytes.fromhex(engine.model_id[2:]))
-    gov.config.approve(Kind.ENGINE_FINGERPRINT, bytes.fromhex(engine.fingerprint.hash[2:]))
+    gov.config.approve(Kind.MODEL, parse_hex(engine.model_id, 32, "model_id"))
+    gov.config.approve(Kind.ENGINE_FINGERPRINT,
+                       parse_hex(engine.fingerprint.hash, 32, "engine fingerprint hash"))
     gov.config.approve(Kind.ENCLAVE_MEASUREMENT,
                        enclave_measurement(engine.fingerprint.canonical().decode()))
     bind(w3, d, r.operator).stakes.register(Role.OPERATOR, 20 * ETHER)

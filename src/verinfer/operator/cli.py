@@ -17,6 +17,7 @@ from verinfer.operator.config import (
     create_keystore,
     write_config,
 )
+from verinfer.protocol.hexutil import parse_hex_lenient
 
 if TYPE_CHECKING:  # imported on use: `verinfer operator init` needs no web3
     from verinfer.chain.bindings import TxSender
@@ -88,7 +89,7 @@ def init(
         chain_id, challenge_manager = dep.chain_id, dep.challenge_manager
         sink = {"kind": "chain", "rpc_url": rpc_url, "deployment": str(deployment.resolve())}
     directory.mkdir(parents=True, exist_ok=True)
-    key = (bytes.fromhex(os.environ[private_key_env].removeprefix("0x")) if private_key_env
+    key = (parse_hex_lenient(os.environ[private_key_env], 32, private_key_env) if private_key_env
            else secrets.token_bytes(32))
     password = os.environ.get(PASSWORD_ENV)
     password_file = None

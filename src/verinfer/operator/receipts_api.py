@@ -12,6 +12,7 @@ from typing import Any
 from verinfer.da_client.manifest import decode_signed_receipt, inclusion_proof
 from verinfer.da_client.outbox import Outbox
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
+from verinfer.protocol.hexutil import HexFormatError, parse_hex
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.hexutil import to_hex
 
@@ -21,13 +22,9 @@ class ReceiptNotFoundError(ModelNotFoundError):
 
 
 def parse_receipt_id(value: str) -> bytes:
-    body = value.removeprefix("0x")
-    if len(body) != 64 or not value.startswith("0x"):
-        raise InvalidRequestError(f"a receipt id is 0x + 64 hex digits, got {value[:80]!r}",
-                                  param="receipt_id")
     try:
-        return bytes.fromhex(body)
-    except ValueError:
+        return parse_hex(value, 32, "receipt_id")
+    except HexFormatError:  # the id comes from the URL: say what one looks like, echo little
         raise InvalidRequestError(f"a receipt id is 0x + 64 hex digits, got {value[:80]!r}",
                                   param="receipt_id") from None
 

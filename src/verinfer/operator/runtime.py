@@ -40,6 +40,7 @@ from verinfer.kms.epochs import FileEpochRegistry, require_live
 from verinfer.operator.config import OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
 from verinfer.operator.readiness import BacklogMonitor, MonitorThread, Readiness
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.epoch_keys import load_public_key
 
@@ -209,8 +210,8 @@ def build_runtime(cfg: OperatorConfig, engine: Engine, *,
         deadline = float(contracts.config.params().publication_deadline)
         if check_identity:
             checks.append((ChainIdentity.NAME, ChainIdentity(
-                readiness, contracts.config, bytes.fromhex(engine.model_id[2:]),
-                bytes.fromhex(engine.fingerprint.hash[2:]),
+                readiness, contracts.config, parse_hex(engine.model_id, 32, "model_id"),
+                parse_hex(engine.fingerprint.hash, 32, "engine fingerprint hash"),
                 interval_s=float(bp.get("identity_interval_s", 30.0)))))
         else:
             log.warning("UNSAFE: signing without checking that the model and engine "

@@ -78,7 +78,7 @@ def _word_uint(v: int) -> bytes:
 
 
 def _word_address(addr: str) -> bytes:
-    return bytes(12) + bytes.fromhex(addr[2:])
+    return bytes(12) + parse_hex(addr, 20, "address")
 
 
 @dataclass(frozen=True)

@@ -1,34 +1,24 @@
-"""Strict 0x-hex parsing shared by every receipts structure."""
+"""Hex and integer field checks for the receipts structures.
+
+Hex parsing has one home, :mod:`verinfer.protocol.hexutil`; this module re-raises its errors
+as :class:`ReceiptFormatError`, the error every receipts structure raises for a bad field.
+"""
 
 from __future__ import annotations
 
-import re
-
+from verinfer.protocol import hexutil as _hex
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.errors import ReceiptFormatError
 
-_HEX = re.compile(r"0x[0-9a-fA-F]*")
-
-
-def to_hex(data: bytes) -> str:
-    return "0x" + data.hex()
+__all__ = ["check_bytes", "check_uint", "parse_hex", "to_hex"]
 
 
 def parse_hex(value: object, length: int | None, field: str, *, lower_only: bool = False) -> bytes:
-    """``0x``-prefixed hex -> bytes, exactly ``length`` bytes when given.
-
-    ``lower_only`` rejects upper-case digits: canonical encodings accept one spelling only.
-    """
-    if not isinstance(value, str) or not _HEX.fullmatch(value) or len(value) % 2:
-        raise ReceiptFormatError(f"{field} must be 0x-prefixed hex of whole bytes, got {value!r}",
-                                 param=field)
-    if lower_only and value != value.lower():
-        raise ReceiptFormatError(f"{field} must be lower-case hex, got {value!r}", param=field)
-    raw = bytes.fromhex(value[2:])
-    if length is not None and len(raw) != length:
-        raise ReceiptFormatError(
-            f"{field} must be {length} bytes ({2 * length} hex digits), got {len(raw)}: {value!r}",
-            param=field)
-    return raw
+    """``0x``-prefixed hex -> bytes (:func:`verinfer.protocol.hexutil.parse_hex`)."""
+    try:
+        return _hex.parse_hex(value, length, field, lower_only=lower_only)
+    except _hex.HexFormatError as e:
+        raise ReceiptFormatError(e.message, param=field) from None
 
 
 def check_bytes(value: object, length: int, field: str) -> bytes:

@@ -25,6 +25,7 @@ from verinfer.chain.structs import (
 )
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
 from verinfer.receipts.merkle import MerkleProof
@@ -104,7 +105,7 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
     if ref.startswith("da://"):
         pointer = str(Pointer.parse(ref))
     elif ref.startswith("0x") and len(ref) == 66:
-        digest = bytes.fromhex(ref[2:])
+        digest = parse_hex(ref, 32, "ref")
     elif path.is_file():
         try:
             signed = signed_from_json(loads_untrusted(path.read_bytes(), max_bytes=1 << 20,

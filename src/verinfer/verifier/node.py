@@ -31,6 +31,7 @@ from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
@@ -223,8 +224,8 @@ class VerifierNode:
             self.log(f"challenge {cid}: vote {verdict.reason} "
                      f"({'agrees' if verdict.agrees else 'disagrees'} with the receipt)")
         st = self._state[key]
-        commitment = vote_commitment(cid, self.me, bytes.fromhex(st["vote"][2:]),
-                                     bytes.fromhex(st["salt"][2:]))
+        commitment = vote_commitment(cid, self.me, parse_hex(st["vote"], 32, "vote"),
+                                     parse_hex(st["salt"], 32, "salt"))
         if self._send(lambda: self.c.challenges.commit_vote(cid, commitment), "commitVote"):
             st["phase"] = "committed"
             self._save()
@@ -257,7 +258,7 @@ class VerifierNode:
             self._finished.add(cid)
             return
         if self._send(lambda: self.c.challenges.reveal_vote(
-                cid, bytes.fromhex(st["vote"][2:]), bytes.fromhex(st["salt"][2:])),
+                cid, parse_hex(st["vote"], 32, "vote"), parse_hex(st["salt"], 32, "salt")),
                 "revealVote"):
             st["phase"] = "revealed"
             self._save()

@@ -25,6 +25,7 @@ from typing import Any
 
 from verinfer.engine.engine import Engine
 from verinfer.errors import ClientError, InvalidRequestError
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Receipt
@@ -43,7 +44,7 @@ def _invalid(receipt: Receipt, reason: str, detail: str = "") -> Verdict:
 def check_engine(engine: Engine, request: ExecRequest) -> None:
     """Raises CannotJudgeError unless ``engine`` runs the request's model: a verifier without
     that model cannot reproduce anything (its own limitation, so it abstains)."""
-    if request.model_id != bytes.fromhex(engine.model_id[2:]):
+    if request.model_id != parse_hex(engine.model_id, 32, "model_id"):
         raise CannotJudgeError(f"request model 0x{request.model_id.hex()} is not this "
                                f"verifier's model {engine.model_id}", param="model_id")
 
@@ -54,7 +55,7 @@ def tokenizer_matches(engine: Engine, request: ExecRequest) -> bool:
     it) fixes one tokenizer. A request under the same model id naming another tokenizer hash is
     the operator's invention, so it is faulty evidence — abstaining here would let any operator
     stop every verifier by writing a random tokenizer hash."""
-    return request.tokenizer_hash == bytes.fromhex(engine.tokenizer.hash[2:])
+    return request.tokenizer_hash == parse_hex(engine.tokenizer.hash, 32, "tokenizer hash")
 
 
 def unexecutable(engine: Engine, request: ExecRequest) -> str | None:
@@ -91,7 +92,7 @@ def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
                 lps = (None if rr.logprobs is None
                        else tuple((lp.logprob, lp.top) for lp in rr.logprobs))
                 mine = ExecResult(output_token_ids=tuple(claim), finish_reason=rr.finish_reason,
-                                  logit_digest=bytes.fromhex(rr.logit_digest[2:]),
+                                  logit_digest=parse_hex(rr.logit_digest, 32, "logit_digest"),
                                   text_sha256=hashlib.sha256(text.encode()).digest(),
                                   logprobs=lps, version=request.version)
                 if mine.hash == claimed.hash:

@@ -19,6 +19,7 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.verifier.errors import AuditJobError
 from verinfer.verifier.votes import Verdict
 
@@ -86,11 +87,12 @@ class SignedAuditReport:
     def from_json(cls, d: Mapping[str, Any]) -> SignedAuditReport:
         try:
             b = d["report"]
-            verdict = Verdict(bytes.fromhex(b["observedOutHash"][2:]), b["reason"],
-                              bytes.fromhex(b["receiptOutHash"][2:]), detail=b["detail"])
-            rep = AuditReport(b["jobId"], bytes.fromhex(b["receiptDigest"][2:]), b["auditor"],
-                              verdict, int(b["issuedAt"]))
-            out = cls(rep, bytes.fromhex(d["signature"][2:]))
+            verdict = Verdict(parse_hex(b["observedOutHash"], 32, "observedOutHash"),
+                              b["reason"], parse_hex(b["receiptOutHash"], 32, "receiptOutHash"),
+                              detail=b["detail"])
+            rep = AuditReport(b["jobId"], parse_hex(b["receiptDigest"], 32, "receiptDigest"),
+                              b["auditor"], verdict, int(b["issuedAt"]))
+            out = cls(rep, parse_hex(d["signature"], None, "signature"))
         except (KeyError, TypeError, ValueError) as e:
             raise AuditJobError(f"malformed audit report {dict(d)!r:.200}: {e}") from e
         if rep.verdict.agrees != b["matches"] or "0x" + rep.report_hash.hex() != d["reportHash"]:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 # on it together with stake on any other non-receipt value towards slashing, and refuses
 # receipts whose outHash is this value.
 from verinfer.chain.structs import INVALID_EVIDENCE
+from verinfer.protocol.hexutil import parse_hex
 
 __all__ = ["INVALID_EVIDENCE", "REASONS", "Reason", "Verdict"]
 
@@ -61,6 +62,7 @@ class Verdict:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Verdict:
-        return cls(bytes.fromhex(str(d["vote"])[2:]), str(d["reason"]),
-                   bytes.fromhex(str(d["receipt_out_hash"])[2:]), int(d["replayed_tokens"]),
+        return cls(parse_hex(d["vote"], 32, "vote"), str(d["reason"]),
+                   parse_hex(d["receipt_out_hash"], 32, "receipt_out_hash"),
+                   int(d["replayed_tokens"]),
                    int(d["decoded_tokens"]), str(d.get("detail", "")))

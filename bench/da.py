@@ -5,7 +5,7 @@ Usage: .venv/bin/python bench/da.py [--quick] [--entries N]
 Per backend and blob size (4 KB, 256 KB): put/get latency p50/p99 (ms) and throughput.
 Backends: local (SQLite, synchronous=FULL, one fsync per put), redis (127.0.0.1:6379; skipped
 if down; unique key prefix, deleted afterwards), eigenda against the LOOPBACK FAKE PROXY
-(verinfer.da_client.eigenda_fake_proxy: the proxy's HTTP routes, no EigenDA network, no KZG), so
+(verinfer.testing.eigenda_fake_proxy: the proxy's HTTP routes, no EigenDA network, no KZG), so
 its numbers measure only our client + HTTP on loopback, not EigenDA.
 Outbox: 16 producer threads (the concurrent requests of `verinfer serve`) enqueue pre-signed 4 KB
 entries (receipt signing excluded; reported separately) (SQLite WAL, synchronous=FULL) while
@@ -32,12 +32,12 @@ from typing import Any
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.eigenda import EigenDAProxyClient
-from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
-from verinfer.da_client.sample import sample_entry
 from verinfer.da_client.sinks import InMemoryBatchSink
+from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
+from verinfer.testing.sample import sample_entry
 
 SIZES = {"4KB": 4096, "256KB": 256 * 1024}
 

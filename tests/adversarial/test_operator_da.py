@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from verinfer.da_client.eigenda import EigenDAProxyClient
-from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Backoff, Publisher
-from verinfer.da_client.sample import sample_entry
 from verinfer.da_client.sinks import InMemoryBatchSink
+from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
+from verinfer.testing.sample import sample_entry
 
 
 class Clock:

@@ -28,7 +28,7 @@ import hashlib, sys
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
-from verinfer.da_client.sample import sample_entry
+from verinfer.testing.sample import sample_entry
 from verinfer.da_client.sinks import JsonlBatchSink
 
 db, store, sink_file, n, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]

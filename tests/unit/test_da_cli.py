@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from verinfer.cli import app
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.outbox import Outbox
-from verinfer.da_client.sample import sample_entry
 from verinfer.receipts.merkle import MerkleProof, verify_proof
+from verinfer.testing.sample import sample_entry
 
 runner = CliRunner()
 

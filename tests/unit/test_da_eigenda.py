@@ -1,5 +1,5 @@
 """The EigenDA proxy client against a loopback HTTP server that follows the proxy's routes
-(verinfer.da_client.eigenda_fake_proxy; no real proxy or EigenDA network runs here)."""
+(verinfer.testing.eigenda_fake_proxy; no real proxy or EigenDA network runs here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import httpx
 import pytest
 
 from verinfer.da_client.eigenda import EigenDAProxyClient
-from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.da_client.errors import (
     BlobNotFoundError,
     BlobTooLargeError,
@@ -19,6 +18,7 @@ from verinfer.da_client.errors import (
     DAUnavailableError,
 )
 from verinfer.da_client.pointer import Pointer, sha256
+from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from verinfer.da_client.manifest import (
     parse_manifest,
 )
 from verinfer.da_client.pointer import Pointer
-from verinfer.da_client.sample import SAMPLE_DOMAIN, sample_signed_receipt
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.merkle import build_tree, verify_proof
 from verinfer.receipts.signed import SignedReceipt
+from verinfer.testing.sample import SAMPLE_DOMAIN, sample_signed_receipt
 
 OTHER_DOMAIN = Domain(1, SAMPLE_DOMAIN.verifying_contract)
 

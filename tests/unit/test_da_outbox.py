@@ -14,17 +14,17 @@ import pytest
 import rfc8785
 
 from verinfer.da_client.eigenda import EigenDAProxyClient
-from verinfer.da_client.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.da_client.errors import OutboxConflictError, OutboxError, PublisherBusyError
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import decode_signed_receipt, parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
-from verinfer.da_client.sample import SAMPLE_DOMAIN, sample_entry
 from verinfer.da_client.sinks import BatchCommitment, InMemoryBatchSink
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.merkle import verify_proof
+from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
+from verinfer.testing.sample import SAMPLE_DOMAIN, sample_entry
 
 
 class FakeClock:

@@ -743,7 +743,7 @@ class TdxQuoteVerifier:
 
 
 # ---- attester (inside a TD) ---------------------------------------------------------------
-#: Linux configfs-tsm report interface and the tdx-guest RTMR extension file (Linux >= 6.16).
+#: Linux configfs-tsm report interface and the tdx-guest driver's RTMR3 extension file.
 TSM_REPORT_ROOT = Path("/sys/kernel/config/tsm/report")
 RTMR3_EXTEND_PATH = Path("/sys/class/misc/tdx_guest/measurements/rtmr3:sha384")
 

@@ -14,6 +14,13 @@
    request again with the identical release (kms/nonces.py);
 5. Lagrange interpolation of s, derivation of the HPKE private key (checked against the
    registered epoch public key), the job, then wiping of every buffer we own (zeroize.py).
+
+That is the legacy path (X25519 and ML-KEM hybrid epochs, whose keys cannot be used without
+rebuilding them). Threshold P-256 epochs never rebuild anything: :meth:`EnclaveRunner.
+open_receipt` asks for one envelope at a time (``POST /v1/decrypt``, the request binding the
+receipt and its ciphertext), checks each shard's D_i = s_i·E against its DLEQ proof and the
+Feldman commitments — a shard whose proof fails is named in ``corrupt_shards`` and the next one
+is asked —, combines t of them in the exponent and opens that envelope only (kms/tdh.py).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
+from Crypto.PublicKey import ECC
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from eth_account.signers.local import LocalAccount
 
@@ -33,6 +41,7 @@ from verinfer.enclave.attestation import Attester
 from verinfer.enclave.errors import EnclaveError, JobError, KeyReleaseError
 from verinfer.enclave.zeroize import wipe, wipe_all
 from verinfer.errors import VerinferError
+from verinfer.kms import tdh
 from verinfer.kms.app_keys import EpochPrivateKey, app_keypair
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.epochs import EpochRecord, EpochRegistry
@@ -40,8 +49,11 @@ from verinfer.kms.errors import ShareVerificationError
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
+    DecryptTarget,
     Release,
     ReleaseRequest,
+    dleq_context,
+    partial_info,
     release_digest,
     report_data,
     requester_digest,
@@ -49,6 +61,13 @@ from verinfer.kms.protocol import (
 )
 from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_share
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+from verinfer.receipts.eip712 import Domain, Receipt
+from verinfer.receipts.envelope import (
+    EnvelopeContents,
+    EnvelopeSuite,
+    open_envelope_with,
+    split_envelope,
+)
 
 T = TypeVar("T")
 
@@ -107,6 +126,17 @@ class EpochKey:
 
 
 @dataclass(frozen=True)
+class ReceiptOpening:
+    """One envelope opened through per-receipt threshold decryption."""
+
+    contents: EnvelopeContents
+    shards_used: list[int]
+    corrupt_shards: list[int]
+    refusals: dict[int, str]
+    ms: float  # request start -> plaintext
+
+
+@dataclass(frozen=True)
 class JobOutcome(Generic[T]):
     result: T
     shards_used: list[int]
@@ -129,6 +159,8 @@ class EnclaveRunner:
         self.timeout_s = timeout_s
         self._transport = transport
         self._clock = clock
+        # per-epoch shard verification keys V_i (2 point multiplications each at t = 3)
+        self._vkeys: dict[tuple[int, tuple[str, ...]], dict[int, ECC.EccPoint]] = {}
 
     # ---- public API ----------------------------------------------------------------------
     def obtain_key(self, *, epoch: int, purpose: str, challenge_id: str) -> EpochKey:
@@ -153,6 +185,9 @@ class EnclaveRunner:
     async def obtain_key_async(self, *, epoch: int, purpose: str,
                                challenge_id: str) -> EpochKey:
         record = self.epochs.get(epoch)
+        if EnvelopeSuite.parse(record.suite).threshold_decapsulable:
+            raise EnclaveError(f"epoch {epoch} ({record.suite}) is never rebuilt: open its "
+                               "envelopes one by one with open_receipt")
         ephemeral = X25519PrivateKey.generate()
         enclave_pub = ephemeral.public_key().public_bytes_raw()
         refusals: dict[int, str] = {}
@@ -175,6 +210,134 @@ class EnclaveRunner:
                 http, req, rd, record, ephemeral, refusals)
         del ephemeral
         return self._rebuild(record, shares, buffers, corrupt, refusals)
+
+    def open_receipt(self, *, receipt: Receipt, domain: Domain, ciphertext: bytes,
+                     purpose: str, challenge_id: str) -> ReceiptOpening:
+        """Open the envelope of ``receipt`` by per-receipt threshold decryption (threshold
+        epochs only). Raises KeyReleaseError (fewer than t valid partials, naming refusals and
+        corrupt shards), EnvelopeDecryptionError / EnvelopeContentError like open_envelope."""
+        return asyncio.run(self.open_receipt_async(
+            receipt=receipt, domain=domain, ciphertext=ciphertext, purpose=purpose,
+            challenge_id=challenge_id))
+
+    async def open_receipt_async(self, *, receipt: Receipt, domain: Domain, ciphertext: bytes,
+                                 purpose: str, challenge_id: str) -> ReceiptOpening:
+        t0 = self._clock()
+        record = self.epochs.get(receipt.key_epoch)
+        suite = EnvelopeSuite.parse(record.suite)
+        if not suite.threshold_decapsulable:
+            raise EnclaveError(f"epoch {record.epoch} ({record.suite}) has no per-receipt "
+                               "decryption; use obtain_key")
+        # header, epoch and ciphertextHash checked before anything is sent
+        _, enc, _ = split_envelope(ciphertext, receipt, suite)
+        target = DecryptTarget(receipt, domain, ciphertext)
+        ephemeral = X25519PrivateKey.generate()
+        enclave_pub = ephemeral.public_key().public_bytes_raw()
+        refusals: dict[int, str] = {}
+        async with httpx.AsyncClient(timeout=self.timeout_s, transport=self._transport) as http:
+            nonces = await self._collect_nonces(http, refusals)
+            if len(nonces) < record.threshold:
+                raise KeyReleaseError(
+                    f"epoch {record.epoch}: only {len(nonces)} of {len(self.shards)} shards "
+                    f"issued a nonce, need {record.threshold} ({_describe(refusals)})",
+                    refusals=refusals, corrupt_shards=[])
+            rd = report_data(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
+                             requester=self.signer.address, enclave_public_key=enclave_pub,
+                             nonces=nonces, target=target)
+            req = ReleaseRequest(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
+                                 requester=self.signer.address,
+                                 requester_signature=self.signer.sign(requester_digest(rd)),
+                                 enclave_public_key=enclave_pub, nonces=nonces,
+                                 quote=self.attester.quote(rd), target=target)
+            partials, corrupt = await self._collect_partials(http, req, rd, record, enc,
+                                                             ephemeral, refusals)
+        del ephemeral
+        dh = tdh.combine(partials, record.threshold)
+        pk_r = record.public_key_bytes
+        contents = open_envelope_with(
+            ciphertext, receipt, suite,
+            lambda e, info, ct: tdh.open_single_shot(dh, e, pk_r, info, ct))
+        return ReceiptOpening(contents, sorted(partials), corrupt, refusals,
+                              (self._clock() - t0) * 1000)
+
+    def _verification_keys(self, record: EpochRecord) -> dict[int, ECC.EccPoint]:
+        key = (record.epoch, record.commitments)
+        cached = self._vkeys.get(key)
+        if cached is None:
+            cpts = tdh.parse_commitments(record.commitment_bytes, record.threshold)
+            cached = {i: tdh.verification_key(cpts, i) for i in range(1, record.shares + 1)}
+            self._vkeys[key] = cached
+        return cached
+
+    async def _collect_partials(
+            self, http: httpx.AsyncClient, req: ReleaseRequest, rd: bytes, record: EpochRecord,
+            enc: bytes, ephemeral: X25519PrivateKey, refusals: dict[int, str],
+    ) -> tuple[dict[int, ECC.EccPoint], list[int]]:
+        body = req.to_json()
+        vkeys = self._verification_keys(record)
+        partials: dict[int, ECC.EccPoint] = {}
+        corrupt: list[int] = []
+
+        async def one(idx: int) -> tuple[int, bytes | None]:
+            shard = self.shards[idx]
+            try:
+                status, data = await self._post(http, f"{shard.url}/v1/decrypt", body)
+            except httpx.HTTPError as e:
+                refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
+                return idx, None
+            except ShardAnswerError as e:
+                refusals[idx] = f"bad_answer: {e}"
+                return idx, None
+            if status != 200:
+                refusals[idx] = _reason(status, data)
+                return idx, None
+            try:
+                d = _parse(data, f"shard {idx} partial decryption")
+                return idx, self._open_partial(d, shard, req.epoch, rd, ephemeral)
+            except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
+                refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
+                return idx, None
+
+        pending: set[asyncio.Task[tuple[int, bytes | None]]] = set()
+        queue = sorted(i for i in req.nonces if i in vkeys)
+        try:
+            while len(partials) < record.threshold:
+                while queue and len(pending) + len(partials) < record.threshold:
+                    pending.add(asyncio.create_task(one(queue.pop(0))))
+                if not pending:
+                    break
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    idx, raw = task.result()
+                    if raw is None:
+                        continue
+                    try:
+                        partials[idx] = tdh.verify_partial(
+                            raw, index=idx, enc=enc, verification=vkeys[idx],
+                            context=dleq_context(rd, idx))
+                    except ShareVerificationError as e:
+                        corrupt.append(idx)
+                        refusals[idx] = f"share_verification_failed: {e.message}"
+        finally:
+            for task in pending:
+                task.cancel()
+        if len(partials) < record.threshold:
+            raise KeyReleaseError(
+                f"epoch {req.epoch}: {len(partials)} valid partial decryptions, need "
+                f"{record.threshold} (corrupt: {sorted(corrupt)}; {_describe(refusals)})",
+                refusals=refusals, corrupt_shards=sorted(corrupt))
+        return partials, sorted(corrupt)
+
+    def _open_partial(self, d: Any, shard: ShardInfo, epoch: int, rd: bytes,
+                      ephemeral: X25519PrivateKey) -> bytes:
+        rel = Release.from_json(d)
+        if rel.epoch != epoch or rel.shard_index != shard.index or rel.report_data != rd:
+            raise ValueError(f"answer from shard {shard.index} answers another request")
+        signer = recover_digest_signer(release_digest(rel.unsigned_json()), rel.signature)
+        if signer != shard.address or rel.shard_address != shard.address:
+            raise ValueError(f"answer signed by {signer}, shard {shard.index} is {shard.address}")
+        return TRANSPORT_SUITE.decrypt(rel.encrypted_share, ephemeral,
+                                       info=partial_info(epoch, shard.index, rd))
 
     # ---- steps ---------------------------------------------------------------------------
     async def _collect_nonces(self, http: httpx.AsyncClient,

@@ -16,6 +16,11 @@ the latest block through the read-only bindings (``verinfer.chain.bindings``):
   ``ProtocolConfig.params().minVerifierStake``: an account that unbonded below the minimum
   could not be drawn for a committee and has nothing at stake behind its audits.
 
+- ``challenge_receipt(cid)`` — per-receipt decryption: ``ChallengeManager.challenge(cid)``'s
+  ``receiptDigest`` while its status is ``Voting``; the shard compares it with the EIP-712
+  digest of the receipt in the request, so a member of challenge A gets nothing for receipt B.
+- ``is_audit_assigned`` — there is no on-chain light-audit draw yet, so it is always False:
+  per-receipt light audits are refused on chain rather than left to self-selection.
 Nothing is cached: a resolved challenge, a retired verifier or a raised minimum take effect on
 the next request. A read that fails (RPC unreachable, timeout, node error, no contract at the
 address) raises ``CommitteeUnavailableError`` (HTTP 503, reason ``committee_unavailable``):
@@ -139,3 +144,15 @@ class ChainCommitteeOracle:
             return False
         params = self._read("the protocol parameters", lambda: self.contracts.config.params())
         return acct.stake - acct.unbonding >= params.min_verifier_stake
+
+    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+        cid = parse_challenge_id(challenge_id)
+        if cid is None:
+            return None
+        cm = self.contracts.challenges
+        info = self._read(f"challenge {cid}", lambda: cm.challenge(cid))
+        return bytes(info.receipt_digest) if info.status is Status.VOTING else None
+
+    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
+        # No audit schedule is published on chain yet; never let an auditor choose its own.
+        return False

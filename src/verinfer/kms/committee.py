@@ -9,7 +9,13 @@ on every call and ``StaticCommitteeOracle`` holds it in memory: for tests and of
 since whoever can write the file decides who gets shares.
 
 File format: {"verifiers": ["0x…"], "challenges": {"<id>": {"status": "open"|"resolved",
-"committee": ["0x…"]}}}. Addresses compare case-insensitively.
+"committee": ["0x…"], "receipt_digest": "0x…" (optional)}}, "audits": {"0x<verifier>":
+["0x<receipt digest>", …]} (optional)}. Addresses compare case-insensitively.
+
+Per-receipt decryption (threshold epochs) asks two more questions: which receipt an open
+challenge is about (``challenge_receipt``), and whether a light audit of one receipt was
+*assigned* to the requester (``is_audit_assigned``) — by whoever draws audits, never chosen
+by the auditor itself.
 """
 
 from __future__ import annotations
@@ -29,13 +35,34 @@ class CommitteeOracle(Protocol):
 
     def is_registered_verifier(self, requester: str) -> bool: ...
 
+    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+        """The EIP-712 digest of the receipt an *open* challenge disputes, else None."""
+        ...
+
+    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
+        """True iff a light audit of this receipt was drawn for ``requester``."""
+        ...
+
 
 class StaticCommitteeOracle:
     def __init__(self, verifiers: Iterable[str] = (),
-                 challenges: Mapping[str, tuple[str, Iterable[str]]] | None = None) -> None:
+                 challenges: Mapping[str, tuple[str, Iterable[str]]] | None = None,
+                 receipts: Mapping[str, bytes] | None = None,
+                 audits: Mapping[str, Iterable[bytes]] | None = None) -> None:
         self.verifiers = {v.lower() for v in verifiers}
         self.challenges = {cid: (status, {m.lower() for m in members})
                            for cid, (status, members) in (challenges or {}).items()}
+        self.receipts = dict(receipts or {})
+        self.audits = {v.lower(): {bytes(d) for d in ds} for v, ds in (audits or {}).items()}
+
+    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+        entry = self.challenges.get(challenge_id)
+        if entry is None or entry[0] != "open":
+            return None
+        return self.receipts.get(challenge_id)
+
+    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
+        return receipt_digest in self.audits.get(requester.lower(), set())
 
     def is_committee_member(self, challenge_id: str, requester: str) -> bool:
         entry = self.challenges.get(challenge_id)
@@ -54,7 +81,13 @@ class FileCommitteeOracle:
             raw: Any = json.loads(self.path.read_text())
             challenges = {str(cid): (str(c["status"]), [str(m) for m in c["committee"]])
                           for cid, c in raw.get("challenges", {}).items()}
-            return StaticCommitteeOracle([str(v) for v in raw.get("verifiers", [])], challenges)
+            receipts = {str(cid): bytes.fromhex(str(c["receipt_digest"]).removeprefix("0x"))
+                        for cid, c in raw.get("challenges", {}).items()
+                        if c.get("receipt_digest") is not None}
+            audits = {str(v): [bytes.fromhex(str(d).removeprefix("0x")) for d in ds]
+                      for v, ds in raw.get("audits", {}).items()}
+            return StaticCommitteeOracle([str(v) for v in raw.get("verifiers", [])], challenges,
+                                         receipts, audits)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise RegistryError(f"cannot read committee file {self.path}: {e}") from e
 
@@ -63,3 +96,9 @@ class FileCommitteeOracle:
 
     def is_registered_verifier(self, requester: str) -> bool:
         return self._load().is_registered_verifier(requester)
+
+    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+        return self._load().challenge_receipt(challenge_id)
+
+    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
+        return self._load().is_audit_assigned(requester, receipt_digest)

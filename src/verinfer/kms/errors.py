@@ -107,6 +107,27 @@ class NotCommitteeMemberError(ReleaseRefused):
     code = "not_committee_member"
 
 
+class ThresholdEpochError(ReleaseRefused):
+    """A share release asked for a per-receipt (threshold P-256) epoch: its shares never
+    leave the shards; only per-envelope partial decryptions do (POST /v1/decrypt)."""
+
+    code = "threshold_epoch"
+
+
+class NotPerReceiptEpochError(BadReleaseRequest):
+    """A per-receipt decryption asked for an epoch whose suite cannot be decapsulated by
+    the shards (X25519, ML-KEM hybrid)."""
+
+    code = "not_threshold_epoch"
+
+
+class AuditNotAssignedError(ReleaseRefused):
+    """A light audit of a receipt the requester was not assigned (audits are drawn, never
+    chosen by the auditor)."""
+
+    code = "audit_not_assigned"
+
+
 class RateLimitedError(ReleaseRefused):
     status_code = 429
     code = "rate_limited"

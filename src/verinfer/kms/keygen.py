@@ -8,11 +8,14 @@ import secrets
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from verinfer.kms.app_keys import DEFAULT_SUITE, app_keypair, seed_from_secret
+from verinfer.kms import tdh
+from verinfer.kms.app_keys import DEFAULT_SUITE, app_keypair, parse_suite, seed_from_secret
 from verinfer.kms.epochs import EpochRecord, EpochRegistry
 from verinfer.kms.errors import EpochError, EpochExistsError, InvalidShareError
 from verinfer.kms.sealing import TokenBytes, write_sealed
-from verinfer.kms.shamir import RandBelow, check_params, random_scalar, split
+from verinfer.kms.shamir import RandBelow, Share, check_params, random_scalar, split
+from verinfer.kms.tdh import ScalarShare
+from verinfer.receipts.envelope import EnvelopeSuite
 
 
 def share_label(epoch: int, index: int) -> str:
@@ -47,14 +50,21 @@ def keygen(*, epoch: int, threshold: int, shares: int, out: Path,
     else:
         raise EpochExistsError(f"epoch {epoch} already registered")
 
-    secret = random_scalar(rng)
-    seed = seed_from_secret(secret)
-    try:
-        _, public = app_keypair(seed, suite)
-        share_list, commitments = split(secret, threshold, shares, rng)
-    finally:
-        seed[:] = bytes(len(seed))
-        secret = 0
+    share_list: list[Share] | list[ScalarShare]
+    if EnvelopeSuite.parse(parse_suite(suite)).threshold_decapsulable:
+        # P-256 threshold suite: the dealer (tdh.deal) draws s over the P-256 order and hands
+        # back only shares and commitments; C_0 is the HPKE public key.
+        public_raw, share_list, commitments = tdh.deal(threshold, shares, rng)
+    else:
+        secret = random_scalar(rng)
+        seed = seed_from_secret(secret)
+        try:
+            _, public = app_keypair(seed, suite)
+            share_list, commitments = split(secret, threshold, shares, rng)
+        finally:
+            seed[:] = bytes(len(seed))
+            secret = 0
+        public_raw = public.to_bytes()
     for sh in share_list:
         buf = bytearray(sh.value.to_bytes(32, "big"))
         try:
@@ -63,7 +73,7 @@ def keygen(*, epoch: int, threshold: int, shares: int, out: Path,
         finally:
             buf[:] = bytes(32)
     record = EpochRecord(epoch=epoch, threshold=threshold, shares=shares, suite=suite,
-                         public_key="0x" + public.to_bytes().hex(),
+                         public_key="0x" + public_raw.hex(),
                          commitments=tuple("0x" + c.hex() for c in commitments),
                          status="live", created_at=int(now()))
     registry.register(record)

@@ -95,10 +95,13 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
               measurements: Iterable[bytes], verifiers: Iterable[str] = (),
               challenges: Mapping[str, Sequence[str]] | None = None,
               suite: str | None = None, now: Callable[[], float] = time.time,
+              challenge_receipts: Mapping[str, bytes] | None = None,
+              audits: Mapping[str, Sequence[bytes]] | None = None,
               unsafe_single_tree: bool = False) -> ClusterLayout:
     """Create seal keys, the attestation root, epoch ``epoch``, shard identities, a shard
     directory with free loopback ports, the allowlist and the committee file (challenges
-    listed here are open).
+    listed here are open; ``challenge_receipts`` names the receipt digest each disputes,
+    ``audits`` the receipt digests assigned to each light auditor: per-receipt decryption).
 
     UNSAFE outside devnets and tests: every seal key, every sealed share and the attestation
     root key (which can forge quotes) land in one tree, with a file-based committee; callers
@@ -119,17 +122,22 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
     write_allowlist(lay.allowlist, measurements)
     lay.committee.write_text(json.dumps({
         "verifiers": list(verifiers),
-        "challenges": {cid: {"status": "open", "committee": list(m)}
-                       for cid, m in (challenges or {}).items()}}, indent=2))
+        "challenges": {cid: {"status": "open", "committee": list(m),
+                             **({"receipt_digest": "0x" + challenge_receipts[cid].hex()}
+                                if challenge_receipts and cid in challenge_receipts else {})}
+                       for cid, m in (challenges or {}).items()},
+        "audits": {v: ["0x" + d.hex() for d in ds] for v, ds in (audits or {}).items()}},
+        indent=2))
     return lay
 
 
 def add_epoch(lay: ClusterLayout, *, epoch: int, threshold: int,
-              now: Callable[[], float] = time.time) -> EpochRecord:
+              now: Callable[[], float] = time.time, suite: str | None = None) -> EpochRecord:
     """Rotation: a new epoch for the same shards (same seal keys)."""
     keys = {i: load_seal_key(lay.seal_key_file(i)) for i in range(1, lay.shares + 1)}
     return keygen(epoch=epoch, threshold=threshold, shares=lay.shares, out=lay.root,
-                  seal_keys=keys, registry=FileEpochRegistry(lay.registry), now=now)
+                  seal_keys=keys, registry=FileEpochRegistry(lay.registry), now=now,
+                  suite=suite or DEFAULT_SUITE)
 
 
 @dataclass(frozen=True)

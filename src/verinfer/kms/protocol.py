@@ -11,6 +11,14 @@ bytes sha256(b"verinfer/kms/requester/v1" || report_data). A shard signs each re
 way with its identity key over sha256(RFC 8785 JSON of the release without "signature").
 The share travels as HPKE (X25519, HKDF-SHA256, AES-256-GCM) single-shot ciphertext enc || ct
 to the enclave's ephemeral X25519 key, info = share_info(...), plaintext = 32-byte f(i).
+
+Per-receipt decryption (threshold P-256 epochs, ``POST /v1/decrypt``): the request also
+carries a ``target`` (the receipt, its EIP-712 domain and the envelope blob). report_data then
+uses the label ``verinfer/kms/report-data/v2`` and appends lp(receipt digest) ||
+lp(ciphertext hash), so the quote and the requester's signature bind the one receipt. The
+answer has the same shape as a release; its ``encrypted_share`` is HPKE (as above, info =
+partial_info(...)) of D_i (33-byte compressed) || DLEQ proof c || z (verinfer.kms.tdh), the
+proof's context being report_data || u16 shard index.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ import rfc8785
 from cryptography.hazmat.primitives import hpke
 
 from verinfer.enclave.attestation import Quote
+from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
+from verinfer.receipts.eip712 import Domain, Receipt
 
 Purpose = Literal["full_challenge", "light_audit"]
 PURPOSES: tuple[str, ...] = ("full_challenge", "light_audit")
@@ -40,13 +50,68 @@ def _lp(b: bytes) -> bytes:
 
 
 def report_data(*, epoch: int, purpose: str, challenge_id: str, requester: str,
-                enclave_public_key: bytes, nonces: Mapping[int, bytes]) -> bytes:
-    parts = [b"verinfer/kms/report-data/v1", epoch.to_bytes(8, "big"), _lp(purpose.encode()),
+                enclave_public_key: bytes, nonces: Mapping[int, bytes],
+                target: DecryptTarget | None = None) -> bytes:
+    label = b"verinfer/kms/report-data/v1" if target is None else b"verinfer/kms/report-data/v2"
+    parts = [label, epoch.to_bytes(8, "big"), _lp(purpose.encode()),
              _lp(challenge_id.encode()), _lp(requester.lower().encode()),
              _lp(enclave_public_key), len(nonces).to_bytes(2, "big")]
     for idx in sorted(nonces):
         parts.append(idx.to_bytes(2, "big") + _lp(nonces[idx]))
+    if target is not None:
+        parts += [_lp(target.receipt_digest), _lp(target.ciphertext_hash)]
     return hashlib.sha512(b"".join(parts)).digest()
+
+
+def partial_info(epoch: int, shard_index: int, report_data_: bytes) -> bytes:
+    return (b"verinfer/kms/partial-decryption/v1" + epoch.to_bytes(8, "big")
+            + shard_index.to_bytes(2, "big") + report_data_)
+
+
+def dleq_context(report_data_: bytes, shard_index: int) -> bytes:
+    """What a shard's DLEQ proof is bound to: this request, this shard."""
+    return report_data_ + shard_index.to_bytes(2, "big")
+
+
+@dataclass(frozen=True)
+class DecryptTarget:
+    """The one envelope a per-receipt request is about. The shard recomputes everything:
+    digest = EIP-712 digest of ``receipt`` under ``domain`` (what ChallengeManager stores as a
+    challenge's receiptDigest), sha256(ciphertext) must be the receipt's ciphertextHash, and E
+    is read out of the ciphertext itself, never taken from the requester."""
+
+    receipt: Receipt
+    domain: Domain
+    ciphertext: bytes
+
+    @property
+    def receipt_digest(self) -> bytes:
+        return self.receipt.digest(self.domain)
+
+    @property
+    def ciphertext_hash(self) -> bytes:
+        return hashlib.sha256(self.ciphertext).digest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"receipt": self.receipt.to_json(), "domain": self.domain.to_json(),
+                "ciphertext": b64(self.ciphertext)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> DecryptTarget:
+        if not isinstance(d, Mapping) or set(d) != {"receipt", "domain", "ciphertext"}:
+            raise BadReleaseRequest("target must be {receipt, domain, ciphertext}",
+                                    param="target")
+        try:
+            receipt = Receipt.from_json(d["receipt"])
+            domain = Domain.from_json(d["domain"])
+        except VerinferError as e:
+            raise BadReleaseRequest(f"target: {e.message}", param="target") from e
+        ct = unb64(d["ciphertext"], "target.ciphertext")
+        out = cls(receipt, domain, ct)
+        if out.ciphertext_hash != receipt.ciphertext_hash:
+            raise BadReleaseRequest("target ciphertext does not hash to the receipt's "
+                                    "ciphertextHash", param="target")
+        return out
 
 
 def requester_digest(report_data_: bytes) -> bytes:
@@ -97,14 +162,17 @@ class ReleaseRequest:
     enclave_public_key: bytes
     nonces: dict[int, bytes]
     quote: Quote
+    target: DecryptTarget | None = None
 
     def report_data(self) -> bytes:
         return report_data(epoch=self.epoch, purpose=self.purpose, challenge_id=self.challenge_id,
                            requester=self.requester, enclave_public_key=self.enclave_public_key,
-                           nonces=self.nonces)
+                           nonces=self.nonces, target=self.target)
 
     def to_json(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "purpose": self.purpose, "challenge_id": self.challenge_id,
+        extra = {} if self.target is None else {"target": self.target.to_json()}
+        return {**extra, "epoch": self.epoch, "purpose": self.purpose,
+                "challenge_id": self.challenge_id,
                 "requester": self.requester,
                 "requester_signature": "0x" + self.requester_signature.hex(),
                 "enclave_public_key": "0x" + self.enclave_public_key.hex(),
@@ -144,7 +212,8 @@ class ReleaseRequest:
             quote = Quote.from_wire(d.get("quote"))
         except AttestationError as e:
             raise BadReleaseRequest(e.message, param="quote") from e
-        return cls(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
+        target = None if d.get("target") is None else DecryptTarget.from_json(d.get("target"))
+        return cls(epoch=epoch, purpose=purpose, challenge_id=challenge_id, target=target,
                    requester=str(requester).lower(),
                    requester_signature=unhex(d.get("requester_signature"),
                                              "requester_signature", 65),

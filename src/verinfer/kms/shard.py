@@ -17,6 +17,12 @@ Release policy, checked in this order (the first failure is the refusal reason):
                                               -> rate_limited
  9. full_challenge: requester drawn for the open challenge; light_audit: registered verifier
                                               -> not_committee_member / committee_unavailable
+    per-receipt decryption (``target`` present, threshold epochs only): full_challenge: the
+    open challenge disputes exactly the target receipt (on-chain receiptDigest == EIP-712
+    digest of the receipt in the request); light_audit: that receipt's audit was assigned to
+    the requester -> not_committee_member / audit_not_assigned
+A share release for a threshold epoch is refused (threshold_epoch, checked with 2): its
+shares never leave the shard; a target for a legacy epoch is not_threshold_epoch.
 Then the nonce is spent, bound to this request's report_data, with the signed release: the
 same request again gets the same release (idempotent; only the attested enclave can open it).
 Why the nonce is spent last: an altered copy of a genuine body fails 4-6 and must not burn the
@@ -26,6 +32,7 @@ genuine request's nonce. Every decision is appended to the release log.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,16 +42,20 @@ from eth_account.signers.local import LocalAccount
 
 from verinfer.enclave.attestation import AttestationPolicy, QuoteVerifier, VerifiedQuote
 from verinfer.errors import VerinferError
+from verinfer.kms import tdh
 from verinfer.kms.allowlist import MeasurementAllowlist
 from verinfer.kms.committee import CommitteeOracle
 from verinfer.kms.epochs import EpochRegistry, require_live
 from verinfer.kms.errors import (
+    AuditNotAssignedError,
     BadReleaseRequest,
     NotCommitteeMemberError,
+    NotPerReceiptEpochError,
     ReportDataMismatchError,
     RequesterSignatureError,
     SealError,
     ShareUnavailableError,
+    ThresholdEpochError,
 )
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.keygen import share_label, share_path
@@ -53,6 +64,8 @@ from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
     Release,
     ReleaseRequest,
+    dleq_context,
+    partial_info,
     release_digest,
     requester_digest,
     share_info,
@@ -60,6 +73,8 @@ from verinfer.kms.protocol import (
 from verinfer.kms.ratelimit import TokenBucketLimiter
 from verinfer.kms.release_log import ReleaseLog
 from verinfer.kms.sealing import read_sealed
+from verinfer.receipts.envelope import EnvelopeSuite, split_envelope
+from verinfer.receipts.errors import EnvelopeDecryptionError
 
 
 @dataclass
@@ -117,8 +132,9 @@ class ShardService:
             if prior is not None:
                 release, decision = prior.release, Decision(True, REPEAT)
             else:
-                release = self.nonces.spend(req.nonces[self.index], req.report_data(),
-                                            self._encrypt_and_sign(req))
+                answer = (self._encrypt_and_sign(req) if req.target is None
+                          else self._partial_and_sign(req))
+                release = self.nonces.spend(req.nonces[self.index], req.report_data(), answer)
                 decision = Decision(True, "released")
         except VerinferError as e:
             self._log(req, quote, Decision(False, e.code or type(e).__name__))
@@ -132,7 +148,20 @@ class ShardService:
 
     def _authorize(self, req: ReleaseRequest) -> tuple[VerifiedQuote, Spend | None]:
         cfg = self.cfg
-        require_live(cfg.epochs, req.epoch)
+        record = require_live(cfg.epochs, req.epoch)
+        suite = EnvelopeSuite.parse(record.suite)
+        if req.target is None and suite.threshold_decapsulable:
+            raise ThresholdEpochError(
+                f"epoch {req.epoch} is a per-receipt epoch ({record.suite}): its shares are "
+                "never released; ask POST /v1/decrypt for one receipt")
+        if req.target is not None:
+            if not suite.threshold_decapsulable:
+                raise NotPerReceiptEpochError(
+                    f"epoch {req.epoch} ({record.suite}) cannot be decrypted per receipt")
+            if req.target.receipt.key_epoch != req.epoch:
+                raise BadReleaseRequest(
+                    f"target receipt is of epoch {req.target.receipt.key_epoch}, the request "
+                    f"names {req.epoch}", param="target")
         ours = req.nonces.get(self.index)
         if ours is None:
             raise BadReleaseRequest(f"request carries no nonce for shard {self.index}",
@@ -140,7 +169,7 @@ class ShardService:
         self.nonces.check(ours)
         policy = AttestationPolicy(allowed_measurements=cfg.allowlist.allowed(),
                                    max_age_s=cfg.quote_max_age_s, now=cfg.now,
-                                   software_roots=cfg.software_roots)
+                                   software_roots=cfg.software_roots, epoch=req.epoch)
         verified = cfg.quote_verifier.verify(req.quote, policy)
         rd = req.report_data()
         if verified.report_data != rd:
@@ -159,7 +188,9 @@ class ShardService:
         if prior is None:
             self.limiter.take(req.requester)
         # The committee is asked again on a repeat: a challenge resolved in between ends it.
-        if req.purpose == "full_challenge":
+        if req.target is not None:
+            self._authorize_receipt(req)
+        elif req.purpose == "full_challenge":
             if not cfg.committee.is_committee_member(req.challenge_id, req.requester):
                 raise NotCommitteeMemberError(
                     f"{req.requester} is not on the committee of an open challenge "
@@ -167,6 +198,59 @@ class ShardService:
         elif not cfg.committee.is_registered_verifier(req.requester):
             raise NotCommitteeMemberError(f"{req.requester} is not a registered verifier")
         return verified, prior
+
+    def _authorize_receipt(self, req: ReleaseRequest) -> None:
+        assert req.target is not None
+        committee = self.cfg.committee
+        digest = req.target.receipt_digest
+        if req.purpose == "full_challenge":
+            if not committee.is_committee_member(req.challenge_id, req.requester):
+                raise NotCommitteeMemberError(
+                    f"{req.requester} is not on the committee of an open challenge "
+                    f"{req.challenge_id}")
+            # read after membership: a challenge resolved in between is no challenge
+            disputed = committee.challenge_receipt(req.challenge_id)
+            if disputed is None or disputed != digest:
+                raise NotCommitteeMemberError(
+                    f"challenge {req.challenge_id} does not dispute receipt 0x{digest.hex()}")
+        elif not committee.is_audit_assigned(req.requester, digest):
+            raise AuditNotAssignedError(
+                f"{req.requester} holds no light-audit assignment for receipt 0x{digest.hex()}")
+
+    def _partial_and_sign(self, req: ReleaseRequest) -> Release:
+        """D_i = s_i·E with its DLEQ proof, encrypted to the enclave; E is read from the
+        target's ciphertext (already checked against the receipt's ciphertextHash)."""
+        cfg = self.cfg
+        assert req.target is not None
+        try:
+            _, enc, _ = split_envelope(req.target.ciphertext, req.target.receipt,
+                                       EnvelopeSuite.P256)
+        except EnvelopeDecryptionError as e:
+            raise BadReleaseRequest("target ciphertext is not a P256 envelope of its receipt",
+                                    param="target") from e
+        try:
+            buf = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
+                              share_label(req.epoch, self.index))
+        except SealError as e:
+            raise ShareUnavailableError(
+                f"shard {self.index} cannot open its share of epoch {req.epoch}: "
+                f"{e.message}") from e
+        rd = req.report_data()
+        try:
+            share = tdh.ScalarShare(self.index, int.from_bytes(buf, "big"))
+            partial = tdh.partial_decapsulate(share, enc, dleq_context(rd, self.index),
+                                              secrets.randbelow)
+        except tdh.PointError as e:
+            raise BadReleaseRequest(f"target: {e.message}", param="target") from e
+        finally:
+            buf[:] = bytes(len(buf))
+        ct = TRANSPORT_SUITE.encrypt(partial, X25519PublicKey.from_public_bytes(
+            req.enclave_public_key), info=partial_info(req.epoch, self.index, rd))
+        unsigned = Release(epoch=req.epoch, shard_index=self.index, shard_address=self.address,
+                           report_data=rd, encrypted_share=ct, issued_at=int(cfg.now()),
+                           signature=b"")
+        sig = sign_digest(cfg.identity, release_digest(unsigned.unsigned_json()))
+        return replace(unsigned, signature=sig)
 
     def _encrypt_and_sign(self, req: ReleaseRequest) -> Release:
         cfg = self.cfg
@@ -203,4 +287,9 @@ class ShardService:
             "enclave_key_sha256": (hashlib.sha256(req.enclave_public_key).hexdigest()
                                    if req else None),
             "measurement": quote.measurement.hex() if quote else None,
+            # per-receipt decryptions are logged by receipt, not just by epoch
+            "receipt_digest": (req.target.receipt_digest.hex()
+                               if req and req.target else None),
+            "ciphertext_hash": (req.target.ciphertext_hash.hex()
+                                if req and req.target else None),
         })

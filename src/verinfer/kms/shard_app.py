@@ -22,6 +22,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -38,8 +39,14 @@ log = logging.getLogger(__name__)
 #: Largest release request a shard reads. A request is ~1 KB plus the quote; hardware quotes
 #: with their certificate chain stay near 10-20 KB base64, 255 nonces add ~20 KB.
 MAX_BODY_BYTES = 256 * 1024
-#: A release request nests 3 deep ({"nonces": {...}}, {"quote": {...}}).
+#: A per-receipt decryption request carries the envelope blob (base64): request bodies are
+#: bounded at 4 MiB (protocol/limits.py), padded envelopes with the response stay well below
+#: 12 MiB, i.e. 16 MiB of base64. Only /v1/decrypt reads that much.
+MAX_DECRYPT_BODY_BYTES = 16 * 1024 * 1024
+#: A release request nests 3 deep ({"nonces": {...}}, {"quote": {...}}); a decryption
+#: request 4 ({"target": {"receipt": {...}}}).
 MAX_BODY_DEPTH = 8
+DECRYPT_PATH = "/v1/decrypt"
 
 
 def _refusal(index: int, e: VerinferError) -> JSONResponse:
@@ -52,21 +59,24 @@ class BodyLimit:
     before the app sees it (413, nothing read). Chunked bodies are bounded while read
     (``_read_body``)."""
 
-    def __init__(self, app: ASGIApp, *, index: int, limit: int) -> None:
-        self.app, self.index, self.limit = app, index, limit
+    def __init__(self, app: ASGIApp, *, index: int, limit: int,
+                 path_limits: dict[str, int] | None = None) -> None:
+        self.app, self.index, self.default_limit = app, index, limit
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            limit = self.path_limits.get(scope.get("path", ""), self.default_limit)
             for name, value in scope.get("headers", []):
                 if name == b"content-length":
                     try:
                         declared = int(value)
                     except ValueError:
                         declared = -1
-                    if declared < 0 or declared > self.limit:
+                    if declared < 0 or declared > limit:
                         err = (RequestTooLargeError(f"body of {declared} bytes exceeds the "
-                                                    f"shard's limit of {self.limit}")
-                               if declared > self.limit else
+                                                    f"shard's limit of {limit}")
+                               if declared > limit else
                                BadReleaseRequest("malformed Content-Length"))
                         await _refusal(self.index, err)(scope, receive, send)
                         return
@@ -82,7 +92,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(buf)
 
 
-def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
+               max_decrypt_body_bytes: int = MAX_DECRYPT_BODY_BYTES) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -94,11 +105,17 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -
     app = FastAPI(title=f"verinfer KMS shard {service.index}", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
     app.state.service = service
-    app.add_middleware(BodyLimit, index=service.index, limit=max_body_bytes)
+    app.add_middleware(BodyLimit, index=service.index, limit=max_body_bytes,
+                       path_limits={DECRYPT_PATH: max_decrypt_body_bytes})
     registry = CollectorRegistry()  # per app: several shards may share one test process
     nonces = Counter("kms_nonces_issued", "Nonces issued", registry=registry)
     decisions = Counter("kms_release_decisions", "Release decisions",
                         ["decision", "reason"], registry=registry)
+    # Whether SoftwareEnclave quotes (no security boundary) can obtain shares: visible to
+    # whoever monitors the shard, not only in its start-up log (enclave/tee_gate.py).
+    insecure = bool(getattr(service.cfg.quote_verifier, "insecure_software_enclave", False))
+    Gauge("kms_insecure_software_enclave", "1 when software-enclave quotes are accepted",
+          registry=registry).set(1 if insecure else 0)
     latency = Histogram("kms_release_seconds", "Release request handling time",
                         registry=registry, buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5))
 
@@ -110,7 +127,8 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "shard_index": service.index, "address": service.address}
+        return {"status": "ok", "shard_index": service.index, "address": service.address,
+                "insecure_software_enclave": insecure}
 
     @app.get("/metrics")
     def metrics() -> Response:
@@ -129,17 +147,25 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -
         # at most one signature per logged decision.
         return service.cfg.release_log.latest_head().to_json()
 
-    @app.post("/v1/release")
-    async def release(request: Request) -> JSONResponse:
+    async def handle(request: Request, *, per_receipt: bool) -> JSONResponse:
         t0 = time.perf_counter()
-        raw = await _read_body(request, max_body_bytes)
+        limit = max_decrypt_body_bytes if per_receipt else max_body_bytes
+        raw = await _read_body(request, limit)
         body: object = None
         unparsable: VerinferError | None = None
         try:
-            body = loads_untrusted(raw, max_bytes=max_body_bytes, depth=MAX_BODY_DEPTH,
-                                   what="release request")
+            body = loads_untrusted(raw, max_bytes=limit, depth=MAX_BODY_DEPTH,
+                                   what="decryption request" if per_receipt
+                                   else "release request")
         except UntrustedJsonError as e:
             unparsable = BadReleaseRequest(e.message)
+        else:
+            # one endpoint per kind, so each keeps its own size bound
+            has_target = isinstance(body, dict) and body.get("target") is not None
+            if has_target != per_receipt:
+                unparsable = BadReleaseRequest(
+                    "a per-receipt decryption (with a target) goes to /v1/decrypt, a share "
+                    "release (without) to /v1/release", param="target")
 
         def count(d: Decision) -> None:
             decisions.labels("released" if d.released else "refused", d.reason).inc()
@@ -151,5 +177,13 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES) -
         finally:
             latency.observe(time.perf_counter() - t0)
         return JSONResponse(rel.to_json())
+
+    @app.post("/v1/release")
+    async def release(request: Request) -> JSONResponse:
+        return await handle(request, per_receipt=False)
+
+    @app.post(DECRYPT_PATH)
+    async def decrypt(request: Request) -> JSONResponse:
+        return await handle(request, per_receipt=True)
 
     return app

@@ -1,1 +1,1 @@
-"""Deterministic, batch-invariant inference (see DESIGN §3 and docs/engine.md)."""
+"""Deterministic, batch-invariant inference (docs/architecture.md, docs/engine.md)."""

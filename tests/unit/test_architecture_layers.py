@@ -35,19 +35,16 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # ExecRequest type into the protocol layer is a format-neutral move not yet made (issue 22).
     ("verinfer.protocol.request_rule", "verinfer.receipts.canonical"):
         "ExecRequest still lives in receipts (issue 22)",
-    # ExecRequest.from_params/sampling_params and ExecResult.from_generation convert from and to
-    # the engine's SamplingParams/GenerationResult (type-only, plus one lazy import in
-    # sampling_params). The target is that the decode policy moves into the protocol layer and
-    # the conversions into the operator/verifier (issue 22; engine/ is being reworked by
+    # ExecRequest.sampling_params() builds the engine's SamplingParams (a lazy import; its
+    # annotation is type-only). The ExecRequest reads a decode policy and ExecResult a
+    # generation structurally (receipts.canonical.DecodePolicy / Generation), so this is the
+    # last tie. Removing it moves the decode policy type into the protocol layer, or the
+    # conversion up into the operator and verifier (issue 22; engine/ is being reworked by
     # issue 23 today).
-    ("verinfer.receipts.canonical", "verinfer.engine.engine"):
-        "ExecResult.from_generation takes the engine's GenerationResult (issue 22)",
     ("verinfer.receipts.canonical", "verinfer.engine.sampling"):
-        "ExecRequest <-> engine SamplingParams conversions (issue 22)",
-    # The KMS CLI and the local cluster wire up quote verifiers; they are below the enclave
-    # runner but need nothing of it — listed modules are attestation (layer 6) and allowed. The
-    # enclave runner (layer 8) importing kms is downward and allowed. Nothing to list here for
-    # kms <-> enclave as long as kms only imports the attestation modules.
+        "ExecRequest.sampling_params builds the engine's SamplingParams (issue 22)",
+    # kms <-> enclave is no cycle at module level: kms imports only attestation modules
+    # (layer 6), the enclave runner (layer 8) imports kms. Nothing to list for it.
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.engine_requests import exec_request_for
 from verinfer.engine.engine import Engine
 from verinfer.engine.sampling import SamplingParams
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -226,7 +227,7 @@ def test_engine_mapping_reproduces_the_hashes(tiny_engine: Engine) -> None:
     params = SamplingParams(max_tokens=6, temperature=0.8, top_k=20, top_p=0.9, seed=7,
                             stop=("zz",))
     prompt = [5, 17, 33, 2]
-    req = ExecRequest.from_engine(tiny_engine, prompt, params)
+    req = exec_request_for(tiny_engine, prompt, params)
     assert req.sampling_params() == params
     assert req.model_id.hex() == tiny_engine.model_id[2:]
     assert "0x" + req.engine_fingerprint_hash.hex() == tiny_engine.fingerprint.hash
@@ -239,7 +240,7 @@ def test_engine_mapping_reproduces_the_hashes(tiny_engine: Engine) -> None:
         tiny_engine.generate(list(again.prompt_token_ids), again.sampling_params()))
     assert replayed.hash == res.hash
     with pytest.raises(Exception, match="vocabulary"):
-        ExecRequest.from_engine(tiny_engine, [10**7], params)
+        exec_request_for(tiny_engine, [10**7], params)
 
 
 @settings(max_examples=30, deadline=None)
@@ -346,7 +347,7 @@ def test_engine_logprobs_are_what_exec_result_commits(tiny_engine: Engine) -> No
     assert len(res.logprobs) == len(gen.token_ids) == 5
     for lp, (v, top) in zip(gen.logprobs, res.logprobs, strict=True):
         assert _bits(lp.logprob) == _bits(v) and lp.top == top and len(top) == 4
-    req = ExecRequest.from_engine(tiny_engine, prompt, params, top_logprobs=4)
+    req = exec_request_for(tiny_engine, prompt, params, top_logprobs=4)
     assert ExecRequest.from_canonical(req.canonical).top_logprobs == 4
     # a re-execution from the decoded request (decode, and replay) commits the same bytes
     again = tiny_engine.generate(prompt, req.sampling_params(), top_logprobs=req.top_logprobs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from support.engine_requests import exec_request_for
 from verinfer.engine.engine import Engine
 from verinfer.engine.sampling import SamplingParams
 from verinfer.receipts import (
@@ -13,7 +14,6 @@ from verinfer.receipts import (
     EnvelopeBinding,
     EnvelopeContents,
     EnvelopeSuite,
-    ExecRequest,
     ExecResult,
     Receipt,
     ReceiptSigner,
@@ -36,7 +36,7 @@ def test_serve_then_audit(tiny_engine: Engine) -> None:
     _, epoch_pk = derive_epoch_keypair(EPOCH_SEED, EnvelopeSuite.MLKEM768_X25519)
     params = SamplingParams(max_tokens=5, temperature=0.9, seed=11)
     prompt = [3, 9, 27, 81]
-    req = ExecRequest.from_engine(tiny_engine, prompt, params)
+    req = exec_request_for(tiny_engine, prompt, params)
     res = ExecResult.from_generation(tiny_engine.generate(prompt, params))
     body_in = json.dumps({"model": "tiny", "prompt": prompt}).encode()
     body_out = json.dumps({"tokens": list(res.output_token_ids)}).encode()

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 import cbor2
 
@@ -33,7 +33,6 @@ from verinfer.receipts.errors import (
 from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
 
 if TYPE_CHECKING:
-    from verinfer.engine.engine import Engine, GenerationResult
     from verinfer.engine.sampling import SamplingParams
 
 # Version 2 added the logprobs (ExecRequest.top_logprobs, ExecResult.logprobs). Version 1
@@ -48,6 +47,51 @@ FinishReason = Literal["stop", "length"]
 # one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)
 TokenLogprobs = tuple[float, tuple[tuple[int, float], ...]]
 _T = TypeVar("_T", bound="_Canonical")
+
+
+class DecodePolicy(Protocol):
+    """What an ExecRequest records of a decode policy: the fields of the engine's
+    ``SamplingParams``, read structurally so that receipts do not import the engine (the layer
+    above them, docs/architecture.md)."""
+
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def top_k(self) -> int: ...
+    @property
+    def top_p(self) -> float: ...
+    @property
+    def stop(self) -> Sequence[str]: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def ignore_eos(self) -> bool: ...
+
+
+class OutputLogprob(Protocol):
+    """One output token's logprob and its alternatives (the engine's ``TokenLogprob``)."""
+
+    @property
+    def logprob(self) -> float: ...
+    @property
+    def top(self) -> tuple[tuple[int, float], ...]: ...
+
+
+class Generation(Protocol):
+    """What an ExecResult records of a generation (the engine's ``GenerationResult``)."""
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def finish_reason(self) -> FinishReason: ...
+    @property
+    def logit_digest(self) -> str: ...
+    @property
+    def logprobs(self) -> Sequence[OutputLogprob] | None: ...
 
 
 def encode_canonical(obj: object) -> bytes:
@@ -319,7 +363,7 @@ class ExecRequest(_Canonical):
     @classmethod
     def from_params(cls, *, model_id: str | bytes, tokenizer_hash: str | bytes,
                     engine_fingerprint: str, prompt_token_ids: Sequence[int],
-                    params: SamplingParams, prompt_commitments: bytes | None = None,
+                    params: DecodePolicy, prompt_commitments: bytes | None = None,
                     top_logprobs: int | None = None) -> ExecRequest:
         def b32(v: str | bytes, name: str) -> bytes:
             return parse_hex(v, 32, name) if isinstance(v, str) else v
@@ -332,18 +376,6 @@ class ExecRequest(_Canonical):
                    top_p=float(params.top_p), stop=tuple(params.stop), seed=params.seed,
                    ignore_eos=params.ignore_eos, prompt_commitments=prompt_commitments,
                    top_logprobs=top_logprobs)
-
-    @classmethod
-    def from_engine(cls, engine: Engine, prompt_token_ids: Sequence[int],
-                    params: SamplingParams, prompt_commitments: bytes | None = None,
-                    top_logprobs: int | None = None) -> ExecRequest:
-        """The request as ``engine`` will run it (checked by ``engine.check_request``)."""
-        engine.check_request(prompt_token_ids, params)
-        return cls.from_params(model_id=engine.model_id, tokenizer_hash=engine.tokenizer.hash,
-                               engine_fingerprint=engine.fingerprint.canonical().decode(),
-                               prompt_token_ids=prompt_token_ids, params=params,
-                               prompt_commitments=prompt_commitments,
-                               top_logprobs=top_logprobs)
 
     def sampling_params(self) -> SamplingParams:
         """The decode policy to re-execute with (verifiers)."""
@@ -424,7 +456,7 @@ class ExecResult(_Canonical):
         return super().from_json(data)
 
     @classmethod
-    def from_generation(cls, result: GenerationResult, *, version: int = EXEC_VERSION
+    def from_generation(cls, result: Generation, *, version: int = EXEC_VERSION
                         ) -> ExecResult:
         """The result the engine produced; its logprobs are exactly the GenerationResult's
         (the same float objects the API response is built from)."""

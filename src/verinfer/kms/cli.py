@@ -91,6 +91,15 @@ def verify_log(
              "GET /v1/log/head); repeatable. The log must extend each.")] = None,
     address: Annotated[str | None, typer.Option(
         help="The shard's address (shards.json): every head must be signed by it.")] = None,
+    published: Annotated[list[str] | None, typer.Option(
+        help="Published heads (kms/log_publish.py): a publication transaction hash or the "
+             "publisher's index file; repeatable. Needs --address, --rpc-url and the DA "
+             "store the bundles are on.")] = None,
+    rpc_url: Annotated[str, typer.Option(help="With --published.")] = "http://127.0.0.1:8545",
+    da_store: Annotated[str | None, typer.Option(help="With --published: local DA store.")]
+    = None,
+    da_redis_url: Annotated[str | None, typer.Option(help="With --published: Redis DA.")]
+    = None,
 ) -> None:
     """Check a release log's hash chain and that it extends every signed head.
 
@@ -113,6 +122,17 @@ def verify_log(
                     p.read_bytes(), max_bytes=16 * 1024, depth=4, what=str(p))))
             except UntrustedJsonError as e:
                 raise ReleaseLogError("head_malformed", e.message) from e
+        if published:
+            from verinfer.kms.log_publish import LogPublicationError, published_heads_cli
+
+            if address is None:
+                raise _fail(ValueError("--published needs --address (the shard's identity)"))
+            try:
+                signed += published_heads_cli(published, address, rpc_url, da_store,
+                                              da_redis_url)
+            except LogPublicationError as e:
+                typer.echo(json.dumps({"ok": False, "reason": e.reason, "message": e.message}))
+                raise _fail(e) from e
         n, last = verify_release_log(path, heads=signed, address=address)
     except ReleaseLogError as e:
         typer.echo(json.dumps({"ok": False, "reason": e.reason, "message": e.message}))
@@ -124,6 +144,29 @@ def verify_log(
 
 SealKeyFile = Annotated[Path | None, typer.Option(help="Seal keyfile (hex).")]
 SealKeyEnv = Annotated[str, typer.Option(help="Env var with the seal key if no keyfile.")]
+
+
+@app.command("publish-heads")
+def publish_heads(
+    directory: Annotated[Path, typer.Option(help="shards.json (urls and addresses).")],
+    private_key_env: Annotated[str, typer.Option(
+        help="Environment variable holding the publishing account's hex key.")],
+    rpc_url: Annotated[str, typer.Option()] = "http://127.0.0.1:8545",
+    da_store: Annotated[str | None, typer.Option(help="Local DA store.")] = None,
+    da_redis_url: Annotated[str | None, typer.Option(help="Redis DA.")] = None,
+    index: Annotated[Path | None, typer.Option(
+        help="Append each publication (tx, pointer) to this JSON-lines file.")] = None,
+    interval_s: Annotated[float, typer.Option(
+        help="Publish every this many seconds; 0: once.")] = 0.0,
+) -> None:
+    """Publish every shard's signed release-log head: bundle on DA, hash + pointer on chain."""
+    from verinfer.kms.log_publish import publisher_cli
+
+    try:
+        publisher_cli(directory, private_key_env, rpc_url, da_store, da_redis_url, index,
+                      interval_s, lambda m: typer.echo(m))
+    except Exception as e:  # typed errors and config mistakes: one line, exit 2
+        raise _fail(e) from e
 
 
 @shard_app.command("init")

@@ -28,7 +28,7 @@ from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, provision
 from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest
 from verinfer.kms.sealing import load_seal_key, write_sealed
 from verinfer.receipts.canonical import ExecRequest, ExecResult
-from verinfer.receipts.eip712 import Domain, Receipt, address_of
+from verinfer.receipts.eip712 import Receipt, address_of
 from verinfer.receipts.envelope import (
     EnvelopeBinding,
     EnvelopeContents,
@@ -42,7 +42,6 @@ from verinfer.receipts.errors import EnvelopeDecryptionError
 ARGS = ("sha256:" + "44" * 32, "code-v1", "engine-fp")
 M = measurement(*ARGS)
 OPERATOR = address_of(hashlib.sha256(b"op").digest())
-DOMAIN = Domain(31337, "0x" + "c0" * 20)
 RES = ExecResult(output_token_ids=(4, 5), finish_reason="length", logit_digest=bytes(32),
                  text_sha256=hashlib.sha256(b"ab").digest())
 CORRUPT = 2
@@ -63,7 +62,7 @@ class Sealed:
 
     @property
     def digest(self) -> bytes:
-        return self.receipt.digest(DOMAIN)
+        return self.receipt.struct_hash
 
 
 def _seal(pk_raw: bytes, seed: int) -> Sealed:
@@ -109,9 +108,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "verifiers": [member_a.address, member_b.address, auditor_b.address],
         "challenges": {
             "cA": {"status": "open", "committee": [member_a.address],
-                   "receipt_digest": "0x" + a.digest.hex()},
+                   "receipt_hash": "0x" + a.digest.hex()},
             "cB": {"status": "open", "committee": [member_b.address],
-                   "receipt_digest": "0x" + b.digest.hex()}},
+                   "receipt_hash": "0x" + b.digest.hex()}},
         "audits": {auditor_b.address: ["0x" + b.digest.hex()]}}))
     # Shard 2 holds a wrong share (a valid scalar, sealed properly): its D_i carries a valid
     # proof for *that* scalar, which the Feldman verification key of shard 2 exposes.
@@ -126,7 +125,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_member_of_challenge_a_opens_receipt_a_and_the_bad_shard_is_named(
         cluster: Cluster) -> None:
     got = cluster.runner(cluster.member_a).open_receipt(
-        receipt=cluster.a.receipt, domain=DOMAIN, ciphertext=cluster.a.blob,
+        receipt=cluster.a.receipt, ciphertext=cluster.a.blob,
         purpose="full_challenge", challenge_id="cA")
     assert got.contents == cluster.a.contents
     assert got.corrupt_shards == [CORRUPT]
@@ -138,24 +137,24 @@ def test_member_of_challenge_a_gets_nothing_for_receipt_b(cluster: Cluster) -> N
     runner = cluster.runner(cluster.member_a)
     for cid in ("cA", "cB"):  # B under A's challenge; B under B's (not a member)
         with pytest.raises(KeyReleaseError) as ei:
-            runner.open_receipt(receipt=cluster.b.receipt, domain=DOMAIN,
+            runner.open_receipt(receipt=cluster.b.receipt,
                                 ciphertext=cluster.b.blob, purpose="full_challenge",
                                 challenge_id=cid)
         assert set(ei.value.refusals.values()) == {"not_committee_member"}
     # A's receipt with B's ciphertext: refused before any shard is asked
     with pytest.raises(EnvelopeDecryptionError):
-        runner.open_receipt(receipt=cluster.a.receipt, domain=DOMAIN, ciphertext=cluster.b.blob,
+        runner.open_receipt(receipt=cluster.a.receipt, ciphertext=cluster.b.blob,
                             purpose="full_challenge", challenge_id="cA")
 
 
 def test_light_auditor_gets_only_its_assigned_receipt(cluster: Cluster) -> None:
     runner = cluster.runner(cluster.auditor_b)
-    got = runner.open_receipt(receipt=cluster.b.receipt, domain=DOMAIN,
+    got = runner.open_receipt(receipt=cluster.b.receipt,
                               ciphertext=cluster.b.blob, purpose="light_audit",
                               challenge_id="audit")
     assert got.contents == cluster.b.contents
     with pytest.raises(KeyReleaseError) as ei:
-        runner.open_receipt(receipt=cluster.a.receipt, domain=DOMAIN,
+        runner.open_receipt(receipt=cluster.a.receipt,
                             ciphertext=cluster.a.blob, purpose="light_audit",
                             challenge_id="audit")
     assert set(ei.value.refusals.values()) == {"audit_not_assigned"}
@@ -164,7 +163,7 @@ def test_light_auditor_gets_only_its_assigned_receipt(cluster: Cluster) -> None:
 def test_t_minus_1_shards_give_nothing(cluster: Cluster) -> None:
     with pytest.raises(KeyReleaseError):
         cluster.runner(cluster.member_a, shards=2).open_receipt(
-            receipt=cluster.a.receipt, domain=DOMAIN, ciphertext=cluster.a.blob,
+            receipt=cluster.a.receipt, ciphertext=cluster.a.blob,
             purpose="full_challenge", challenge_id="cA")
 
 
@@ -197,6 +196,6 @@ def test_release_logs_name_receipts(cluster: Cluster) -> None:
     entries = [json.loads(line) for i in range(1, 6)
                for line in cluster.lay.release_log(i).read_text().splitlines()]
     released = [e for e in entries if e["decision"] == "released"]
-    assert released and all(e["receipt_digest"] in (cluster.a.digest.hex(),
+    assert released and all(e["receipt_hash"] in (cluster.a.digest.hex(),
                                                     cluster.b.digest.hex())
                             for e in released)

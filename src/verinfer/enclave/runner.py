@@ -61,13 +61,14 @@ from verinfer.kms.protocol import (
 )
 from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_share
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
-from verinfer.receipts.eip712 import Domain, Receipt
+from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import (
     EnvelopeContents,
     EnvelopeSuite,
     open_envelope_with,
     split_envelope,
 )
+from verinfer.receipts.errors import EnvelopeDecryptionError
 
 T = TypeVar("T")
 
@@ -211,16 +212,16 @@ class EnclaveRunner:
         del ephemeral
         return self._rebuild(record, shares, buffers, corrupt, refusals)
 
-    def open_receipt(self, *, receipt: Receipt, domain: Domain, ciphertext: bytes,
+    def open_receipt(self, *, receipt: Receipt, ciphertext: bytes,
                      purpose: str, challenge_id: str) -> ReceiptOpening:
         """Open the envelope of ``receipt`` by per-receipt threshold decryption (threshold
         epochs only). Raises KeyReleaseError (fewer than t valid partials, naming refusals and
         corrupt shards), EnvelopeDecryptionError / EnvelopeContentError like open_envelope."""
         return asyncio.run(self.open_receipt_async(
-            receipt=receipt, domain=domain, ciphertext=ciphertext, purpose=purpose,
+            receipt=receipt, ciphertext=ciphertext, purpose=purpose,
             challenge_id=challenge_id))
 
-    async def open_receipt_async(self, *, receipt: Receipt, domain: Domain, ciphertext: bytes,
+    async def open_receipt_async(self, *, receipt: Receipt, ciphertext: bytes,
                                  purpose: str, challenge_id: str) -> ReceiptOpening:
         t0 = self._clock()
         record = self.epochs.get(receipt.key_epoch)
@@ -228,9 +229,14 @@ class EnclaveRunner:
         if not suite.threshold_decapsulable:
             raise EnclaveError(f"epoch {record.epoch} ({record.suite}) has no per-receipt "
                                "decryption; use obtain_key")
-        # header, epoch and ciphertextHash checked before anything is sent
+        # header, epoch, ciphertextHash and E checked before anything is sent: an envelope
+        # that cannot be opened is the operator's fault (a vote), not a KMS outage (a retry)
         _, enc, _ = split_envelope(ciphertext, receipt, suite)
-        target = DecryptTarget(receipt, domain, ciphertext)
+        try:
+            tdh.point(enc, "encapsulated key")
+        except tdh.PointError:
+            raise EnvelopeDecryptionError() from None
+        target = DecryptTarget(receipt, ciphertext)
         ephemeral = X25519PrivateKey.generate()
         enclave_pub = ephemeral.public_key().public_bytes_raw()
         refusals: dict[int, str] = {}

@@ -16,9 +16,10 @@ the latest block through the read-only bindings (``verinfer.chain.bindings``):
   ``ProtocolConfig.params().minVerifierStake``: an account that unbonded below the minimum
   could not be drawn for a committee and has nothing at stake behind its audits.
 
-- ``challenge_receipt(cid)`` — per-receipt decryption: ``ChallengeManager.challenge(cid)``'s
-  ``receiptDigest`` while its status is ``Voting``; the shard compares it with the EIP-712
-  digest of the receipt in the request, so a member of challenge A gets nothing for receipt B.
+- ``challenge_covers(cid, receipt)`` — per-receipt decryption: ``ChallengeManager.
+  challenge(cid)``'s ``receiptDigest`` must equal the receipt's EIP-712 digest under this
+  deployment's domain (chain id, ChallengeManager), status ``Voting``: a member of challenge A
+  gets nothing for receipt B.
 - ``is_audit_assigned`` — there is no on-chain light-audit draw yet, so it is always False:
   per-receipt light audits are refused on chain rather than left to self-selection.
 Nothing is cached: a resolved challenge, a retired verifier or a raised minimum take effect on
@@ -48,6 +49,7 @@ from verinfer.chain.deploy import Deployment
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import CommitteeUnavailableError, RegistryError
+from verinfer.receipts.eip712 import Domain, Receipt
 
 T = TypeVar("T")
 
@@ -145,14 +147,16 @@ class ChainCommitteeOracle:
         params = self._read("the protocol parameters", lambda: self.contracts.config.params())
         return acct.stake - acct.unbonding >= params.min_verifier_stake
 
-    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+    def challenge_covers(self, challenge_id: str, receipt: Receipt) -> bool:
         cid = parse_challenge_id(challenge_id)
         if cid is None:
-            return None
+            return False
         cm = self.contracts.challenges
         info = self._read(f"challenge {cid}", lambda: cm.challenge(cid))
-        return bytes(info.receipt_digest) if info.status is Status.VOTING else None
+        domain = Domain(self.deployment.chain_id, self.deployment.challenge_manager)
+        return info.status is Status.VOTING and bytes(info.receipt_digest) == \
+            receipt.digest(domain)
 
-    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
+    def is_audit_assigned(self, requester: str, receipt: Receipt) -> bool:
         # No audit schedule is published on chain yet; never let an auditor choose its own.
         return False

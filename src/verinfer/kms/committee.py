@@ -9,11 +9,12 @@ on every call and ``StaticCommitteeOracle`` holds it in memory: for tests and of
 since whoever can write the file decides who gets shares.
 
 File format: {"verifiers": ["0x…"], "challenges": {"<id>": {"status": "open"|"resolved",
-"committee": ["0x…"], "receipt_digest": "0x…" (optional)}}, "audits": {"0x<verifier>":
-["0x<receipt digest>", …]} (optional)}. Addresses compare case-insensitively.
+"committee": ["0x…"], "receipt_hash": "0x…" (optional)}}, "audits": {"0x<verifier>":
+["0x<receipt hash>", …]} (optional)}. Addresses compare case-insensitively. Receipt hashes
+in the file are EIP-712 hashStructs (no domain: offline use has no deployment).
 
-Per-receipt decryption (threshold epochs) asks two more questions: which receipt an open
-challenge is about (``challenge_receipt``), and whether a light audit of one receipt was
+Per-receipt decryption (threshold epochs) asks two more questions: does an open challenge
+dispute exactly this receipt (``challenge_covers``), and was a light audit of this receipt
 *assigned* to the requester (``is_audit_assigned``) — by whoever draws audits, never chosen
 by the auditor itself.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verinfer.kms.errors import RegistryError
+from verinfer.receipts.eip712 import Receipt
 
 
 class CommitteeOracle(Protocol):
@@ -35,12 +37,12 @@ class CommitteeOracle(Protocol):
 
     def is_registered_verifier(self, requester: str) -> bool: ...
 
-    def challenge_receipt(self, challenge_id: str) -> bytes | None:
-        """The EIP-712 digest of the receipt an *open* challenge disputes, else None."""
+    def challenge_covers(self, challenge_id: str, receipt: Receipt) -> bool:
+        """True iff ``challenge_id`` is open and disputes exactly ``receipt``."""
         ...
 
-    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
-        """True iff a light audit of this receipt was drawn for ``requester``."""
+    def is_audit_assigned(self, requester: str, receipt: Receipt) -> bool:
+        """True iff a light audit of ``receipt`` was drawn for ``requester``."""
         ...
 
 
@@ -55,14 +57,14 @@ class StaticCommitteeOracle:
         self.receipts = dict(receipts or {})
         self.audits = {v.lower(): {bytes(d) for d in ds} for v, ds in (audits or {}).items()}
 
-    def challenge_receipt(self, challenge_id: str) -> bytes | None:
+    def challenge_covers(self, challenge_id: str, receipt: Receipt) -> bool:
         entry = self.challenges.get(challenge_id)
         if entry is None or entry[0] != "open":
-            return None
-        return self.receipts.get(challenge_id)
+            return False
+        return self.receipts.get(challenge_id) == receipt.struct_hash
 
-    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
-        return receipt_digest in self.audits.get(requester.lower(), set())
+    def is_audit_assigned(self, requester: str, receipt: Receipt) -> bool:
+        return receipt.struct_hash in self.audits.get(requester.lower(), set())
 
     def is_committee_member(self, challenge_id: str, requester: str) -> bool:
         entry = self.challenges.get(challenge_id)
@@ -81,9 +83,9 @@ class FileCommitteeOracle:
             raw: Any = json.loads(self.path.read_text())
             challenges = {str(cid): (str(c["status"]), [str(m) for m in c["committee"]])
                           for cid, c in raw.get("challenges", {}).items()}
-            receipts = {str(cid): bytes.fromhex(str(c["receipt_digest"]).removeprefix("0x"))
+            receipts = {str(cid): bytes.fromhex(str(c["receipt_hash"]).removeprefix("0x"))
                         for cid, c in raw.get("challenges", {}).items()
-                        if c.get("receipt_digest") is not None}
+                        if c.get("receipt_hash") is not None}
             audits = {str(v): [bytes.fromhex(str(d).removeprefix("0x")) for d in ds]
                       for v, ds in raw.get("audits", {}).items()}
             return StaticCommitteeOracle([str(v) for v in raw.get("verifiers", [])], challenges,
@@ -97,8 +99,8 @@ class FileCommitteeOracle:
     def is_registered_verifier(self, requester: str) -> bool:
         return self._load().is_registered_verifier(requester)
 
-    def challenge_receipt(self, challenge_id: str) -> bytes | None:
-        return self._load().challenge_receipt(challenge_id)
+    def challenge_covers(self, challenge_id: str, receipt: Receipt) -> bool:
+        return self._load().challenge_covers(challenge_id, receipt)
 
-    def is_audit_assigned(self, requester: str, receipt_digest: bytes) -> bool:
-        return self._load().is_audit_assigned(requester, receipt_digest)
+    def is_audit_assigned(self, requester: str, receipt: Receipt) -> bool:
+        return self._load().is_audit_assigned(requester, receipt)

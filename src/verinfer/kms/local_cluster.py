@@ -100,8 +100,9 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
               unsafe_single_tree: bool = False) -> ClusterLayout:
     """Create seal keys, the attestation root, epoch ``epoch``, shard identities, a shard
     directory with free loopback ports, the allowlist and the committee file (challenges
-    listed here are open; ``challenge_receipts`` names the receipt digest each disputes,
-    ``audits`` the receipt digests assigned to each light auditor: per-receipt decryption).
+    listed here are open; ``challenge_receipts`` names the receipt (EIP-712 hashStruct) each
+    disputes, ``audits`` the receipt hashes assigned to each light auditor: per-receipt
+    decryption).
 
     UNSAFE outside devnets and tests: every seal key, every sealed share and the attestation
     root key (which can forge quotes) land in one tree, with a file-based committee; callers
@@ -123,7 +124,7 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
     lay.committee.write_text(json.dumps({
         "verifiers": list(verifiers),
         "challenges": {cid: {"status": "open", "committee": list(m),
-                             **({"receipt_digest": "0x" + challenge_receipts[cid].hex()}
+                             **({"receipt_hash": "0x" + challenge_receipts[cid].hex()}
                                 if challenge_receipts and cid in challenge_receipts else {})}
                        for cid, m in (challenges or {}).items()},
         "audits": {v: ["0x" + d.hex() for d in ds] for v, ds in (audits or {}).items()}},

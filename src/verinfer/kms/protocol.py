@@ -13,9 +13,9 @@ The share travels as HPKE (X25519, HKDF-SHA256, AES-256-GCM) single-shot ciphert
 to the enclave's ephemeral X25519 key, info = share_info(...), plaintext = 32-byte f(i).
 
 Per-receipt decryption (threshold P-256 epochs, ``POST /v1/decrypt``): the request also
-carries a ``target`` (the receipt, its EIP-712 domain and the envelope blob). report_data then
-uses the label ``verinfer/kms/report-data/v2`` and appends lp(receipt digest) ||
-lp(ciphertext hash), so the quote and the requester's signature bind the one receipt. The
+carries a ``target`` (the receipt and the envelope blob). report_data then uses the label
+``verinfer/kms/report-data/v2`` and appends lp(receipt struct hash, EIP-712 hashStruct, no
+domain) || lp(ciphertext hash), so the quote and the requester's signature bind the one receipt. The
 answer has the same shape as a release; its ``encrypted_share`` is HPKE (as above, info =
 partial_info(...)) of D_i (33-byte compressed) || DLEQ proof c || z (verinfer.kms.tdh), the
 proof's context being report_data || u16 shard index.
@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hpke
 from verinfer.enclave.attestation import Quote
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
-from verinfer.receipts.eip712 import Domain, Receipt
+from verinfer.receipts.eip712 import Receipt
 
 Purpose = Literal["full_challenge", "light_audit"]
 PURPOSES: tuple[str, ...] = ("full_challenge", "light_audit")
@@ -59,7 +59,7 @@ def report_data(*, epoch: int, purpose: str, challenge_id: str, requester: str,
     for idx in sorted(nonces):
         parts.append(idx.to_bytes(2, "big") + _lp(nonces[idx]))
     if target is not None:
-        parts += [_lp(target.receipt_digest), _lp(target.ciphertext_hash)]
+        parts += [_lp(target.receipt_hash), _lp(target.ciphertext_hash)]
     return hashlib.sha512(b"".join(parts)).digest()
 
 
@@ -76,38 +76,36 @@ def dleq_context(report_data_: bytes, shard_index: int) -> bytes:
 @dataclass(frozen=True)
 class DecryptTarget:
     """The one envelope a per-receipt request is about. The shard recomputes everything:
-    digest = EIP-712 digest of ``receipt`` under ``domain`` (what ChallengeManager stores as a
-    challenge's receiptDigest), sha256(ciphertext) must be the receipt's ciphertextHash, and E
-    is read out of the ciphertext itself, never taken from the requester."""
+    the receipt's EIP-712 digest under the shard's *own* domain (its deployment: what
+    ChallengeManager stores as a challenge's receiptDigest), sha256(ciphertext) must be the
+    receipt's ciphertextHash, and E is read out of the ciphertext itself, never taken from
+    the requester."""
 
     receipt: Receipt
-    domain: Domain
     ciphertext: bytes
 
     @property
-    def receipt_digest(self) -> bytes:
-        return self.receipt.digest(self.domain)
+    def receipt_hash(self) -> bytes:
+        """EIP-712 hashStruct of the receipt: its id independent of the domain."""
+        return self.receipt.struct_hash
 
     @property
     def ciphertext_hash(self) -> bytes:
         return hashlib.sha256(self.ciphertext).digest()
 
     def to_json(self) -> dict[str, Any]:
-        return {"receipt": self.receipt.to_json(), "domain": self.domain.to_json(),
-                "ciphertext": b64(self.ciphertext)}
+        return {"receipt": self.receipt.to_json(), "ciphertext": b64(self.ciphertext)}
 
     @classmethod
     def from_json(cls, d: Any) -> DecryptTarget:
-        if not isinstance(d, Mapping) or set(d) != {"receipt", "domain", "ciphertext"}:
-            raise BadReleaseRequest("target must be {receipt, domain, ciphertext}",
-                                    param="target")
+        if not isinstance(d, Mapping) or set(d) != {"receipt", "ciphertext"}:
+            raise BadReleaseRequest("target must be {receipt, ciphertext}", param="target")
         try:
             receipt = Receipt.from_json(d["receipt"])
-            domain = Domain.from_json(d["domain"])
         except VerinferError as e:
             raise BadReleaseRequest(f"target: {e.message}", param="target") from e
         ct = unb64(d["ciphertext"], "target.ciphertext")
-        out = cls(receipt, domain, ct)
+        out = cls(receipt, ct)
         if out.ciphertext_hash != receipt.ciphertext_hash:
             raise BadReleaseRequest("target ciphertext does not hash to the receipt's "
                                     "ciphertextHash", param="target")

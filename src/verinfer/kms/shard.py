@@ -19,8 +19,9 @@ Release policy, checked in this order (the first failure is the refusal reason):
                                               -> not_committee_member / committee_unavailable
     per-receipt decryption (``target`` present, threshold epochs only): full_challenge: the
     open challenge disputes exactly the target receipt (on-chain receiptDigest == EIP-712
-    digest of the receipt in the request); light_audit: that receipt's audit was assigned to
-    the requester -> not_committee_member / audit_not_assigned
+    digest of the receipt in the request under the shard's own deployment domain);
+    light_audit: that receipt's audit was assigned to the requester
+                                              -> not_committee_member / audit_not_assigned
 A share release for a threshold epoch is refused (threshold_epoch, checked with 2): its
 shares never leave the shard; a target for a legacy epoch is not_threshold_epoch.
 Then the nonce is spent, bound to this request's report_data, with the signed release: the
@@ -202,20 +203,20 @@ class ShardService:
     def _authorize_receipt(self, req: ReleaseRequest) -> None:
         assert req.target is not None
         committee = self.cfg.committee
-        digest = req.target.receipt_digest
+        receipt = req.target.receipt
+        rid = req.target.receipt_hash.hex()
         if req.purpose == "full_challenge":
             if not committee.is_committee_member(req.challenge_id, req.requester):
                 raise NotCommitteeMemberError(
                     f"{req.requester} is not on the committee of an open challenge "
                     f"{req.challenge_id}")
             # read after membership: a challenge resolved in between is no challenge
-            disputed = committee.challenge_receipt(req.challenge_id)
-            if disputed is None or disputed != digest:
+            if not committee.challenge_covers(req.challenge_id, receipt):
                 raise NotCommitteeMemberError(
-                    f"challenge {req.challenge_id} does not dispute receipt 0x{digest.hex()}")
-        elif not committee.is_audit_assigned(req.requester, digest):
+                    f"challenge {req.challenge_id} does not dispute receipt 0x{rid}")
+        elif not committee.is_audit_assigned(req.requester, receipt):
             raise AuditNotAssignedError(
-                f"{req.requester} holds no light-audit assignment for receipt 0x{digest.hex()}")
+                f"{req.requester} holds no light-audit assignment for receipt 0x{rid}")
 
     def _partial_and_sign(self, req: ReleaseRequest) -> Release:
         """D_i = s_i·E with its DLEQ proof, encrypted to the enclave; E is read from the
@@ -288,8 +289,8 @@ class ShardService:
                                    if req else None),
             "measurement": quote.measurement.hex() if quote else None,
             # per-receipt decryptions are logged by receipt, not just by epoch
-            "receipt_digest": (req.target.receipt_digest.hex()
-                               if req and req.target else None),
+            "receipt_hash": (req.target.receipt_hash.hex()
+                             if req and req.target else None),
             "ciphertext_hash": (req.target.ciphertext_hash.hex()
                                 if req and req.target else None),
         })

@@ -11,6 +11,10 @@ shards t = 3, local DA, the operator's `verinfer serve`, 4 `verinfer verifier ru
   name: its receipts name an unapproved model id and are slashed at once;
 - `verinfer audit --sample-rate 1 --escalate`: signed reports recorded on chain, the mismatch
   escalated to a full challenge that slashes;
+- forced abstention: a withheld ciphertext past the publication window, an unknown tokenizer
+  hash, a context-exceeding ExecRequest and a nested-JSON manifest are each voted
+  INVALID_EVIDENCE by the whole committee and slash the operator; no member is penalized;
+- a future-dated receipt is claimed by `verinfer challenge` at once and slashed;
 - a verifier process killed: the verdict is still reached; revealing without a commitment, or
   copying one, gains nothing (runs last: the verifier stays down).
 """
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +40,26 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from openai import OpenAI
 
-from verinfer.chain.anvil import free_port
+from verinfer.chain.anvil import free_port, increase_time
 from verinfer.chain.bindings import vote_commitment
 from verinfer.chain.errors import ContractRevertError
-from verinfer.chain.structs import ClaimStatus, Role, Status
+from verinfer.chain.structs import (
+    INVALID_EVIDENCE,
+    ClaimStatus,
+    Role,
+    Status,
+    VoteState,
+    is_future_dated,
+)
 from verinfer.da_client.local import LocalDAClient
+from verinfer.da_client.manifest import ManifestEntry, build_manifest
+from verinfer.da_client.pointer import Pointer
 from verinfer.devnet.harness import Devnet
 from verinfer.devnet.network import bind, devnet_params
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.merkle import build_tree
 from verinfer.verifier.challenger import locate
 from verinfer.verifier.evidence import Evidence, chat_body, request_for_body
 
@@ -361,6 +375,108 @@ def _write(path: Path, doc: dict[str, Any]) -> Path:
 
 def sha256_hex(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+#: ~190 KB of brackets: killed (SIGSEGV) every member that parsed it before the bounded parser
+BOMB = b"[" * 95_000 + b"]" * 95_000
+
+
+def _commit_root(devnet: Devnet, evs: list[Evidence], manifest_pointer: str) -> bytes:
+    """The operator commits the Merkle root of ``evs`` naming whatever ``manifest_pointer`` is."""
+    root = build_tree([e.digest for e in evs]).root
+    bind(devnet.w3, devnet.deployment, devnet.roles.operator).batches.commit_batch(
+        root, len(evs), manifest_pointer)
+    return root
+
+
+def _open_at(devnet: Devnet, ev: Evidence, root: bytes) -> int:
+    proof = build_tree([ev.digest]).proof(0)
+    c = bind(devnet.w3, devnet.deployment, devnet.funded_account())
+    return c.challenges.open_challenge(ev.signed.receipt, ev.signed.signature, root,
+                                       proof.index, proof.siblings, BOND)
+
+
+def test_forced_abstention_triggers_slash_the_operator_and_cost_members_nothing(
+        devnet: Devnet, engine: Engine) -> None:
+    """Issue 14 item 3 on the devnet's real processes (4 `verinfer verifier run`, 5 shards,
+    local DA): each fault the operator controls ends in INVALID_EVIDENCE reveals from the whole
+    committee and a slash; no member pays a non-reveal penalty (issue 13 item 6)."""
+    f = devnet.unsafe_operator_factory(engine)
+    body = lambda tag: chat_body(f"abstain {tag}", max_tokens=4, seed=90)  # noqa: E731
+
+    def signed_as_is(tag: str, **request_changes: Any) -> Evidence:
+        """A receipt for a request the operator altered after the request rule ran."""
+        b = body(tag)
+        honest = request_for_body(engine, b)
+        gen = engine.generate(list(honest.prompt_token_ids), honest.sampling_params())
+        request = replace(honest, **request_changes)
+        return f._finish(b, request, ExecResult.from_generation(gen), gen.text)
+
+    withheld_ct = f.honest(body("withheld ciphertext"))
+    cases: dict[str, tuple[Evidence, str]] = {}
+    # the manifest names the ciphertext's (content-addressed) pointer; the blob never goes up
+    m = build_manifest([ManifestEntry(withheld_ct.signed,
+                                      Pointer.for_blob("local", withheld_ct.blob))])
+    cases["withheld_ciphertext"] = (withheld_ct, str(devnet.da.put(m.to_bytes())))
+    for name, ev in {
+        "unknown_tokenizer": signed_as_is(
+            "tokenizer", tokenizer_hash=hashlib.sha256(b"a tokenizer nobody approved").digest()),
+        "context_exceeded": signed_as_is("context", max_tokens=engine.max_context + 1),
+    }.items():
+        m = build_manifest([ManifestEntry(ev.signed, devnet.da.put(ev.blob))])
+        cases[name] = (ev, str(devnet.da.put(m.to_bytes())))
+    nested = f.honest(body("nested manifest"))
+    devnet.da.put(nested.blob)
+    cases["nested_json_manifest"] = (nested, str(devnet.da.put(BOMB)))
+    roots = {name: _commit_root(devnet, [ev], ptr) for name, (ev, ptr) in cases.items()}
+    # absence is final only once the publication window has passed
+    increase_time(devnet.w3, devnet_params().publication_deadline + 1)
+    committee = devnet.state["accounts"]["verifiers"]
+    stakes0 = {a: devnet.read.stakes.account_of(a).stake for a in committee}
+    operator = devnet.state["accounts"]["operator"]
+    op0 = devnet.read.stakes.account_of(operator).stake
+    cids = {name: _open_at(devnet, ev, roots[name]) for name, (ev, _) in cases.items()}
+    t0 = time.monotonic()
+    with cf.ThreadPoolExecutor(PARALLEL) as ex:
+        statuses = dict(zip(cids, ex.map(
+            lambda cid: devnet.challenger(stall_s=60).wait(cid, timeout_s=240, poll_s=0.2),
+            cids.values()), strict=True))
+    print(json.dumps({"abstention_triggers": len(cids),
+                      "wall_s": round(time.monotonic() - t0, 1)}))
+    for name, cid in cids.items():
+        assert statuses[name] is Status.SLASHED, (name, statuses[name])
+        info = devnet.read.challenges.challenge(cid)
+        assert info.reveals == info.members > 0, (name, info)
+        for m_ in devnet.read.challenges.committee(cid):
+            v = devnet.read.challenges.vote(cid, m_.account)
+            assert (v.state, v.value) == (VoteState.REVEALED, INVALID_EVIDENCE), (name, v)
+        assert devnet.payout(cid).slashed == devnet_params().slash_amount, name
+        assert devnet.read.challenges.receipt_slashed(cases[name][0].digest), name
+    assert {a: devnet.read.stakes.account_of(a).stake for a in committee} == stakes0
+    assert devnet.read.stakes.account_of(operator).stake == \
+        op0 - len(cases) * devnet_params().slash_amount
+
+
+def test_future_dated_receipt_is_claimed_and_slashed_at_once(devnet: Devnet, engine: Engine,
+                                                             tmp_path: Path) -> None:
+    """A receipt dated an hour ahead of the chain can never reach its publication deadline:
+    `verinfer challenge` (no time travel) claims it at once and the contract slashes it."""
+    _, ts = devnet.view.head()
+    f = devnet.unsafe_operator_factory(engine, now=lambda: ts + 3600)
+    ev = f.honest(chat_body("from the future", max_tokens=4, seed=91))
+    assert is_future_dated(ev.signed.receipt.issued_at, ts)
+    ref = _write(tmp_path / "future.json", ev.signed.to_json())
+    out = subprocess.run(
+        [*VI, "challenge", str(ref), "--rpc-url", devnet.rpc_url, "--deployment",
+         str(devnet.dir / "deployment.json"), "--da-store", devnet.state["da_store"],
+         "--json", "--timeout-s", "60"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "VERINFER_CHAIN_PRIVATE_KEY": devnet.funded_account().key.hex()})
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (res["kind"], res["status"]) == ("claim", "slashed"), res
+    assert "invalid on its face" in out.stderr
+    assert devnet.read.challenges.receipt_slashed(ev.digest)
 
 
 def test_offline_verifier_and_free_riders_gain_nothing(devnet: Devnet, engine: Engine) -> None:

@@ -35,12 +35,11 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # ExecRequest type into the protocol layer is a format-neutral move not yet made (issue 22).
     ("verinfer.protocol.request_rule", "verinfer.receipts.canonical"):
         "ExecRequest still lives in receipts (issue 22)",
-    # ExecRequest.sampling_params() builds the engine's SamplingParams (a lazy import; its
-    # annotation is type-only). The ExecRequest reads a decode policy and ExecResult a
-    # generation structurally (receipts.canonical.DecodePolicy / Generation), so this is the
-    # last tie. Removing it moves the decode policy type into the protocol layer, or the
-    # conversion up into the operator and verifier (issue 22; engine/ is being reworked by
-    # issue 23 today).
+    # ExecRequest.sampling_params() builds the engine's SamplingParams (a lazy import) and
+    # from_params takes one (type-only). ExecResult reads a generation structurally
+    # (receipts.canonical.Generation), so this is the last tie. Removing it moves the decode
+    # policy type into the protocol layer, or the conversion up into the operator and verifier
+    # (issue 22; engine/ is being reworked by issue 23 today).
     ("verinfer.receipts.canonical", "verinfer.engine.sampling"):
         "ExecRequest.sampling_params builds the engine's SamplingParams (issue 22)",
     # kms <-> enclave is no cycle at module level: kms imports only attestation modules

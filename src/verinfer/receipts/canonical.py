@@ -49,49 +49,19 @@ TokenLogprobs = tuple[float, tuple[tuple[int, float], ...]]
 _T = TypeVar("_T", bound="_Canonical")
 
 
-class DecodePolicy(Protocol):
-    """What an ExecRequest records of a decode policy: the fields of the engine's
-    ``SamplingParams``, read structurally so that receipts do not import the engine (the layer
-    above them, docs/architecture.md)."""
-
-    @property
-    def max_tokens(self) -> int: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...
-    @property
-    def top_p(self) -> float: ...
-    @property
-    def stop(self) -> Sequence[str]: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def ignore_eos(self) -> bool: ...
-
-
-class OutputLogprob(Protocol):
-    """One output token's logprob and its alternatives (the engine's ``TokenLogprob``)."""
-
-    @property
-    def logprob(self) -> float: ...
-    @property
-    def top(self) -> tuple[tuple[int, float], ...]: ...
-
-
 class Generation(Protocol):
-    """What an ExecResult records of a generation (the engine's ``GenerationResult``)."""
+    """What an ExecResult records of a generation: the engine's ``GenerationResult``, read
+    structurally so that receipts do not import the engine (the layer above them,
+    docs/architecture.md). ``logprobs`` entries have ``.logprob`` and ``.top``."""
 
-    @property
-    def token_ids(self) -> Sequence[int]: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def finish_reason(self) -> FinishReason: ...
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+
     @property
     def logit_digest(self) -> str: ...
     @property
-    def logprobs(self) -> Sequence[OutputLogprob] | None: ...
+    def logprobs(self) -> Sequence[Any] | None: ...
 
 
 def encode_canonical(obj: object) -> bytes:
@@ -363,7 +333,7 @@ class ExecRequest(_Canonical):
     @classmethod
     def from_params(cls, *, model_id: str | bytes, tokenizer_hash: str | bytes,
                     engine_fingerprint: str, prompt_token_ids: Sequence[int],
-                    params: DecodePolicy, prompt_commitments: bytes | None = None,
+                    params: SamplingParams, prompt_commitments: bytes | None = None,
                     top_logprobs: int | None = None) -> ExecRequest:
         def b32(v: str | bytes, name: str) -> bytes:
             return parse_hex(v, 32, name) if isinstance(v, str) else v

@@ -166,9 +166,7 @@ class ChallengeInfo:
 
     @classmethod
     def from_tuple(cls, t: Any) -> ChallengeInfo:
-        vals = list(t)
-        vals[5] = Status(vals[5])
-        return cls(*vals)
+        return cls(*_enum_at(t, 5, Status))
 
 
 @dataclass(frozen=True)
@@ -211,9 +209,14 @@ class ClaimInfo:
 
     @classmethod
     def from_tuple(cls, t: Any) -> ClaimInfo:
-        vals = list(t)
-        vals[3] = ClaimStatus(vals[3])
-        return cls(*vals)
+        return cls(*_enum_at(t, 3, ClaimStatus))
+
+
+def _enum_at(t: Any, index: int, kind: type[enum.IntEnum]) -> list[Any]:
+    """A contract struct's tuple as a list, its ``index``-th word read as the enum ``kind``."""
+    vals = list(t)
+    vals[index] = kind(vals[index])
+    return vals
 
 
 def field_names(cls: type) -> list[str]:

@@ -15,6 +15,8 @@ shards t = 3, local DA, the operator's `verinfer serve`, 4 `verinfer verifier ru
   hash, a context-exceeding ExecRequest and a nested-JSON manifest are each voted
   INVALID_EVIDENCE by the whole committee and slash the operator; no member is penalized;
 - a future-dated receipt is claimed by `verinfer challenge` at once and slashed;
+- a response whose choice 1 is choice 0's execution is refused by the client check;
+- the devnet's release-log head publisher: shard 1's log extends every published head;
 - a verifier process killed: the verdict is still reached; revealing without a commitment, or
   copying one, gains nothing (runs last: the verifier stays down).
 """
@@ -58,7 +60,10 @@ from verinfer.devnet.harness import Devnet
 from verinfer.devnet.network import bind, devnet_params
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
+from verinfer.kms.local_cluster import ClusterLayout
 from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.client_check import DuplicateChoiceError, check_choices
+from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import build_tree
 from verinfer.verifier.challenger import locate
 from verinfer.verifier.evidence import Evidence, chat_body, request_for_body
@@ -68,13 +73,14 @@ MODEL = "verinfer-tiny-llama-seed0"
 N_CHALLENGES = int(os.environ.get("VERINFER_DEVNET_CHALLENGES", "30"))
 PARALLEL = 4  # concurrent challenges (each locks the slash amount of the operator's stake)
 BOND = devnet_params().challenge_bond
+LOG_HEADS_S = 10  # the devnet's release-log head publisher interval
 
 
 @pytest.fixture(scope="module")
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
     d = tmp_path_factory.mktemp("devnet") / "net"
-    up = subprocess.run([*VI, "devnet", "up", "--dir", str(d)], capture_output=True, text=True,
-                        timeout=300)
+    up = subprocess.run([*VI, "devnet", "up", "--dir", str(d), "--publish-log-heads-s",
+                         str(LOG_HEADS_S)], capture_output=True, text=True, timeout=300)
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         dn = Devnet(d)
@@ -477,6 +483,56 @@ def test_future_dated_receipt_is_claimed_and_slashed_at_once(devnet: Devnet, eng
     assert (res["kind"], res["status"]) == ("claim", "slashed"), res
     assert "invalid on its face" in out.stderr
     assert devnet.read.challenges.receipt_slashed(ev.digest)
+
+
+def test_client_check_refuses_a_choice_answered_with_another_choices_execution(
+        devnet: Devnet) -> None:
+    """Issue 14 item 2's leftover: a receipt does not name its choice index, so an operator
+    could sign choice 0's execution again as choice 1 (each receipt conformant alone). The
+    client check refuses the response: equal req_hash, or a seed not its position's."""
+    r = _client(devnet).chat.completions.create(
+        model=MODEL, max_tokens=4, n=3, seed=5,
+        messages=[{"role": "user", "content": "three independent samples"}])
+    v = dict((r.model_extra or {})["verification"])
+    operator = devnet.state["accounts"]["operator"]
+    chain = devnet.deployment.chain_id
+    assert len(check_choices(v, chain_id=chain, choices=3, choices_per_prompt=3,
+                             operator=operator)) == 3
+    dup = {**v, "choices": [v["choices"][0], v["choices"][0], v["choices"][2]]}
+    with pytest.raises(DuplicateChoiceError, match="choices 0 and 1"):
+        check_choices(dup, chain_id=chain, choices=3, operator=operator)
+    swapped = {**v, "choices": [v["choices"][0], v["choices"][2], v["choices"][1]]}
+    check_choices(swapped, chain_id=chain, choices=3, operator=operator)  # a permutation
+    with pytest.raises(DuplicateChoiceError, match="seed"):  # ...is still n samples, but not
+        check_choices(swapped, chain_id=chain, choices=3, choices_per_prompt=3,  # in order
+                      operator=operator)
+    with pytest.raises(ReceiptFormatError, match="asked for 4"):
+        check_choices(v, chain_id=chain, choices=4, operator=operator)
+
+
+def test_devnet_publishes_release_log_heads_and_a_shard_log_extends_them(
+        devnet: Devnet) -> None:
+    """The devnet's `verinfer kms publish-heads` process puts every shard's signed head on DA
+    and on chain; shard 1's log extends each published head (the failing case, a cut log, is
+    tests/adversarial/test_kms_log_publish.py)."""
+    index = Path(devnet.state["kms"]["log_heads_index"])
+    deadline = time.monotonic() + 6 * LOG_HEADS_S
+    while not (index.exists() and index.read_text().count("\n") >= 1):
+        assert time.monotonic() < deadline, (devnet.dir / "logs" /
+                                             "log-head-publisher.log").read_text()[-2000:]
+        time.sleep(0.5)
+    lay = ClusterLayout(Path(devnet.state["kms"]["root"]), 5)
+    info = {s.index: s for s in lay.shards_info()}
+    first = json.loads(index.read_text().splitlines()[0])
+    assert first["shards"] == [1, 2, 3, 4, 5]
+    out = subprocess.run(
+        [*VI, "kms", "verify-log", str(lay.release_log(1)), "--address", info[1].address,
+         "--published", str(index), "--rpc-url", devnet.rpc_url, "--da-store",
+         devnet.state["da_store"]], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    # ok: every published head of shard 1 (and its own heads file) is extended by its log
+    assert res["ok"] and res["signed_heads_checked"] >= 2, res
 
 
 def test_offline_verifier_and_free_riders_gain_nothing(devnet: Devnet, engine: Engine) -> None:

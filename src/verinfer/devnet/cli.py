@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from verinfer.chain.anvil import free_port
+from verinfer.chain.anvil import dev_accounts, free_port
 from verinfer.chain.artifacts import tool_path
 from verinfer.devnet.network import (
     deploy_network,
@@ -65,15 +65,19 @@ def up(
     verifiers: Annotated[int, typer.Option()] = 4,
     redis_url: Annotated[str, typer.Option()] = "redis://127.0.0.1:6379/0",
     operator_port: Annotated[int, typer.Option()] = 0,
+    publish_log_heads_s: Annotated[float, typer.Option(
+        help="Publish the shards' signed release-log heads (DA + chain) every this many "
+             "seconds (`verinfer kms publish-heads`); 0: off.")] = 0.0,
 ) -> None:
     """Start everything and write <dir>/devnet.json."""
-    state = start(directory, model, verifiers, redis_url, operator_port)
+    state = start(directory, model, verifiers, redis_url, operator_port,
+                  publish_log_heads_s=publish_log_heads_s)
     typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
 
 
 def start(directory: Path, model: Path | None, verifiers: int = 4,
-          redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0
-          ) -> dict[str, Any]:
+          redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0, *,
+          publish_log_heads_s: float = 0.0) -> dict[str, Any]:
     """`devnet up` without the stdout line; returns the devnet.json state."""
     directory = directory.resolve()
     if (directory / STATE).exists():
@@ -144,10 +148,23 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
         operator_url = f"http://127.0.0.1:{op_port}"
     else:
         console.print(f"[yellow]operator init failed[/yellow]: {init.stderr.strip()[-300:]}")
+    log_heads_index = None
+    if publish_log_heads_s > 0:
+        # its own dev account (after the verifiers'): no nonce race with the other roles
+        publisher = dev_accounts(3 + verifiers + 1)[-1]
+        log_heads_index = lay.root / "log-heads.jsonl"
+        state["pids"]["log-head-publisher"] = _spawn(
+            [sys.executable, "-m", "verinfer", "kms", "publish-heads", "--directory",
+             str(lay.directory), "--private-key-env", "VI_DEVNET_PUBLISHER_KEY", "--rpc-url",
+             rpc, "--da-store", str(da_store), "--index", str(log_heads_index),
+             "--interval-s", str(publish_log_heads_s)],
+            directory / "logs" / "log-head-publisher.log",
+            {"VI_DEVNET_PUBLISHER_KEY": publisher.key.hex()})
     state.update({
         "rpc_url": rpc, "chain_id": d.chain_id, "deployment": d.__dict__,
         "kms": {"root": str(lay.root), "shards": [s.url for s in lay.shards_info()],
-                "threshold": 3},
+                "threshold": 3,
+                "log_heads_index": str(log_heads_index) if log_heads_index else None},
         "da_store": str(da_store), "redis_url": redis_url, "operator_url": operator_url,
         "accounts": {"operator": r.operator.address, "challenger": r.challenger.address,
                      "challenger_key": r.challenger.key.hex(),

@@ -66,3 +66,54 @@ def check_verification(v: Mapping[str, Any], *, chain_id: int,
         raise ReceiptFormatError("req_hash/out_hash do not match exec_request/exec_result "
                                  "or the receipt's reqHash/outHash")
     return receipt
+
+
+class DuplicateChoiceError(ReceiptFormatError):
+    """Two choices of one response carry the same ExecRequest (or a choice is not the one its
+    position names): the client asked for independent samples and got copies."""
+
+    code = "duplicate_choice"
+
+
+def check_choices(v: Mapping[str, Any], *, chain_id: int, choices: int,
+                  choices_per_prompt: int | None = None, operator: str | None = None,
+                  now: Callable[[], float] = time.time,
+                  max_skew_s: int = MAX_ISSUED_AT_SKEW_S) -> list[Receipt]:
+    """Checks a whole response's ``verification`` object: ``choices`` entries (prompts x n;
+    the top level alone when 1), each by :func:`check_verification`, and no two with the same
+    ``req_hash``.
+
+    Why: a receipt does not name its choice index, and each ExecRequest of the request rule
+    is conformant on its own, so an operator could run choice 0 once and sign it again as
+    choice 1 (saving the compute of n - 1 samples). Distinct req_hashes, each of them one of
+    the rule's requests (which a challenge checks), means the n receipts are the rule's n
+    requests in some order: n independent samples. With ``choices_per_prompt`` (the body's
+    ``n``) the order is checked too: response choice ``p*n + i`` carries
+    ``choice_seed(seed of choice p*n, i)`` — checkable without the tokenizer."""
+    from verinfer.protocol.request_rule import choice_seed
+
+    listed = v.get("choices")
+    entries: list[Any] = listed if isinstance(listed, list) else [v]
+    if len(entries) != choices:
+        raise ReceiptFormatError(f"the response verifies {len(entries)} choices, the request "
+                                 f"asked for {choices}")
+    if choices > 1 and (not isinstance(entries[0], Mapping)
+                        or entries[0].get("receipt_id") != v.get("receipt_id")):
+        raise ReceiptFormatError("the top-level verification is not choice 0's")
+    receipts = [check_verification(e, chain_id=chain_id, operator=operator, now=now,
+                                   max_skew_s=max_skew_s) for e in entries]
+    seen: dict[bytes, int] = {}
+    for k, r in enumerate(receipts):
+        if r.req_hash in seen:
+            raise DuplicateChoiceError(f"choices {seen[r.req_hash]} and {k} carry the same "
+                                       f"ExecRequest (reqHash 0x{r.req_hash.hex()})",
+                                       param="choices")
+        seen[r.req_hash] = k
+    if choices_per_prompt is not None and choices_per_prompt > 1:
+        seeds = [ExecRequest.from_json(e["exec_request"]).seed for e in entries]
+        for k, s in enumerate(seeds):
+            p, i = divmod(k, choices_per_prompt)
+            if s != choice_seed(seeds[p * choices_per_prompt], i):
+                raise DuplicateChoiceError(f"choice {k} carries seed {s}, not choice {i} of "
+                                           f"prompt {p}'s seed", param="choices")
+    return receipts

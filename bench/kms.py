@@ -157,7 +157,11 @@ def main() -> None:
                                   purpose="full_challenge", challenge_id="c1")
                 child_total.append((time.perf_counter() - t0) * 1000)
                 child_key.append(out.key_ms)
-                assert out.result == b"bench"
+                # the child's result crosses the pipe as JSON: bytes come back 0x-hex
+                res = out.result
+                if isinstance(res, str):
+                    res = bytes.fromhex(res.removeprefix("0x"))
+                assert res == b"bench", out.result
 
     result = {
         "bench": "kms",

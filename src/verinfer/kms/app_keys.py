@@ -1,4 +1,5 @@
-"""The epoch's HPKE app key pair, derived from the reconstructed epoch secret s.
+"""The epoch's HPKE app key pair, derived from the reconstructed epoch secret s (legacy suites;
+a P256 epoch's key is s itself and is never reconstructed, kms/tdh.py).
 
 seed = s.to_bytes(32, "big"); the derivation itself belongs to the receipts part
 (``derive_epoch_keypair``), so the operator's envelopes and the KMS agree by construction.
@@ -16,10 +17,15 @@ from verinfer.receipts.envelope import (
     load_public_key,
 )
 
-DEFAULT_SUITE = EnvelopeSuite.X25519.value
+#: New epochs: the per-receipt threshold suite (docs/kms.md §8); the key is never rebuilt.
+DEFAULT_SUITE = EnvelopeSuite.P256.value
+#: The suite whose app key the enclave rebuilds from released shares (old epochs, tests of
+#: the share-release path).
+LEGACY_SUITE = EnvelopeSuite.X25519.value
 SUITES = tuple(s.value for s in EnvelopeSuite)
 
-__all__ = ["DEFAULT_SUITE", "SUITES", "EpochPrivateKey", "EpochPublicKey", "app_keypair",
+__all__ = ["DEFAULT_SUITE", "LEGACY_SUITE", "SUITES", "EpochPrivateKey", "EpochPublicKey",
+           "app_keypair",
            "load_public_key", "parse_suite", "seed_from_secret"]
 
 

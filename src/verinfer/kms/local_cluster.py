@@ -28,7 +28,7 @@ import httpx
 from verinfer.enclave.attestation import VerifierSet
 from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public, root_keygen
 from verinfer.kms.allowlist import FileMeasurementAllowlist, write_allowlist
-from verinfer.kms.app_keys import DEFAULT_SUITE
+from verinfer.kms.app_keys import LEGACY_SUITE
 from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
 from verinfer.kms.directory import ShardInfo, load_directory, upsert_shard
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
@@ -104,6 +104,9 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
     disputes, ``audits`` the receipt hashes assigned to each light auditor: per-receipt
     decryption).
 
+    Without ``suite`` the epoch is of the legacy share-release suite (most KMS tests exercise
+    that path); the devnet passes the per-receipt suite (``verinfer kms keygen``'s default).
+
     UNSAFE outside devnets and tests: every seal key, every sealed share and the attestation
     root key (which can forge quotes) land in one tree, with a file-based committee; callers
     must say so with ``unsafe_single_tree=True`` (a real KMS runs `verinfer kms keygen`)."""
@@ -115,7 +118,7 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
     keys = {i: new_seal_key(lay.seal_key_file(i)) for i in range(1, shares + 1)}
     root_keygen(lay.root_key, lay.root_pub)
     keygen(epoch=epoch, threshold=threshold, shares=shares, out=root, seal_keys=keys,
-           registry=FileEpochRegistry(lay.registry), now=now, suite=suite or DEFAULT_SUITE)
+           registry=FileEpochRegistry(lay.registry), now=now, suite=suite or LEGACY_SUITE)
     for i in range(1, shares + 1):
         acct = load_or_create_identity(lay.data_dir(i), i, keys[i])
         upsert_shard(lay.directory, ShardInfo(i, f"http://127.0.0.1:{free_port()}",
@@ -138,7 +141,7 @@ def add_epoch(lay: ClusterLayout, *, epoch: int, threshold: int,
     keys = {i: load_seal_key(lay.seal_key_file(i)) for i in range(1, lay.shares + 1)}
     return keygen(epoch=epoch, threshold=threshold, shares=lay.shares, out=lay.root,
                   seal_keys=keys, registry=FileEpochRegistry(lay.registry), now=now,
-                  suite=suite or DEFAULT_SUITE)
+                  suite=suite or LEGACY_SUITE)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,12 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash
+from verinfer.receipts.envelope import (
+    EnvelopeContents,
+    EnvelopeSuite,
+    EpochPrivateKey,
+    ciphertext_hash,
+)
 from verinfer.verifier.errors import EvidenceUnavailableError, LocalFault
 from verinfer.verifier.reexec import JobClock, judge
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
@@ -130,6 +135,12 @@ class EnclaveJudge:
 
     def _judge_in_enclave(self, receipt: Receipt, blob: bytes | None, purpose: str,
                           challenge_id: str) -> Verdict:
+        # Threshold (P-256) epochs: per-receipt decryption, the epoch key exists nowhere.
+        per_receipt = EnvelopeSuite.parse(FileEpochRegistry(self.cfg.registry).get(
+            receipt.key_epoch).suite).threshold_decapsulable
+        if per_receipt and self.cfg.mode == "process":
+            raise EnclaveError("per-receipt epochs are judged in the inprocess enclave only "
+                               "(the SoftwareEnclave child still receives an epoch key)")
         if self.cfg.mode == "process":
             spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
                                self._fingerprint(), self.cfg.directory, self.cfg.registry,
@@ -154,6 +165,20 @@ class EnclaveJudge:
                                timeout_s=self.cfg.http_timeout_s)
         start = JobClock()
         clock: list[JobClock] = []
+        if per_receipt:
+            assert blob is not None  # decided_without_key handled the absent blob
+
+            def opener(b: bytes, r: Receipt) -> EnvelopeContents:
+                # decryption time (nonces, quote, t partials, open) lands in the
+                # judge's "decrypt" phase
+                return runner.open_receipt(receipt=r, ciphertext=b, purpose=purpose,
+                                           challenge_id=challenge_id).contents
+
+            job_clock = JobClock()
+            verdict = judge(engine, receipt, blob, opener, job_clock)
+            if self.on_timings is not None:
+                self.on_timings(job_clock.seconds)
+            return verdict
 
         def job(key: EpochPrivateKey) -> Verdict:
             start.lap("key_release")

@@ -29,7 +29,12 @@ from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import EpochPrivateKey, ciphertext_hash, open_envelope
+from verinfer.receipts.envelope import (
+    EnvelopeContents,
+    EpochPrivateKey,
+    ciphertext_hash,
+    open_envelope,
+)
 from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 from verinfer.verifier.conformance import request_problems
 from verinfer.verifier.cpu_clock import job_cpu_time
@@ -127,9 +132,16 @@ class JobClock:
         self._mark = now
 
 
+#: Opens one receipt's envelope without an epoch key (per-receipt threshold decryption,
+#: ``EnclaveRunner.open_receipt``); raises like ``open_envelope``.
+EnvelopeOpener = Callable[[bytes, Receipt], EnvelopeContents]
+
+
 def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
-          private_key: EpochPrivateKey, clock: JobClock | None = None) -> Verdict:
-    """Steps 1-7 above. ``blob`` None means DA answered that it does not exist."""
+          private_key: EpochPrivateKey | EnvelopeOpener,
+          clock: JobClock | None = None) -> Verdict:
+    """Steps 1-7 above. ``blob`` None means DA answered that it does not exist.
+    ``private_key``: the epoch key (legacy suites) or an opener of this one envelope."""
     clock = clock or JobClock()
     try:
         return _judge(engine, receipt, blob, private_key, clock)
@@ -138,13 +150,14 @@ def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
 
 
 def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
-           private_key: EpochPrivateKey, clock: JobClock) -> Verdict:
+           private_key: EpochPrivateKey | EnvelopeOpener, clock: JobClock) -> Verdict:
     if blob is None:
         return _invalid(receipt, "ciphertext_unavailable")
     if ciphertext_hash(blob) != receipt.ciphertext_hash:
         return _invalid(receipt, "ciphertext_hash_mismatch")
     try:
-        contents = open_envelope(blob, receipt, private_key)
+        contents = (open_envelope(blob, receipt, private_key)
+                    if isinstance(private_key, EpochPrivateKey) else private_key(blob, receipt))
     except EnvelopeDecryptionError:
         return _invalid(receipt, "ciphertext_undecryptable")
     except EnvelopeContentError as e:

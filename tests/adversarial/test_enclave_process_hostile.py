@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
-from tests.adversarial.enclave_evil_child import evil_child
 
+from adversarial.enclave_evil_child import evil_child
 from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import MAX_SIGN_REQUESTS, EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -116,7 +117,7 @@ def test_forged_publications_are_refused(world: World) -> None:
     acct = dev_accounts(2)[1]
 
     def send(data: bytes) -> str:
-        tx = {"to": acct.address, "value": 0, "data": data, "gas": 100_000,
+        tx: dict[str, Any] = {"to": acct.address, "value": 0, "data": data, "gas": 100_000,
               "chainId": world.w3.eth.chain_id, "maxFeePerGas": 10**10,
               "maxPriorityFeePerGas": 10**9,
               "nonce": world.w3.eth.get_transaction_count(acct.address, "pending")}

@@ -42,8 +42,9 @@ def gemma_gguf_path() -> Path:
     return Path(g.assemble())
 
 
-def load_hf_model(path: Path | str | None = None) -> tuple[Any, Any]:
-    """Load the GGUF with transformers as an fp32 ``Gemma3ForCausalLM`` (eval mode) + tokenizer.
+def load_hf_model(path: Path | str | None = None, *, tokenizer: bool = True) -> tuple[Any, Any]:
+    """Load the GGUF with transformers as an fp32 causal LM (eval mode: ``Gemma3ForCausalLM``,
+    ``LlamaForCausalLM`` for SmolLM2) + its tokenizer (None when ``tokenizer`` is False).
 
     Weights are dequantized to fp32 by transformers/gguf. Offline only.
     """
@@ -59,12 +60,14 @@ def load_hf_model(path: Path | str | None = None) -> tuple[Any, Any]:
     else:
         model = _load_without_accelerate(p)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-    return model, tokenizer
+    if not tokenizer:
+        return model, None
+    return model, AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
 
 
 def _load_without_accelerate(p: Path) -> Any:
-    """Same steps as ``from_pretrained(gguf_file=...)`` for gemma3 (legacy GGUF loader).
+    """Same steps as ``from_pretrained(gguf_file=...)`` for gemma3 and llama (legacy GGUF loader;
+    for llama it also undoes llama.cpp's q/k row permutation).
 
     transformers refuses GGUF in ``from_pretrained`` unless ``accelerate`` is installed, although
     for architectures outside ``integrations.gguf.GGUF_ARCHS`` (gemma3 is one) it only calls

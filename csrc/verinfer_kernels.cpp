@@ -69,11 +69,20 @@ struct Kern {
                    float* y, int64_t ldy);
   // np packed Q8_0 panels -> np fp32 panels [np][K][32] (exact: float(d) * float(q))
   void (*dequant_q8p)(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
+  // the same two on packed Q4_1 panels: weight = fmaf(float(q), float(d), float(m)), which is
+  // GGUF's d * q + m rounded once (d * q is exact: 11-bit mantissa times a 4-bit integer)
+  void (*gemv_q41p)(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+                    float* y, int64_t ldy);
+  void (*dequant_q41p)(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
 };
 
 // Packed panel geometry: kPNR output columns per panel; a Q8_0 panel block holds, for 32
 // consecutive k, kPNR fp16 scales (64 bytes) then 32 x kPNR int8 ([k][n]).
 constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
+// A Q4_1 panel block: for 32 consecutive k, kPNR fp16 scales d, kPNR fp16 minima m, then 16 x kPNR
+// bytes [kp][n] whose low nibble is q at k = kp and high nibble q at k = kp + 16 (GGUF's own
+// nibble order within a block, so packing is a byte transpose). 0.625 bytes per weight.
+constexpr int64_t kQ41Blk = 4 * kPNR + 16 * kPNR;  // 640 bytes
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
 constexpr int64_t kKBlock = 512, kKBlockAbove = 1536;  // measured: K=1024 is faster unblocked
@@ -108,6 +117,11 @@ struct V {
   }
   static V h16(const uint8_t* p) {  // 16 fp16 -> fp32 (exact)
     return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
+  static V q41(const uint8_t* q, int shift, V d, V m) {  // fmaf(float(nibble), d, m), 16 weights
+    __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    w = _mm512_and_si512(_mm512_srl_epi32(w, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
+    return {_mm512_fmadd_ps(_mm512_cvtepi32_ps(w), d.v, m.v)};
   }
 };
 // Fold 16 accumulators at once with the dot16 tree, transposed across registers (the same
@@ -175,6 +189,16 @@ struct V {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
   }
+  static V q41(const uint8_t* q, int shift, V d, V m) {
+    const __m128i sh = _mm_cvtsi32_si128(shift);
+    const __m256i f = _mm256_set1_epi32(15);
+    __m256i w0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+    __m256i w1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+    w0 = _mm256_and_si256(_mm256_srl_epi32(w0, sh), f);
+    w1 = _mm256_and_si256(_mm256_srl_epi32(w1, sh), f);
+    return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(w0), d.lo, m.lo),
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(w1), d.hi, m.hi)};
+  }
 };
 static inline __attribute__((always_inline)) void reduce(const V* acc, int n, float* out) {
   for (int i = 0; i < n; ++i) {
@@ -231,6 +255,11 @@ struct V {
   static V h16(const uint8_t* p) {
     V r;
     for (int i = 0; i < 16; ++i) r.l[i] = h2f(load_u16(p + 2 * i));
+    return r;
+  }
+  static V q41(const uint8_t* q, int shift, const V& d, const V& m) {
+    V r;
+    for (int i = 0; i < 16; ++i) r.l[i] = std::fma(static_cast<float>((q[i] >> shift) & 15), d.l[i], m.l[i]);
     return r;
   }
 };
@@ -583,6 +612,33 @@ at::Tensor pack_q8_0(const at::Tensor& wq, int64_t K) {
   return out;
 }
 
+// pack_q4_1: GGUF Q4_1 rows [N][K/32*20] (d fp16, m fp16, 16 bytes of nibbles: byte j holds q[j]
+// low and q[j + 16] high) -> uint8 [P][K/32][640] (layout at kQ41Blk); padding rows are all 0.
+at::Tensor pack_q4_1(const at::Tensor& wq, int64_t K) {
+  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
+              "wq must be a contiguous 2-D uint8 CPU tensor");
+  TORCH_CHECK(K > 0 && K % 32 == 0, "Q4_1 needs K % 32 == 0, got K=", K);
+  TORCH_CHECK(wq.size(1) == K / 32 * 20, "wq rows must be K/32*20=", K / 32 * 20, " bytes, got ", wq.size(1));
+  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, ldw = nb * 20;
+  TORCH_CHECK(N > 0, "wq must be non-empty");
+  at::Tensor out = at::zeros({P, nb, kQ41Blk}, wq.options());
+  const uint8_t* src = wq.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p)
+      for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i) {
+        const uint8_t* row = src + (p * kPNR + i) * ldw;
+        for (int64_t j = 0; j < nb; ++j) {
+          uint8_t* blk = dst + (p * nb + j) * kQ41Blk;
+          std::memcpy(blk + 2 * i, row + j * 20, 2);             // d
+          std::memcpy(blk + 2 * kPNR + 2 * i, row + j * 20 + 2, 2);  // m
+          for (int64_t kp = 0; kp < 16; ++kp) blk[4 * kPNR + kp * kPNR + i] = row[j * 20 + 4 + kp];
+        }
+      }
+  });
+  return out;
+}
+
 // x [M, K] -> groups of g rows (the last one r = M % g rows), each packed [k][rows].
 static at::Tensor pack_x(const at::Tensor& x, int64_t g) {
   const int64_t M = x.size(0), K = x.size(1);
@@ -695,6 +751,47 @@ at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_
   return y;
 }
 
+at::Tensor linear_q4_1_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
+                  wqp.size(2) == kQ41Blk,
+              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", kQ41Blk, "] (from pack_q4_1)");
+  TORCH_CHECK(K > 0 && K % 32 == 0, "Q4_1 needs K % 32 == 0, got K=", K);
+  TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / 32, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * 32,
+              ", K=", K);
+  const int64_t M = x.size(0), P = wqp.size(0), N = check_packed_n(n, P);
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const Kern& kn = kern();
+  const uint8_t* w = wqp.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  const int64_t psb = K / 32 * kQ41Blk, ps = K * kPNR;
+  if (M <= kGemvMaxRows) {  // fused dequantize + FMA: streams nibbles + fp16 scales/minima
+    at::Tensor xt = M == 1 ? x : pack_x(x, M);
+    const float* xp = xt.data_ptr<float>();
+    at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+      kn.gemv_q41p(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
+    });
+    return y;
+  }
+  // Large M: dequantize a panel group into fp32 scratch (exact) and run the fp32 GEMM: same bits.
+  at::Tensor xt = pack_x(x, kn.pmr);
+  const float* xp = xt.data_ptr<float>();
+  const Tasks t = gemm_tasks(M, P, kn.pmr);
+  at::parallel_for(0, t.ng * t.nmb, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(t.G * ps);
+    int64_t have = -1;
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t g = i / t.nmb, p0 = g * t.G, p1 = std::min(P, p0 + t.G);
+      const int64_t m0 = (i % t.nmb) * t.MB, m1 = std::min(M, m0 + t.MB);
+      if (g != have) kn.dequant_q41p(w + p0 * psb, psb, p1 - p0, K, scratch.data()), have = g;
+      kn.gemm_p(xp, M, K, m0, m1, scratch.data(), ps, (p1 - p0) * kPNR, std::min(N, p1 * kPNR) - p0 * kPNR,
+                yp + p0 * kPNR, N);
+    }
+  });
+  return y;
+}
+
 at::Tensor argmax(const at::Tensor& x) {
   check_f32(x, "x", 2);
   const int64_t M = x.size(0), N = x.size(1);
@@ -738,6 +835,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_q8_0", &vi::pack_q8_0, rel());
   m.def("linear_packed", &vi::linear_packed, rel());
   m.def("linear_q8_0_packed", &vi::linear_q8_0_packed, rel());
+  m.def("pack_q4_1", &vi::pack_q4_1, rel());
+  m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());
 }
@@ -1055,6 +1154,38 @@ static void qtile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, i
   }
   acc_out<MR, NV>(acc, y, ldy, cols);
 }
+// The same on packed Q4_1 panels: each weight is fmaf(float(q), d, m) (GGUF's value, see Kern),
+// FMA'd in increasing k: k = b + kk reads the low nibbles of byte row kk for kk < 16, then the
+// high nibbles of byte row kk - 16.
+template <int MR, int NV>
+static void q41tile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, int64_t K, float* y, int64_t ldy,
+                    int64_t cols) {
+  V acc[MR * NV];
+  acc_in<MR, NV>(acc, y, ldy, cols, false);
+  for (int64_t b = 0; b < K; b += 32, w += kQ41Blk) {
+    V sc[NV], mn[NV];
+    VI_UNROLL
+    for (int j = 0; j < NV; ++j) {
+      sc[j] = V::h16(w + (j >> 1) * psb + 2 * (off + (j & 1) * 16));
+      mn[j] = V::h16(w + (j >> 1) * psb + 2 * kPNR + 2 * (off + (j & 1) * 16));
+    }
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = w + 4 * kPNR + off;
+      for (int kk = 0; kk < 16; ++kk, xp += MR, q += kPNR) {
+        V wv[NV];
+        VI_UNROLL
+        for (int j = 0; j < NV; ++j) wv[j] = V::q41(q + (j >> 1) * psb + (j & 1) * 16, 4 * half, sc[j], mn[j]);
+        VI_UNROLL
+        for (int m = 0; m < MR; ++m) {
+          const V xb = V::set1(xp[m]);
+          VI_UNROLL
+          for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
+        }
+      }
+    }
+  }
+  acc_out<MR, NV>(acc, y, ldy, cols);
+}
 // Runtime row count r (1..R) of the last packed x group -> ptile<r, NV>.
 template <int R, int NV>
 static void ptile_rows(int r, const float* xp, const float* w, int64_t ps, int64_t kc, float* y, int64_t ldy,
@@ -1082,30 +1213,33 @@ static void gemm_p(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m
   }
 }
 // GEMV (M <= 4): full-K tiles of kGNV[M] vectors, then narrower tiles for the range's end.
-template <int MR, int NV, bool Q>
+// Q: 0 fp32 panels, 1 Q8_0 panels, 2 Q4_1 panels
+template <int MR, int NV, int Q>
 static void gemv_run(int64_t& c, const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
                      float* y, int64_t ldy) {
   for (; c + 16 * NV <= cw; c += 16 * NV) {
     const int64_t cols = std::min<int64_t>(16 * NV, nv - c);
     if (cols <= 0) continue;
-    if constexpr (Q)
+    if constexpr (Q == 2)
+      q41tile<MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
+    else if constexpr (Q == 1)
       qtile<MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
     else
       ptile<MR, NV>(xp, static_cast<const float*>(wp) + (c / kPNR) * ps + c % kPNR, ps, K, y + c, ldy, cols,
                     false);
   }
 }
-template <int MR, bool Q>
+template <int MR, int Q>
 static void gemv_rows(const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv, float* y,
                       int64_t ldy) {
-  constexpr int NV = Q ? kGNVq[MR] : kGNV[MR];
+  constexpr int NV = Q != 0 ? kGNVq[MR] : kGNV[MR];
   int64_t c = 0;
   gemv_run<MR, NV, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
   if constexpr (NV > 4) gemv_run<MR, 4, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
   if constexpr (NV > 2) gemv_run<MR, 2, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
   if constexpr (NV > 1) gemv_run<MR, 1, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
 }
-template <bool Q>
+template <int Q>
 static void gemv_any(const float* xp, int64_t M, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
                      float* y, int64_t ldy) {
   if (M == 1) gemv_rows<1, Q>(xp, K, wp, ps, cw, nv, y, ldy);
@@ -1115,11 +1249,28 @@ static void gemv_any(const float* xp, int64_t M, int64_t K, const void* wp, int6
 }
 static void gemv_p(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
                    float* y, int64_t ldy) {
-  gemv_any<false>(xp, M, K, wp, ps, cw, nv, y, ldy);
+  gemv_any<0>(xp, M, K, wp, ps, cw, nv, y, ldy);
 }
 static void gemv_q8p(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
                      float* y, int64_t ldy) {
-  gemv_any<true>(xp, M, K, wp, psb, cw, nv, y, ldy);
+  gemv_any<1>(xp, M, K, wp, psb, cw, nv, y, ldy);
+}
+static void gemv_q41p(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+                      float* y, int64_t ldy) {
+  gemv_any<2>(xp, M, K, wp, psb, cw, nv, y, ldy);
+}
+static void dequant_q41p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
+  for (int64_t p = 0; p < np; ++p, wp += psb)
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* blk = wp + b * kQ41Blk;
+      const V d0 = V::h16(blk), d1 = V::h16(blk + 32), m0 = V::h16(blk + 64), m1 = V::h16(blk + 96);
+      for (int kk = 0; kk < 32; ++kk, out += kPNR) {
+        const uint8_t* q = blk + 4 * kPNR + (kk & 15) * kPNR;
+        const int shift = kk < 16 ? 0 : 4;
+        V::store(out, V::q41(q, shift, d0, m0));
+        V::store(out + 16, V::q41(q + 16, shift, d1, m1));
+      }
+    }
 }
 static void dequant_q8p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
   for (int64_t p = 0; p < np; ++p, wp += psb)
@@ -1135,6 +1286,6 @@ static void dequant_q8p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, f
 }
 
 static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv,
-                           kPMR, gemm_p, gemv_p, gemv_q8p, dequant_q8p};
+                           kPMR, gemm_p, gemv_p, gemv_q8p, dequant_q8p, gemv_q41p, dequant_q41p};
 
 #endif  // VI_BODY

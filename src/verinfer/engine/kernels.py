@@ -164,6 +164,33 @@ def linear_q8_0_packed(x: torch.Tensor, wqp: torch.Tensor, n: int, k: int) -> to
     return _tensor("linear_q8_0_packed", x, wqp, int(n), int(k))
 
 
+def q4_1_row_bytes(k: int) -> int:
+    """Bytes of one GGUF Q4_1 row of k weights (32-weight blocks: fp16 d, fp16 m, 16 bytes)."""
+    return k // 32 * 20
+
+
+def pack_q4_1(wq: torch.Tensor, k: int) -> torch.Tensor:
+    """Repack GGUF Q4_1 rows (uint8 [N, K/32*20]) once into panels for
+    :func:`linear_q4_1_packed`.
+
+    Layout: uint8 [P, K/32, 640], P = ceil(N / 32). Block [p, b] covers rows 32 p .. 32 p + 31
+    and k = 32 b .. 32 b + 31: the 32 rows' fp16 scales d (64 bytes), their fp16 minima m (64
+    bytes), then 16 x 32 bytes, byte 128 + 32 kp + i holding row 32 p + i's q at k = 32 b + kp
+    (low nibble) and k = 32 b + kp + 16 (high nibble) -- GGUF's nibble order. Padding rows are
+    zero. Values are unchanged: weight = float(d) * q + float(m) with one rounding, exactly
+    ``gguf.quants.dequantize`` (the product is exact), computed in the kernel as one fmaf.
+    """
+    return _tensor("pack_q4_1", wq, int(k))
+
+
+def linear_q4_1_packed(x: torch.Tensor, wqp: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Exactly ``linear_packed(x, pack_f32(dequantized Q4_1 weights), n)`` bit for bit, with
+    wqp = ``pack_q4_1(wq, k)``. M <= 4 streams nibbles + fp16 scales/minima (0.625 bytes per
+    weight instead of 4: decode is memory-bound); larger M dequantizes panels into fp32 scratch
+    and runs the fp32 microkernel."""
+    return _tensor("linear_q4_1_packed", x, wqp, int(n), int(k))
+
+
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """Per row of x [M, n]: r = 1 / sqrtf(dot16(x, x, n) / n + eps); y = (x * r) * w; w: [n].
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,12 @@ class Weights:
 
     f32: dict[str, torch.Tensor]
     q8_0: dict[str, torch.Tensor]
+    q4_1: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def matrix(self, name: str) -> Matrix:
         if name not in self.f32 and name not in self.q8_0:
             raise ModelLoadError(f"weight {name!r} is missing from the model file")
-        return Matrix(self.f32.get(name), self.q8_0.get(name))
+        return Matrix(self.f32.get(name), self.q8_0.get(name), q4_1=self.q4_1.get(name))
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -181,9 +182,14 @@ def _load_gguf(path: Path) -> LoadedModel:
 
     f32: dict[str, torch.Tensor] = {}
     q8: dict[str, torch.Tensor] = {}
+    q41: dict[str, torch.Tensor] = {}
     for t in g.tensors:
         qtype = gguf.GGMLQuantizationType(t.qtype)
         raw = g.raw(t)
+        if qtype == gguf.GGMLQuantizationType.Q4_1 and len(t.shape) == 2:
+            # Raw blocks for the streaming kernel (0.625 bytes/weight at decode); the fp32 copy
+            # below holds the same values (gguf.quants: d * q + m, the product exact).
+            q41[t.name] = torch.from_numpy(np.array(raw)).reshape(t.shape[0], -1)
         if qtype == gguf.GGMLQuantizationType.Q8_0 and len(t.shape) == 2:
             q8[t.name] = torch.from_numpy(np.array(raw))  # [N, K/32*34] uint8, owned copy
             if t.name == "token_embd.weight":
@@ -200,7 +206,7 @@ def _load_gguf(path: Path) -> LoadedModel:
         f32[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32))
     _check_shapes(config, f32, q8)
     name = str(g.fields.get("general.name") or path.stem)
-    return LoadedModel(path, sha256_file(path), name, config, Weights(f32, q8), tokenizer)
+    return LoadedModel(path, sha256_file(path), name, config, Weights(f32, q8, q41), tokenizer)
 
 
 def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor],

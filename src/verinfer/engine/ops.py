@@ -27,16 +27,18 @@ KernelMode = Literal["invariant", "fast"]
 
 @dataclass
 class Matrix:
-    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, plus Q8_0 blocks if stored so.
+    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, plus the GGUF Q8_0 or Q4_1
+    blocks if stored so.
 
     ``packed`` is the kernel-ready copy that :meth:`Ops.prepare` builds once at model load
-    (panels of 32 output rows; fp32 or Q8_0 as stored). The values are the same; only the
+    (panels of 32 output rows; fp32, Q8_0 or Q4_1 as stored). The values are the same; only the
     memory layout differs, so the matrix still means exactly the stored weights.
     """
 
     f32: torch.Tensor | None
     q8_0: torch.Tensor | None = None
     packed: torch.Tensor | None = None
+    q4_1: torch.Tensor | None = None  # [N, K/32*20] uint8; f32 is then always set as well
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -116,8 +118,12 @@ class InvariantOps:
     def prepare(self, w: Matrix) -> Matrix:
         if w.packed is None:
             k = w.shape[1]
-            w.packed = (self.k.pack_q8_0(w.q8_0, k) if w.q8_0 is not None
-                        else self.k.pack_f32(w.dense()))
+            if w.q8_0 is not None:
+                w.packed = self.k.pack_q8_0(w.q8_0, k)
+            elif w.q4_1 is not None:
+                w.packed = self.k.pack_q4_1(w.q4_1, k)
+            else:
+                w.packed = self.k.pack_f32(w.dense())
         return w
 
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor:
@@ -126,6 +132,8 @@ class InvariantOps:
         n, k = w.shape
         if w.q8_0 is not None:
             return self.k.linear_q8_0_packed(x, w.packed, n, k)
+        if w.q4_1 is not None:
+            return self.k.linear_q4_1_packed(x, w.packed, n, k)
         return self.k.linear_packed(x, w.packed, n)
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from Crypto.PublicKey import ECC
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
@@ -53,6 +54,7 @@ _DLEQ_LABEL = b"verinfer/kms/dleq/p256/v1"
 RandBelow = Callable[[int], int]
 
 _G = ECC.construct(curve=CURVE, d=1).pointQ
+_G_ENC = bytes.fromhex("036b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296")
 
 
 class PointError(InvalidShareError):
@@ -61,24 +63,36 @@ class PointError(InvalidShareError):
 
 def point(data: bytes, what: str = "point") -> ECC.EccPoint:
     """Parse SEC1 bytes (33 compressed or 65 uncompressed) to a P-256 point other than the
-    identity; pycryptodome checks it is on the curve."""
+    identity. pycryptodome's EccPoint constructor checks the point is on the curve; a
+    compressed point is decompressed (and checked) by ``cryptography``. (ECC.import_key does
+    the same at ~50x the cost; a verification parses several points.)"""
     if not isinstance(data, bytes | bytearray) or len(data) not in (33, 65):
         raise PointError(f"{what} must be a 33- or 65-byte SEC1 P-256 point")
     try:
-        p = ECC.import_key(bytes(data), curve_name=CURVE).pointQ
+        x, y = _coordinates(bytes(data))
+        p = ECC.EccPoint(x, y, CURVE)
     except (ValueError, TypeError) as e:
         raise PointError(f"{what} is not a point on P-256: {e}") from None
-    # pycryptodome reads 04||0^64 as the identity; an identity E would make every D_i the
-    # identity and every proof trivially true.
+    # (0, 0) is pycryptodome's identity; an identity E would make every D_i the identity
+    # and every proof trivially true.
     if p.is_point_at_infinity():
         raise PointError(f"{what} is the point at infinity")
     return p
 
 
+def _coordinates(data: bytes) -> tuple[int, int]:
+    if data[0] == 4 and len(data) == 65:
+        return int.from_bytes(data[1:33], "big"), int.from_bytes(data[33:], "big")
+    if data[0] in (2, 3) and len(data) == 33:
+        nums = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), data).public_numbers()
+        return nums.x, nums.y
+    raise ValueError(f"bad SEC1 prefix 0x{data[0]:02x} for {len(data)} bytes")
+
+
 def encode(p: ECC.EccPoint, *, compressed: bool = True) -> bytes:
     if p.is_point_at_infinity():
         raise PointError("the point at infinity has no encoding")
-    x, y = int(p.x), int(p.y)
+    x, y = (int(c) for c in p.xy)
     if compressed:
         return bytes([2 + (y & 1)]) + x.to_bytes(32, "big")
     return b"\x04" + x.to_bytes(32, "big") + y.to_bytes(32, "big")
@@ -159,12 +173,14 @@ def check_share(share: ScalarShare, commitments: Sequence[ECC.EccPoint]) -> None
 
 # ---- partial decapsulation with a DLEQ proof ---------------------------------------------
 
-def _challenge(v: ECC.EccPoint, e: ECC.EccPoint, d: ECC.EccPoint, a: ECC.EccPoint,
-               b: ECC.EccPoint, context: bytes) -> int:
-    # SHA-512 reduced mod N: the bias is ~2^-256, unlike a 256-bit digest mod N.
+def _challenge(v: bytes, enc: bytes, d: bytes, a: ECC.EccPoint, b: ECC.EccPoint,
+               context: bytes) -> int:
+    """c = H(label || lp(context) || G || V_i || E || D_i || A || B) mod N. V_i, D_i, A, B
+    compressed; E as the 65 bytes of the envelope (already validated as a point). SHA-512
+    reduced mod N: the bias is ~2^-256, unlike a 256-bit digest mod N."""
     h = hashlib.sha512(b"".join((
-        _DLEQ_LABEL, len(context).to_bytes(4, "big"), context, encode(_G), encode(v),
-        encode(e), encode(d), encode(a), encode(b)))).digest()
+        _DLEQ_LABEL, len(context).to_bytes(4, "big"), context, _G_ENC, v, enc, d,
+        encode(a), encode(b)))).digest()
     return int.from_bytes(h, "big") % N
 
 
@@ -173,13 +189,14 @@ def partial_decapsulate(share: ScalarShare, enc: bytes, context: bytes,
     """Shard side: D_i = s_i·E || Chaum–Pedersen proof (c, z) with z = k + c·s_i.
     ``context`` (the request's report_data and the shard index) is hashed into c, so a proof
     cannot be replayed for another request."""
+    if len(enc) != ENC_LEN:
+        raise PointError(f"encapsulated key must be {ENC_LEN} bytes")
     e = point(enc, "encapsulated key")
-    d = e * share.value
-    v = base_mult(share.value)
+    d = encode(e * share.value)
     k = 1 + rng(N - 1)
-    c = _challenge(v, e, d, base_mult(k), e * k, context)
+    c = _challenge(encode(base_mult(share.value)), bytes(enc), d, base_mult(k), e * k, context)
     z = (k + c * share.value) % N
-    return encode(d) + c.to_bytes(32, "big") + z.to_bytes(32, "big")
+    return d + c.to_bytes(32, "big") + z.to_bytes(32, "big")
 
 
 def verify_partial(partial: bytes, *, index: int, enc: bytes,
@@ -199,12 +216,15 @@ def verify_partial(partial: bytes, *, index: int, enc: bytes,
     z = int.from_bytes(partial[65:97], "big")
     if not (0 <= c < N and 0 <= z < N):
         raise bad("has a proof scalar out of range")
+    if len(enc) != ENC_LEN:
+        raise PointError(f"encapsulated key must be {ENC_LEN} bytes")
     e: ECC.EccPoint = point(enc, "encapsulated key")
     # A = z·G − c·V, B = z·E − c·D; pycryptodome has no subtraction, so add (N − c)·V.
     a = base_mult(z) + verification * ((N - c) % N)
     b = e * z + d * ((N - c) % N)
     if a.is_point_at_infinity() or b.is_point_at_infinity() or \
-            _challenge(verification, e, d, a, b, context) != c:
+            _challenge(encode(verification), bytes(enc), bytes(partial[:33]), a, b,
+                       context) != c:
         raise bad("fails its DLEQ proof (not s_i·E for the committed share)")
     return d
 

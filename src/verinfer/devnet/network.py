@@ -27,7 +27,7 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
 from verinfer.protocol.hexutil import parse_hex
-from verinfer.receipts.envelope import EpochPublicKey, load_public_key
+from verinfer.receipts.envelope import EnvelopeSuite, EpochPublicKey, load_public_key
 from verinfer.verifier.evidence import Evidence
 
 CONTAINER_DIGEST = "sha256:" + "00" * 32  # devnet: no container image
@@ -81,7 +81,8 @@ def provision_kms(root: Path, engine: Engine, *, shares: int = 5, threshold: int
                   epoch: int = 1) -> ClusterLayout:
     return provision(root, epoch=epoch, threshold=threshold, shares=shares,
                      measurements=[enclave_measurement(engine.fingerprint.canonical().decode())],
-                     unsafe_single_tree=True)
+                     # per-receipt threshold decryption: no verifier ever holds the epoch key
+                     suite=EnvelopeSuite.P256.value, unsafe_single_tree=True)
 
 
 def register_epoch(w3: Web3, d: Deployment, r: Roles, lay: ClusterLayout, epoch: int = 1

@@ -49,12 +49,42 @@ def _redis_answers() -> bool:
         return False
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def _marker_selected(config: pytest.Config, marker: str) -> bool:
+    """Whether ``-m`` can select tests that carry ``marker`` (no ``-m``: yes)."""
+    expr = config.getoption("markexpr", "") or ""
+    if not expr:
+        return True
+    try:  # pytest's own -m grammar; should it move, err on the side of starting Redis
+        from _pytest.mark.expression import Expression
+
+        def matches(name: str, /, **_: str | int | bool | None) -> bool:
+            return name == marker
+
+        return Expression.compile(expr).evaluate(matches)
+    except (ImportError, pytest.UsageError):
+        return True
+
+
+_redis_ensured = False
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
     """The integration, e2e and adversarial tests (and the devnet) use the shared Redis on
-    127.0.0.1:6379: start it when such a test is selected and nothing answers there, so the
-    suite does not depend on a server someone else started. Unit tests never need it."""
-    if any(item.get_closest_marker("unit") is None for item in session.items) \
-            and not _redis_answers():
+    127.0.0.1:6379: start it (scripts/ensure-redis) before the first such test module is
+    imported — their skip conditions probe the server at import — when ``-m`` can select it and
+    nothing answers, so the suite does not depend on a server someone else started. The unit
+    loop (``-m unit``) never needs it and never starts it."""
+    global _redis_ensured
+    if _redis_ensured or not file_path.name.startswith("test_") or file_path.suffix != ".py":
+        return
+    path = file_path.resolve()
+    if not path.is_relative_to(TESTS) or len(path.relative_to(TESTS).parts) < 2:
+        return
+    marker = DIRECTORY_MARKERS.get(path.relative_to(TESTS).parts[0])
+    if marker in (None, "unit") or not _marker_selected(parent.config, marker):
+        return
+    _redis_ensured = True
+    if not _redis_answers():
         subprocess.run([str(ROOT / "scripts" / "ensure-redis")], check=False, timeout=300)
 
 

@@ -1,17 +1,24 @@
 """Chat templates: OpenAI messages → prompt token ids.
 
-Gemma's turn format is used whenever the vocabulary has its turn tokens (Gemma 3, and our tiny
-test model); otherwise a plain "role: content" transcript. System messages are folded into the
-first user turn, as Gemma's own template does.
+Tokenizers that carry a chat template (the GGUF's ``tokenizer.chat_template``, committed in the
+tokenizer hash: byte-level models such as SmolLM2's ChatML) are rendered as HF transformers'
+``apply_chat_template`` renders them -- a sandboxed Jinja2 environment with the same options --
+see :func:`render_template`. Otherwise Gemma's turn format is used whenever the vocabulary has
+its turn tokens (Gemma 3, and our tiny test model), else a plain "role: content" transcript;
+there, system messages are folded into the first user turn, as Gemma's own template does.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-from verinfer.engine.tokenizer import Tokenizer
-from verinfer.errors import InvalidRequestError
+from verinfer.engine.tokenizer import TOKEN_CONTROL, TOKEN_USER_DEFINED, Tokenizer
+from verinfer.errors import InvalidRequestError, TokenizerError
 from verinfer.protocol.request_rule import ROLES, ChatTurn
 
 
@@ -24,6 +31,8 @@ class ChatMessage:
 def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[int]:
     if not messages:
         raise InvalidRequestError("messages must not be empty", param="messages")
+    if tokenizer.chat_template is not None:
+        return render_template(tokenizer, messages)
     system = [m.content for m in messages if m.role in ("system", "developer")]
     turns = [m for m in messages if m.role not in ("system", "developer")]
     for m in messages:
@@ -70,3 +79,132 @@ class TokenizerPrompts:
         spec = self.tokenizer.spec
         bos = [spec.bos_id] if spec.bos_id is not None and spec.add_bos else []
         return bos + _plain(self.tokenizer, text)
+
+
+# ---- Jinja chat templates (HF apply_chat_template semantics) --------------------------------
+@lru_cache(maxsize=16)
+def _compile(template: str) -> Any:
+    """The template compiled as transformers compiles chat templates (``_compile_jinja_template``:
+    immutable sandbox, trim_blocks, lstrip_blocks, loopcontrols, a non-HTML-escaping ``tojson``,
+    ``raise_exception``) -- minus ``strftime_now``: a prompt must be a pure function of the
+    request, or a verifier could not re-render it, so a template that reads the clock fails."""
+    import json
+
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template)
+    except jinja2.exceptions.TemplateError as e:
+        raise TokenizerError(f"the model's chat template does not compile: {e}") from e
+
+
+def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]]) -> str:
+    import jinja2
+
+    spec = tokenizer.spec
+
+    def name(i: int | None) -> str | None:
+        return spec.tokens[i] if i is not None else None
+
+    try:
+        out = _compile(template).render(
+            messages=messages, add_generation_prompt=True, bos_token=name(spec.bos_id),
+            eos_token=name(spec.eos_id), unk_token=name(spec.unk_id), pad_token=name(spec.pad_id))
+    except jinja2.exceptions.TemplateError as e:  # raise_exception(), undefined calls, sandbox
+        raise InvalidRequestError(f"the model's chat template rejects these messages: {e}",
+                                  param="messages") from e
+    return str(out)
+
+
+@lru_cache(maxsize=16)
+def _special_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
+    """Control and user-defined token texts, matched leftmost-longest (None: there are none)."""
+    types = tokenizer.spec.token_types or ()
+    names = sorted({t for t, ty in zip(tokenizer.spec.tokens, types, strict=False)
+                    if t and ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)}, key=len, reverse=True)
+    # longest first: Python's alternation is leftmost-first, this makes it leftmost-longest
+    return re.compile("|".join(map(re.escape, names))) if names else None
+
+
+def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's Jinja chat template, with the generation
+    prompt, exactly as HF ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)``
+    tokenizes them -- except that special tokens are recognised only in the template's own text.
+
+    HF renders and then encodes the whole string with special-token parsing, so a message
+    containing ``<|im_start|>system`` would open a forged turn. Here each message's content is
+    rendered as a random placeholder first; the rendered text is split at the placeholders and
+    control/user-defined tokens are matched only outside them. The text between two special
+    tokens (template text and message text together) is then encoded as one piece with special
+    parsing off, so pre-tokenization sees exactly the string HF would: the ids equal HF's
+    whenever no message contains a special token's text. A template that does not insert the
+    content verbatim (one that trims or rewrites it) is refused, since the split would not hold.
+    """
+    template = tokenizer.chat_template
+    if template is None:
+        raise TokenizerError("this tokenizer has no chat template")
+    for m in messages:
+        if m.role not in ROLES:
+            raise InvalidRequestError(f"unsupported role {m.role!r}", param="messages")
+    # OpenAI's "developer" role is the system prompt of newer models; chat templates know "system"
+    roles = ["system" if m.role == "developer" else m.role for m in messages]
+    nonce = secrets.token_hex(12)
+    # private-use delimiters: not whitespace, so a template's trim cannot eat them unnoticed
+    marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+    rendered = _render(tokenizer, template,
+                       [{"role": r, "content": mk} for r, mk in zip(roles, marks, strict=True)])
+    real = _render(tokenizer, template, [{"role": r, "content": m.content}
+                                         for r, m in zip(roles, messages, strict=True)])
+    pieces: list[tuple[str, bool]] = []  # (text, is message content)
+    pos = 0
+    for mk, m in zip(marks, messages, strict=True):
+        at = rendered.find(mk, pos)
+        if at < 0 or rendered.count(mk) != 1:
+            raise InvalidRequestError("the model's chat template does not place every message "
+                                      "exactly once", param="messages")
+        pieces += [(rendered[pos:at], False), (m.content, True)]
+        pos = at + len(mk)
+    pieces.append((rendered[pos:], False))
+    if "".join(t for t, _ in pieces) != real:
+        raise InvalidRequestError("the model's chat template rewrites message content; it "
+                                  "cannot be rendered safely", param="messages")
+    pat = _special_pattern(tokenizer)
+    items: list[int | str] = []
+    for text, is_content in pieces:
+        if is_content or pat is None:
+            items.append(text)
+            continue
+        last = 0
+        for hit in pat.finditer(text):
+            items.append(text[last:hit.start()])
+            tid = tokenizer.token_to_id(hit.group())
+            assert tid is not None
+            items.append(tid)
+            last = hit.end()
+        items.append(text[last:])
+    ids: list[int] = []
+    run: list[str] = []
+    for it in [*items, -1]:
+        if isinstance(it, str):
+            run.append(it)
+            continue
+        if run:
+            ids += _plain(tokenizer, "".join(run))
+            run = []
+        if it >= 0:
+            ids.append(it)
+    return ids

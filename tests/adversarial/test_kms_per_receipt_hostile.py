@@ -27,7 +27,9 @@ from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.identity import sign_digest
 from verinfer.kms.local_cluster import ClusterLayout, build_shard_service, provision
 from verinfer.kms.protocol import (
+    ANY_AUDITOR,
     TRANSPORT_SUITE,
+    AuditAssignment,
     DecryptTarget,
     Release,
     ReleaseRequest,
@@ -73,11 +75,13 @@ class Env:
     blob: bytes
     receipt: Receipt
     attester: SoftwareAttester
+    scheduler: LocalAccount
+    auditor: LocalAccount
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
-    member = Account.create()
+    member, scheduler, auditor = Account.create(), Account.create(), Account.create()
     lay = provision(tmp_path_factory.mktemp("kms-pr-hostile"), epoch=1, threshold=2, shares=3,
                     measurements=[M], suite=EnvelopeSuite.P256.value, unsafe_single_tree=True)
     pk = load_public_key(EnvelopeSuite.P256,
@@ -86,27 +90,31 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Env:
                                             request=REQ, result=RES)
     blob = seal(EnvelopeContents(REQ, RES, b"{}", b"{}"), binding, pk)
     receipt = _receipt(blob)
-    lay.committee.write_text(json.dumps({"verifiers": [member.address], "challenges": {
+    lay.committee.write_text(json.dumps({"verifiers": [member.address, auditor.address],
+                                         "challenges": {
         "c1": {"status": "open", "committee": [member.address],
                "receipt_hash": "0x" + receipt.struct_hash.hex()}}}))
-    service = build_shard_service(lay, 1, now=lambda: 1_700_000_000.0, rate_capacity=1000)
+    service = build_shard_service(lay, 1, now=lambda: 1_700_000_000.0, rate_capacity=1000,
+                                  audit_schedulers=[scheduler.address])
     att = SoftwareAttester(load_root_private(lay.root_key), M, lambda: 1_700_000_000.0)
     return Env(lay, TestClient(create_app(service, max_decrypt_body_bytes=64 * 1024)), member,
-               blob, receipt, att)
+               blob, receipt, att, scheduler, auditor)
 
 
-def _body(env: Env, target: DecryptTarget | None) -> tuple[dict[str, Any], X25519PrivateKey,
-                                                            bytes]:
+def _body(env: Env, target: DecryptTarget | None, *, signer: LocalAccount | None = None,
+          purpose: str = "full_challenge", assignment: AuditAssignment | None = None,
+          ) -> tuple[dict[str, Any], X25519PrivateKey, bytes]:
+    signer = signer or env.member
     eph = X25519PrivateKey.generate()
     pub = eph.public_key().public_bytes_raw()
     nonces = {1: bytes.fromhex(env.client.post("/v1/nonce").json()["nonce"][2:])}
-    who = env.member.address.lower()
-    rd = report_data(epoch=1, purpose="full_challenge", challenge_id="c1", requester=who,
+    who = signer.address.lower()
+    rd = report_data(epoch=1, purpose=purpose, challenge_id="c1", requester=who,
                      enclave_public_key=pub, nonces=nonces, target=target)
-    req = ReleaseRequest(epoch=1, purpose="full_challenge", challenge_id="c1", requester=who,
-                         requester_signature=sign_digest(env.member, requester_digest(rd)),
+    req = ReleaseRequest(epoch=1, purpose=purpose, challenge_id="c1", requester=who,
+                         requester_signature=sign_digest(signer, requester_digest(rd)),
                          enclave_public_key=pub, nonces=nonces, quote=env.attester.quote(rd),
-                         target=target)
+                         target=target, assignment=assignment)
     return req.to_json(), eph, rd
 
 
@@ -132,6 +140,7 @@ def test_identity_or_off_curve_e_is_a_bad_request(env: Env, bad_enc: bytes) -> N
     # The operator's own (hostile) envelope: a receipt for a blob whose E is not a point.
     blob = env.blob[:HEADER_LEN] + bad_enc + env.blob[HEADER_LEN + tdh.ENC_LEN:]
     receipt = _receipt(blob)
+    saved = env.lay.committee.read_text()
     env.lay.committee.write_text(json.dumps({"verifiers": [], "challenges": {
         "c1": {"status": "open", "committee": [env.member.address],
                "receipt_hash": "0x" + receipt.struct_hash.hex()}}}))
@@ -139,9 +148,7 @@ def test_identity_or_off_curve_e_is_a_bad_request(env: Env, bad_enc: bytes) -> N
         body, _, _ = _body(env, DecryptTarget(receipt, blob))
         _refused(env.client.post("/v1/decrypt", json=body), 400, "bad_request")
     finally:
-        env.lay.committee.write_text(json.dumps({"verifiers": [], "challenges": {
-            "c1": {"status": "open", "committee": [env.member.address],
-                   "receipt_hash": "0x" + env.receipt.struct_hash.hex()}}}))
+        env.lay.committee.write_text(saved)
 
 
 def test_ciphertext_not_the_receipts_is_refused(env: Env) -> None:
@@ -178,3 +185,33 @@ def test_decrypt_body_bound(env: Env) -> None:
     r = env.client.post("/v1/decrypt", content=b'{"target": "' + big.hex().encode() + b'"}',
                         headers={"content-type": "application/json"})
     _refused(r, 413, "request_too_large")
+
+
+def _assign(by: LocalAccount, receipt_hash: bytes, auditor: str,
+            expires_at: int = 1_700_000_600) -> AuditAssignment:
+    unsigned = AuditAssignment(receipt_hash, auditor.lower(), expires_at, b"")
+    return replace(unsigned, signature=sign_digest(by, unsigned.digest()))
+
+
+def test_light_audit_needs_a_schedulers_assignment_of_that_receipt(env: Env) -> None:
+    target = DecryptTarget(env.receipt, env.blob)
+    rh = env.receipt.struct_hash
+    other_rh = replace(env.receipt, issued_at=1).struct_hash
+    outsider = Account.create()
+    ok = [_assign(env.scheduler, rh, env.auditor.address),
+          _assign(env.scheduler, rh, ANY_AUDITOR)]  # any registered verifier
+    for a in ok:
+        body, _, _ = _body(env, target, signer=env.auditor, purpose="light_audit", assignment=a)
+        r = env.client.post("/v1/decrypt", json=body)
+        assert r.status_code == 200, r.text
+    bad = [None,  # self-chosen: no assignment at all
+           _assign(env.auditor, rh, env.auditor.address),  # signed by the auditor itself
+           _assign(env.scheduler, other_rh, env.auditor.address),  # another receipt
+           _assign(env.scheduler, rh, env.member.address),  # another auditor
+           _assign(env.scheduler, rh, env.auditor.address, expires_at=1_699_999_999)]
+    for a in bad:
+        body, _, _ = _body(env, target, signer=env.auditor, purpose="light_audit", assignment=a)
+        _refused(env.client.post("/v1/decrypt", json=body), 403, "audit_not_assigned")
+    # "any registered verifier" does not extend to an unregistered account
+    body, _, _ = _body(env, target, signer=outsider, purpose="light_audit", assignment=ok[1])
+    _refused(env.client.post("/v1/decrypt", json=body), 403, "audit_not_assigned")

@@ -49,6 +49,7 @@ from verinfer.kms.errors import ShareVerificationError
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
+    AuditAssignment,
     DecryptTarget,
     Release,
     ReleaseRequest,
@@ -213,16 +214,19 @@ class EnclaveRunner:
         return self._rebuild(record, shares, buffers, corrupt, refusals)
 
     def open_receipt(self, *, receipt: Receipt, ciphertext: bytes,
-                     purpose: str, challenge_id: str) -> ReceiptOpening:
+                     purpose: str, challenge_id: str,
+                     assignment: AuditAssignment | None = None) -> ReceiptOpening:
         """Open the envelope of ``receipt`` by per-receipt threshold decryption (threshold
         epochs only). Raises KeyReleaseError (fewer than t valid partials, naming refusals and
         corrupt shards), EnvelopeDecryptionError / EnvelopeContentError like open_envelope."""
         return asyncio.run(self.open_receipt_async(
             receipt=receipt, ciphertext=ciphertext, purpose=purpose,
-            challenge_id=challenge_id))
+            challenge_id=challenge_id, assignment=assignment))
 
     async def open_receipt_async(self, *, receipt: Receipt, ciphertext: bytes,
-                                 purpose: str, challenge_id: str) -> ReceiptOpening:
+                                 purpose: str, challenge_id: str,
+                                 assignment: AuditAssignment | None = None
+                                 ) -> ReceiptOpening:
         t0 = self._clock()
         record = self.epochs.get(receipt.key_epoch)
         suite = EnvelopeSuite.parse(record.suite)
@@ -254,7 +258,8 @@ class EnclaveRunner:
                                  requester=self.signer.address,
                                  requester_signature=self.signer.sign(requester_digest(rd)),
                                  enclave_public_key=enclave_pub, nonces=nonces,
-                                 quote=self.attester.quote(rd), target=target)
+                                 quote=self.attester.quote(rd), target=target,
+                                 assignment=assignment)
             partials, corrupt = await self._collect_partials(http, req, rd, record, enc,
                                                              ephemeral, refusals)
         del ephemeral

@@ -232,6 +232,10 @@ def shard_serve(
     allow_insecure_software_enclave: Annotated[bool, typer.Option(
         help="Accept SoftwareEnclave quotes: NOT a security boundary (devnet, tests).")]
     = False,
+    audit_scheduler: Annotated[list[str] | None, typer.Option(
+        help="Address whose signed audit assignments authorize per-receipt light audits "
+             "(repeatable; none: per-receipt light audits only from the committee source).")]
+    = None,
 ) -> None:
     """Serve one shard over HTTP (nonce, release, health, metrics).
 
@@ -301,7 +305,8 @@ def shard_serve(
             committee=oracle,
             release_log=rlog,
             now=time.time, nonce_ttl_s=nonce_ttl, quote_max_age_s=quote_max_age,
-            rate_capacity=rate_capacity, rate_refill_per_s=rate_refill)
+            rate_capacity=rate_capacity, rate_refill_per_s=rate_refill,
+            audit_schedulers=frozenset(a.lower() for a in audit_scheduler or []))
     except VerinferError as e:
         raise _fail(e) from e
     service = ShardService(cfg)

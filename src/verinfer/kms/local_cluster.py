@@ -235,7 +235,8 @@ def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], flo
                         nonce_ttl_s: float = 30.0, quote_max_age_s: float = 60.0,
                         rate_capacity: float = 10.0, rate_refill_per_s: float = 1.0,
                         committee: CommitteeOracle | None = None,
-                        checkpoint_every: int = 100) -> ShardService:
+                        checkpoint_every: int = 100,
+                        audit_schedulers: Iterable[str] = ()) -> ShardService:
     """The same service ``verinfer kms shard serve`` runs, in this process (clock injectable).
     ``committee``: e.g. a ``ChainCommitteeOracle``; default the layout's committee.json."""
     seal_key = load_seal_key(lay.seal_key_file(index))
@@ -250,4 +251,5 @@ def build_shard_service(lay: ClusterLayout, index: int, *, now: Callable[[], flo
         release_log=ReleaseLog(lay.release_log(index), signer=identity, shard_index=index,
                                checkpoint_every=checkpoint_every, now=now),
         now=now, nonce_ttl_s=nonce_ttl_s, quote_max_age_s=quote_max_age_s,
-        rate_capacity=rate_capacity, rate_refill_per_s=rate_refill_per_s))
+        rate_capacity=rate_capacity, rate_refill_per_s=rate_refill_per_s,
+        audit_schedulers=frozenset(a.lower() for a in audit_schedulers)))

@@ -73,6 +73,46 @@ def dleq_context(report_data_: bytes, shard_index: int) -> bytes:
     return report_data_ + shard_index.to_bytes(2, "big")
 
 
+#: An assignment naming this auditor lets any registered verifier take the audit job.
+ANY_AUDITOR = "0x" + "00" * 20
+
+
+@dataclass(frozen=True)
+class AuditAssignment:
+    """A light audit of one receipt, drawn by an audit scheduler the shards trust (their
+    ``--audit-scheduler`` addresses), never chosen by the auditor. Signed EIP-191 by the
+    scheduler over sha256("verinfer/kms/audit-assignment/v1" || receipt hashStruct (32) ||
+    auditor (20; zero = any registered verifier) || u64 expires_at)."""
+
+    receipt_hash: bytes
+    auditor: str
+    expires_at: int
+    signature: bytes
+
+    def digest(self) -> bytes:
+        return hashlib.sha256(b"verinfer/kms/audit-assignment/v1" + self.receipt_hash
+                              + bytes.fromhex(self.auditor[2:])
+                              + self.expires_at.to_bytes(8, "big")).digest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"receipt_hash": "0x" + self.receipt_hash.hex(), "auditor": self.auditor,
+                "expires_at": self.expires_at, "signature": "0x" + self.signature.hex()}
+
+    @classmethod
+    def from_json(cls, d: Any) -> AuditAssignment:
+        if not isinstance(d, Mapping) or set(d) != {"receipt_hash", "auditor", "expires_at",
+                                                    "signature"}:
+            raise BadReleaseRequest("assignment must be {receipt_hash, auditor, expires_at, "
+                                    "signature}", param="assignment")
+        exp = d["expires_at"]
+        if not isinstance(exp, int) or isinstance(exp, bool) or not 0 <= exp < 2**64:
+            raise BadReleaseRequest("assignment.expires_at must be a u64", param="assignment")
+        unhex(d["auditor"], "assignment.auditor", 20)
+        return cls(unhex(d["receipt_hash"], "assignment.receipt_hash", 32),
+                   str(d["auditor"]).lower(), exp,
+                   unhex(d["signature"], "assignment.signature", 65))
+
+
 @dataclass(frozen=True)
 class DecryptTarget:
     """The one envelope a per-receipt request is about. The shard recomputes everything:
@@ -161,6 +201,9 @@ class ReleaseRequest:
     nonces: dict[int, bytes]
     quote: Quote
     target: DecryptTarget | None = None
+    #: light audits of per-receipt epochs: the scheduler's assignment (authorization
+    #: evidence checked by the shard, not part of report_data)
+    assignment: AuditAssignment | None = None
 
     def report_data(self) -> bytes:
         return report_data(epoch=self.epoch, purpose=self.purpose, challenge_id=self.challenge_id,
@@ -168,7 +211,9 @@ class ReleaseRequest:
                            nonces=self.nonces, target=self.target)
 
     def to_json(self) -> dict[str, Any]:
-        extra = {} if self.target is None else {"target": self.target.to_json()}
+        extra: dict[str, Any] = {} if self.target is None else {"target": self.target.to_json()}
+        if self.assignment is not None:
+            extra["assignment"] = self.assignment.to_json()
         return {**extra, "epoch": self.epoch, "purpose": self.purpose,
                 "challenge_id": self.challenge_id,
                 "requester": self.requester,
@@ -211,7 +256,10 @@ class ReleaseRequest:
         except AttestationError as e:
             raise BadReleaseRequest(e.message, param="quote") from e
         target = None if d.get("target") is None else DecryptTarget.from_json(d.get("target"))
+        assignment = (None if d.get("assignment") is None
+                      else AuditAssignment.from_json(d.get("assignment")))
         return cls(epoch=epoch, purpose=purpose, challenge_id=challenge_id, target=target,
+                   assignment=assignment,
                    requester=str(requester).lower(),
                    requester_signature=unhex(d.get("requester_signature"),
                                              "requester_signature", 65),

@@ -62,6 +62,7 @@ from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.kms.keygen import share_label, share_path
 from verinfer.kms.nonces import NonceBook, NonceGrant, Spend
 from verinfer.kms.protocol import (
+    ANY_AUDITOR,
     TRANSPORT_SUITE,
     Release,
     ReleaseRequest,
@@ -95,6 +96,8 @@ class ShardConfig:
     quote_max_age_s: float = 60.0
     rate_capacity: float = 10.0
     rate_refill_per_s: float = 1.0
+    #: addresses whose signed AuditAssignments authorize per-receipt light audits
+    audit_schedulers: frozenset[str] = frozenset()
 
 
 #: Log reason of a release that repeats an earlier answer to the identical request.
@@ -214,9 +217,27 @@ class ShardService:
             if not committee.challenge_covers(req.challenge_id, receipt):
                 raise NotCommitteeMemberError(
                     f"challenge {req.challenge_id} does not dispute receipt 0x{rid}")
-        elif not committee.is_audit_assigned(req.requester, receipt):
+        elif not (self._assigned_by_scheduler(req)
+                  or committee.is_audit_assigned(req.requester, receipt)):
             raise AuditNotAssignedError(
                 f"{req.requester} holds no light-audit assignment for receipt 0x{rid}")
+
+    def _assigned_by_scheduler(self, req: ReleaseRequest) -> bool:
+        """A valid, unexpired assignment of this receipt to this requester (or to any
+        registered verifier) signed by one of our audit schedulers."""
+        a, target = req.assignment, req.target
+        if a is None or target is None or not self.cfg.audit_schedulers:
+            return False
+        try:
+            signer = recover_digest_signer(a.digest(), a.signature)
+        except ValueError:
+            return False
+        if signer not in self.cfg.audit_schedulers or a.receipt_hash != target.receipt_hash \
+                or a.expires_at < self.cfg.now():
+            return False
+        if a.auditor == ANY_AUDITOR:
+            return self.cfg.committee.is_registered_verifier(req.requester)
+        return a.auditor == req.requester
 
     def _partial_and_sign(self, req: ReleaseRequest) -> Release:
         """D_i = s_i·E with its DLEQ proof, encrypted to the enclave; E is read from the

@@ -55,13 +55,17 @@ app.add_typer(bench_app, name="bench")
 
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="Path to a .gguf/.safetensors model (default: embedded Gemma 3 270M).")]
+ModelsOpt = Annotated[list[str] | None, typer.Option(
+    "--model", help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
+                    "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
+                    "`model` picks one. Default: gemma3-270m.")]
 KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]
 
 
 def _model_path(model: str | None) -> Path:
-    from verinfer.engine.loader import embedded_model_path
+    from verinfer.engine.loader import embedded_model_path, resolve_model_path
 
-    return Path(model) if model else embedded_model_path()
+    return resolve_model_path(model) if model else embedded_model_path()
 
 
 def _kernels(mode: str) -> str:
@@ -72,13 +76,14 @@ def _kernels(mode: str) -> str:
 
 @app.command()
 def serve(
-    model: ModelOpt = None,
+    model: ModelsOpt = None,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8000,
     kernels: KernelsOpt = "invariant",
     max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
     max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
-    name: Annotated[str | None, typer.Option(help="Model name clients send.")] = None,
+    name: Annotated[str | None, typer.Option(
+        help="Model name clients send (one --model only; default: the model's name).")] = None,
     api_keys_file: Annotated[Path | None, typer.Option(
         help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
              "none = open API.")] = None,
@@ -107,17 +112,31 @@ def serve(
     keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
     if api_keys_file is not None:
         keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
-    try:
-        loaded = load_model(_model_path(model))
-    except VerinferError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        raise typer.Exit(2) from e
+    from verinfer.engine.loader import MODEL_NAMES, LoadedModel
+
+    wanted = list(model or ["gemma3-270m"])
+    if name is not None and len(wanted) > 1:
+        typer.echo("error: --name applies to a single --model (named models keep their "
+                   "names)", err=True)
+        raise typer.Exit(2)
     if (operator_dir is None) == (not unsafe_no_evidence):
         typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
                    "without any verifiable evidence, --unsafe-no-evidence", err=True)
         raise typer.Exit(2)
-    engine = Engine(loaded, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
-                    max_context=max_context)
+    loaded_by_name: dict[str, LoadedModel] = {}
+    for m in wanted:
+        try:
+            loaded = load_model(_model_path(m))
+        except VerinferError as e:
+            typer.echo(f"error: {m}: {e.message}", err=True)
+            raise typer.Exit(2) from e
+        served = name or (m if m in MODEL_NAMES else _default_name(loaded.name))
+        if served in loaded_by_name:
+            typer.echo(f"error: two models would be served as {served!r}", err=True)
+            raise typer.Exit(2)
+        loaded_by_name[served] = loaded
+    engines = {n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
+                         max_context=max_context) for n, lm in loaded_by_name.items()}
     runtime = None
     unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
         if unsafe_no_evidence else []
@@ -129,32 +148,36 @@ def serve(
             cfg = OperatorConfig.load(operator_dir)
             unsafe = unsafe_reasons(cfg)
             if unsafe and not unsafe_dev:
-                engine.close()
+                for eng in engines.values():
+                    eng.close()
                 typer.echo("error: this operator configuration is unsafe for production:\n  - "
                            + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
                            "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
                            "demo", err=True)
                 raise typer.Exit(2)
-            runtime = build_runtime(cfg, engine, check_identity=not unsafe_skip_identity_check)
+            runtime = build_runtime(cfg, list(engines.values()),
+                                    check_identity=not unsafe_skip_identity_check)
         except VerinferError as e:
-            engine.close()
+            for eng in engines.values():
+                eng.close()
             typer.echo(f"error: {e.message}", err=True)
             raise typer.Exit(2) from e
     for reason in unsafe:
         typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
-    served_name = name or _default_name(loaded.name)
-    typer.echo(f"serving {served_name} ({loaded.model_id[:18]}…) on http://{host}:{port}/v1 "
-               f"[{engine.fingerprint.system_fingerprint}]", err=True)
+    for served_name, eng in engines.items():
+        typer.echo(f"serving {served_name} ({eng.model_id[:18]}…) on http://{host}:{port}/v1 "
+                   f"[{eng.fingerprint.system_fingerprint}]", err=True)
     try:
         config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
                               evidence=runtime.evidence if runtime else None,
                               readiness=runtime.readiness if runtime else None, unsafe=unsafe)
-        uvicorn.run(create_app(engine, served_name, config), host=host, port=port,
+        uvicorn.run(create_app(engines, None, config), host=host, port=port,
                     log_level="warning")
     finally:
         if runtime is not None:
             runtime.close()
-        engine.close()
+        for eng in engines.values():
+            eng.close()
 
 
 def _default_name(model_name: str) -> str:

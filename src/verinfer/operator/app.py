@@ -8,7 +8,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,11 +223,49 @@ def _prompt_texts(prompt: Any) -> list[str]:
     return []
 
 
-def create_app(engine: Engine, model_name: str, config: ServerConfig | None = None) -> FastAPI:
+class ModelRoutes:
+    """The served models by the name clients send (``model`` in a request). A request names one
+    of them -- or its model id (``0x`` + sha256 of the weights) -- and is served, tokenized and
+    receipted by that model's engine alone: its own model id, tokenizer, request rule facts and
+    fingerprint. Anything else is the OpenAI 404 ``model_not_found``."""
+
+    def __init__(self, engines: Mapping[str, Engine], clock: Callable[[], float]) -> None:
+        if not engines:
+            raise ValueError("no model to serve")
+        self.engines = dict(engines)
+        self.chat = {n: ServingChat(e, n, clock=clock) for n, e in self.engines.items()}
+        self.completions = {n: ServingCompletions(e, n, clock=clock)
+                            for n, e in self.engines.items()}
+        self._by_id = {e.model_id: n for n, e in self.engines.items()}
+
+    def name(self, model: str) -> str:
+        if model in self.engines:
+            return model
+        by_id = self._by_id.get(model)
+        if by_id is not None:
+            return by_id
+        raise ModelNotFoundError(f"the model {model!r} does not exist; this server serves "
+                                 + ", ".join(repr(n) for n in self.engines), param="model")
+
+    def models(self, created: int) -> ModelList:
+        return ModelList(data=[card for c in self.chat.values()
+                               for card in c.models(created).data])
+
+
+def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = None,
+               config: ServerConfig | None = None) -> FastAPI:
+    """``engine``: one engine served as ``model_name``, or several by name (the first one's
+    identity is also the top level of /health)."""
     cfg = config or ServerConfig()
     app = FastAPI(title="verinfer operator", version="0.1.0")
-    chat = ServingChat(engine, model_name, clock=cfg.clock)
-    completions = ServingCompletions(engine, model_name, clock=cfg.clock)
+    if isinstance(engine, Engine):
+        if model_name is None:
+            raise ValueError("name the served model")
+        engines: Mapping[str, Engine] = {model_name: engine}
+    else:
+        engines = engine
+    routes = ModelRoutes(engines, cfg.clock)
+    first = next(iter(routes.engines.values()))
     keys = ApiKeys(cfg.api_keys)
     limiter = (RateLimiter(cfg.rate_limit_per_minute, cfg.rate_limit_burst, clock=cfg.clock)
                if cfg.rate_limit_per_minute else None)
@@ -270,7 +308,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
 
     @v1.get("/models", response_model=ModelList)
     async def list_models() -> ModelList:
-        return chat.models(int(cfg.clock()))
+        return routes.models(int(cfg.clock()))
 
     evidence = cfg.evidence
 
@@ -310,6 +348,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
              response_model_exclude_none=True)
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         require_ready()
+        chat = routes.chat[routes.name(req.model)]
         check_work([m.content for m in req.messages], len(req.messages))
         body = await request.body()
         owner = request.state.key_digest
@@ -323,6 +362,7 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
     async def text_completions(req: CompletionRequest, request: Request) -> Response:
         require_ready()
+        completions = routes.completions[routes.name(req.model)]
         check_work(_prompt_texts(req.prompt))
         body = await request.body()
         owner = request.state.key_digest
@@ -354,12 +394,16 @@ def create_app(engine: Engine, model_name: str, config: ServerConfig | None = No
     async def health() -> dict[str, Any]:
         """Liveness (always 200 while the process serves) plus why it would refuse to sign."""
         ready, reasons = readiness_state()
-        fp = engine.fingerprint
+        fp = first.fingerprint
         return {"status": "ok", "ready": ready, "not_ready": reasons,
-                "unsafe": list(cfg.unsafe), "model_id": engine.model_id,
+                "unsafe": list(cfg.unsafe), "model_id": first.model_id,
                 "system_fingerprint": fp.system_fingerprint,
                 "engine_fingerprint": {"hash": fp.hash, "approved": fp.approved(),
-                                       "reported": fp.reported}}
+                                       "reported": fp.reported},
+                "models": {n: {"model_id": e.model_id, "tokenizer_hash": e.tokenizer.hash,
+                               "system_fingerprint": e.fingerprint.system_fingerprint,
+                               "engine_fingerprint_hash": e.fingerprint.hash}
+                           for n, e in routes.engines.items()}}
 
     @app.get("/ready")
     async def ready_probe() -> Response:

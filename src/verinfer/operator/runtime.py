@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,10 +188,18 @@ def _bind_chain(cfg: OperatorConfig, domain: Domain) -> Any:
     return contracts
 
 
-def build_runtime(cfg: OperatorConfig, engine: Engine, *,
+def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
                   clock: Callable[[], float] = time.time,
                   monitor_interval_s: float | None = None,
                   check_identity: bool = True) -> OperatorRuntime:
+    """``engine``: the served engine, or every one when several models are served. Each
+    model's id and engine fingerprint is checked against the allowlists on its own; while any
+    one is not approved, signing stops for all (one readiness gate: a receipt for an unapproved
+    model is slashable at challenge open, and the server cannot tell in advance which model the
+    next request names)."""
+    engines = [engine] if isinstance(engine, Engine) else list(engine)
+    if not engines:
+        raise OperatorConfigError("no engine to serve")
     rec = require_live(FileEpochRegistry(cfg.path("epochs_file")), int(cfg.raw["key_epoch"]))
     epoch_key = load_public_key(rec.suite, rec.public_key_bytes)
     da_cfg: dict[str, Any] = dict(cfg.raw["da"])
@@ -209,10 +217,13 @@ def build_runtime(cfg: OperatorConfig, engine: Engine, *,
         # the deadline that counts is the one a claimant uses: the chain's
         deadline = float(contracts.config.params().publication_deadline)
         if check_identity:
-            checks.append((ChainIdentity.NAME, ChainIdentity(
-                readiness, contracts.config, parse_hex(engine.model_id, 32, "model_id"),
-                parse_hex(engine.fingerprint.hash, 32, "engine fingerprint hash"),
-                interval_s=float(bp.get("identity_interval_s", 30.0)))))
+            for i, eng in enumerate(engines):
+                # one readiness reason per model ("identity", "identity-1", ...)
+                name = ChainIdentity.NAME if i == 0 else f"{ChainIdentity.NAME}-{i}"
+                checks.append((name, ChainIdentity(
+                    readiness, contracts.config, parse_hex(eng.model_id, 32, "model_id"),
+                    parse_hex(eng.fingerprint.hash, 32, "engine fingerprint hash"),
+                    interval_s=float(bp.get("identity_interval_s", 30.0)), NAME=name)))
         else:
             log.warning("UNSAFE: signing without checking that the model and engine "
                         "fingerprint are approved on chain")
@@ -224,7 +235,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine, *,
     outbox = Outbox(cfg.path("outbox"), now=clock,
                     receipt_decoder=functools.partial(decode_signed_receipt, legacy_domain=domain))
     evidence = EvidencePipeline(
-        engine, ChainBoundSigner(cfg.private_key(), domain), domain,
+        engines[0], ChainBoundSigner(cfg.private_key(), domain), domain,
         int(cfg.raw["key_epoch"]), epoch_key, outbox, backend, clock=clock)
     batch = cfg.raw["batch"]
     publisher = Publisher(outbox, da, open_sink(cfg),

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer import _click as click  # typer ships its own click; its group API is that one's
@@ -184,19 +184,25 @@ def _default_name(model_name: str) -> str:
     return model_name.lower().replace(" ", "-")
 
 
+CHAT_MODEL, COMPLETION_MODEL = "smollm2-135m-instruct", "gemma3-270m"
+
+
 @app.command()
 def demo(
     model: ModelOpt = None,
-    prompt: Annotated[str, typer.Option()] = "Write one sentence about the sea.",
-    max_tokens: Annotated[int, typer.Option()] = 32,
+    prompt: Annotated[str, typer.Option(help="The chat question.")] =
+        "What is a lighthouse? Answer in one sentence.",
+    completion_prompt: Annotated[str, typer.Option(help="The text to complete.")] =
+        "The history of the printing press begins",
+    max_tokens: Annotated[int, typer.Option()] = 40,
     port: Annotated[int, typer.Option(help="0 = pick a free port")] = 0,
 ) -> None:
-    """The main job: start `verinfer serve` on the embedded model and complete one request
-    with the official openai SDK."""
+    """The main job: start `verinfer serve` with both shipped models -- SmolLM2-135M-Instruct
+    answers the chat request, Gemma 3 270M (a base model) the text completion -- and send one
+    of each through the official openai SDK, checking each answer's signed receipt. ``--model``
+    serves that one model for both instead."""
     import tempfile
 
-    from eth_account import Account
-    from eth_account.messages import encode_typed_data
     from openai import OpenAI
 
     port = port or _free_port()
@@ -207,46 +213,65 @@ def demo(
     if init.returncode != 0:
         typer.echo(init.stderr, err=True)
         raise typer.Exit(init.returncode)
-    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port), "--name", "default",
+    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port),
            "--operator-dir", str(state), "--unsafe-dev"]  # one-process demo: no chain
     if model:
-        cmd += ["--model", model]
+        cmd += ["--model", model, "--name", "default"]
+        chat_model = completion_model = "default"
+    else:
+        cmd += ["--model", COMPLETION_MODEL, "--model", CHAT_MODEL]
+        chat_model, completion_model = CHAT_MODEL, COMPLETION_MODEL
     server = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         _wait_ready(client, server)
+        typer.echo(f"models: {', '.join(m.id for m in client.models.list().data)}")
         t0 = time.perf_counter()
         r = client.chat.completions.create(
-            model="default", messages=[{"role": "user", "content": prompt}],
+            model=chat_model, messages=[{"role": "user", "content": prompt}],
             max_tokens=max_tokens, temperature=0.0)
-        dt = time.perf_counter() - t0
-        ev = (r.choices[0].model_extra or {}).get("verinfer", {})
-        v = (r.model_extra or {})["verification"]
-        signer = Account.recover_message(encode_typed_data(full_message=v["receipt"]),
-                                         signature=v["signature"])
+        typer.echo(f"\n== chat ({chat_model}) ==")
         typer.echo(f"prompt:  {prompt}")
         typer.echo(f"answer:  {r.choices[0].message.content!r}")
-        typer.echo(f"finish:  {r.choices[0].finish_reason}; usage: {r.usage}; {dt:.2f}s")
-        typer.echo(f"system_fingerprint: {r.system_fingerprint}")
-        typer.echo(f"model_id: {ev.get('model_id')}  logit_digest: {ev.get('logit_digest')}")
-        typer.echo(f"receipt: {v['receipt_id']} signed by {signer} "
-                   f"({'matches' if signer == v['operator'] else 'DOES NOT MATCH'} the operator)")
-        typer.echo(f"req_hash: {v['req_hash']}  out_hash: {v['out_hash']}")
-        typer.echo(f"ciphertext: {v['da_pointer']} (key epoch {v['key_epoch']})")
-        import httpx
-
-        deadline = time.monotonic() + 30
-        st: dict[str, object] = {}
-        while time.monotonic() < deadline:
-            st = httpx.get(f"http://127.0.0.1:{port}/v1/receipts/{v['receipt_id']}").json()
-            if st.get("state") == "committed":
-                break
-            time.sleep(0.5)
-        typer.echo(f"publication: {st.get('state')}; batch: {st.get('batch')}")
-        typer.echo(f"operator state: {state}")
+        _demo_evidence(r, port, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        c = client.completions.create(model=completion_model, prompt=completion_prompt,
+                                      max_tokens=max_tokens, temperature=0.0)
+        typer.echo(f"\n== completion ({completion_model}) ==")
+        typer.echo(f"prompt:  {completion_prompt}")
+        typer.echo(f"answer:  {c.choices[0].text!r}")
+        _demo_evidence(c, port, time.perf_counter() - t0)
+        typer.echo(f"\noperator state: {state}")
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _demo_evidence(r: Any, port: int, dt: float) -> None:
+    """Prints a response's engine evidence and checks its receipt's signature and publication."""
+    import httpx
+    from eth_account import Account
+    from eth_account.messages import encode_typed_data
+
+    ev = (r.choices[0].model_extra or {}).get("verinfer", {})
+    v = (r.model_extra or {})["verification"]
+    signer = Account.recover_message(encode_typed_data(full_message=v["receipt"]),
+                                     signature=v["signature"])
+    typer.echo(f"finish:  {r.choices[0].finish_reason}; usage: {r.usage}; {dt:.2f}s")
+    typer.echo(f"system_fingerprint: {r.system_fingerprint}")
+    typer.echo(f"model_id: {ev.get('model_id')}  logit_digest: {ev.get('logit_digest')}")
+    typer.echo(f"receipt: {v['receipt_id']} signed by {signer} "
+               f"({'matches' if signer == v['operator'] else 'DOES NOT MATCH'} the operator)")
+    typer.echo(f"req_hash: {v['req_hash']}  out_hash: {v['out_hash']}")
+    typer.echo(f"ciphertext: {v['da_pointer']} (key epoch {v['key_epoch']})")
+    deadline = time.monotonic() + 30
+    st: dict[str, object] = {}
+    while time.monotonic() < deadline:
+        st = httpx.get(f"http://127.0.0.1:{port}/v1/receipts/{v['receipt_id']}").json()
+        if st.get("state") == "committed":
+            break
+        time.sleep(0.5)
+    typer.echo(f"publication: {st.get('state')}; batch: {st.get('batch')}")
 
 
 def _free_port() -> int:

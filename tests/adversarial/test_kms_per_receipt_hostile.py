@@ -215,3 +215,20 @@ def test_light_audit_needs_a_schedulers_assignment_of_that_receipt(env: Env) -> 
     # "any registered verifier" does not extend to an unregistered account
     body, _, _ = _body(env, target, signer=outsider, purpose="light_audit", assignment=ok[1])
     _refused(env.client.post("/v1/decrypt", json=body), 403, "audit_not_assigned")
+
+
+def test_audit_job_carries_the_assignment_and_refuses_a_malformed_one(env: Env) -> None:
+    from verinfer.receipts.eip712 import Domain, ReceiptSigner
+    from verinfer.receipts.signed import SignedReceipt
+    from verinfer.verifier.audit_stream import AuditJob
+    from verinfer.verifier.errors import AuditJobError
+
+    signed = SignedReceipt.sign(env.receipt, Domain(31337, "0x" + "c0" * 20),
+                                ReceiptSigner(hashlib.sha256(b"op").digest()))
+    a = _assign(env.scheduler, env.receipt.struct_hash, ANY_AUDITOR)
+    job = AuditJob("j1", signed, "local:x", a)
+    assert AuditJob.parse(job.fields()) == job
+    assert AuditJob.parse(AuditJob("j2", signed, "local:x").fields()).assignment is None
+    bad = {**job.fields(), "assignment": json.dumps({**a.to_json(), "expires_at": -1})}
+    with pytest.raises(AuditJobError):
+        AuditJob.parse(bad)

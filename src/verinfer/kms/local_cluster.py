@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from eth_account import Account
 
 from verinfer.enclave.attestation import VerifierSet
 from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public, root_keygen
@@ -68,6 +70,18 @@ class ClusterLayout:
     @property
     def root_pub(self) -> Path:
         return self.root / "attestation" / "root.pub"
+
+    @property
+    def audit_scheduler_key(self) -> Path:
+        """Private key (0x-hex) of the local audit scheduler: its signed assignments
+        authorize per-receipt light audits on these shards (``verinfer audit
+        --scheduler-key-file``)."""
+        return self.root / "audit-scheduler.key"
+
+    def audit_scheduler_address(self) -> str | None:
+        if not self.audit_scheduler_key.exists():
+            return None
+        return str(Account.from_key(self.audit_scheduler_key.read_text().strip()).address)
 
     def seal_key_file(self, index: int) -> Path:
         return self.root / "seal-keys" / f"shard-{index}.key"
@@ -124,6 +138,9 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
         upsert_shard(lay.directory, ShardInfo(i, f"http://127.0.0.1:{free_port()}",
                                               acct.address.lower()))
     write_allowlist(lay.allowlist, measurements)
+    # the light-audit scheduler of this throwaway cluster (another key in the unsafe tree)
+    lay.audit_scheduler_key.write_text("0x" + secrets.token_bytes(32).hex())
+    lay.audit_scheduler_key.chmod(0o600)
     lay.committee.write_text(json.dumps({
         "verifiers": list(verifiers),
         "challenges": {cid: {"status": "open", "committee": list(m),
@@ -181,12 +198,16 @@ class ShardProcesses:
                    "--attestation-root", str(self.lay.root_pub),
                    "--allow-insecure-software-enclave",  # the software enclave: local only
                    "--allowlist", str(self.lay.allowlist),
-                   *self.committee_args(), *self.extra_args]
+                   *self.committee_args(), *self.scheduler_args(), *self.extra_args]
             with self.lay.server_log(i).open("ab") as log:
                 self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout_s
         for i in todo:
             self._wait_healthy(infos[i], deadline)
+
+    def scheduler_args(self) -> list[str]:
+        addr = self.lay.audit_scheduler_address()
+        return [] if addr is None else ["--audit-scheduler", addr]
 
     def committee_args(self) -> list[str]:
         if self.chain is not None:

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from verinfer.errors import VerinferError
+from verinfer.kms.protocol import AuditAssignment
 from verinfer.receipts.eip712 import check_issued_at
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.audit_stream import AuditQueue, StreamKeys
@@ -53,6 +54,28 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
             if rng.random() < rate:
                 out.append((e.signed, str(e.ciphertext)))
     return out
+
+
+def _assigner(key_file: Path | None, timeout_s: float
+              ) -> Callable[[SignedReceipt], AuditAssignment] | None:
+    """Signs one assignment per sampled receipt: any registered verifier may take the job
+    (the stream's consumer group decides who), valid until the audit's deadline plus slack.
+    The scheduler, not the auditor, chose the receipt."""
+    if key_file is None:
+        return None
+    from eth_account import Account
+
+    from verinfer.kms.identity import sign_digest
+    from verinfer.kms.protocol import ANY_AUDITOR
+
+    account = Account.from_key(key_file.read_text().strip())
+    expires = int(time.time() + timeout_s + 600)
+
+    def sign(s: SignedReceipt) -> AuditAssignment:
+        a = AuditAssignment(s.receipt.struct_hash, ANY_AUDITOR, expires, b"")
+        return AuditAssignment(a.receipt_hash, a.auditor, a.expires_at,
+                               sign_digest(account, a.digest()))
+    return sign
 
 
 def report_problem(rep: SignedAuditReport, job: SignedReceipt,
@@ -97,6 +120,10 @@ def audit(
     escalate: Annotated[bool, typer.Option(
         help="Open a full challenge (bond from the key) for every mismatch.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    scheduler_key_file: Annotated[Path | None, typer.Option(
+        help="Audit-scheduler private key (0x-hex file) the KMS shards trust "
+             "(--audit-scheduler): each sampled job carries its signed assignment, which "
+             "per-receipt epochs need for a light audit (docs/kms.md §8).")] = None,
 ) -> None:
     """Sample receipts from committed batches, queue audit jobs, collect signed reports."""
     if not 0.0 < sample_rate <= 1.0:
@@ -110,7 +137,8 @@ def audit(
                        StreamKeys(prefix))
         start = q.r.xinfo_stream(q.keys.reports)["last-generated-id"] \
             if q.r.exists(q.keys.reports) else "0-0"
-        jobs = {q.enqueue(s, p): s for s, p in picked}
+        sign = _assigner(scheduler_key_file, timeout_s)
+        jobs = {q.enqueue(s, p, sign(s) if sign else None): s for s, p in picked}
         got: dict[str, SignedAuditReport] = {}
         refused: list[str] = []
         with Progress(TextColumn("auditing"), BarColumn(), TextColumn("{task.completed}/"

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from verinfer.errors import VerinferError
+from verinfer.kms.protocol import AuditAssignment
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.errors import AuditJobError
@@ -56,17 +57,26 @@ class AuditJob:
     job_id: str
     signed: SignedReceipt
     ciphertext: str  # DA pointer
+    #: per-receipt KMS epochs: the audit scheduler's signed assignment (docs/kms.md §8)
+    assignment: AuditAssignment | None = None
 
     def fields(self) -> dict[str, str]:
-        return {"job": self.job_id, "receipt": json.dumps(self.signed.to_json()),
-                "ciphertext": self.ciphertext}
+        f = {"job": self.job_id, "receipt": json.dumps(self.signed.to_json()),
+             "ciphertext": self.ciphertext}
+        if self.assignment is not None:
+            f["assignment"] = json.dumps(self.assignment.to_json())
+        return f
 
     @classmethod
     def parse(cls, f: dict[str, str]) -> AuditJob:
         try:
+            assignment = None
+            if f.get("assignment") is not None:
+                assignment = AuditAssignment.from_json(loads_untrusted(
+                    f["assignment"], max_bytes=4 * 1024, what="audit job assignment"))
             return cls(f["job"], SignedReceipt.from_json(
                 loads_untrusted(f["receipt"], max_bytes=64 * 1024, what="audit job receipt")),
-                       f["ciphertext"])
+                       f["ciphertext"], assignment)
         except (KeyError, ValueError, VerinferError) as e:
             raise AuditJobError(f"malformed audit job {f!r:.200}: {e}") from e
 
@@ -87,8 +97,9 @@ class AuditQueue:
         self.r, self.keys, self.new_id = r, keys, new_id
         ensure_group(r, keys)
 
-    def enqueue(self, signed: SignedReceipt, ciphertext: str) -> str:
-        job = AuditJob(self.new_id(), signed, ciphertext)
+    def enqueue(self, signed: SignedReceipt, ciphertext: str,
+                assignment: AuditAssignment | None = None) -> str:
+        job = AuditJob(self.new_id(), signed, ciphertext, assignment)
         self.r.xadd(self.keys.jobs, job.fields())  # type: ignore[arg-type]
         return job.job_id
 

@@ -89,7 +89,8 @@ def run(
     if audit_redis_url is not None:
         def audit_judge(job: AuditJob) -> Verdict:
             return judge.judge(job.signed.receipt, job.ciphertext, purpose="light_audit",
-                               challenge_id=f"audit-{job.job_id}")
+                               challenge_id=f"audit-{job.job_id}",
+                               assignment=job.assignment)
 
         def record(rep: SignedAuditReport) -> None:
             with lock:

@@ -34,6 +34,7 @@ from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
+from verinfer.kms.protocol import AuditAssignment
 from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import (
     EnvelopeContents,
@@ -120,7 +121,8 @@ class EnclaveJudge:
         return Engine.from_path(self.cfg.model_path).fingerprint.canonical().decode()
 
     def judge(self, receipt: Receipt, pointer: str | None, *, purpose: str,
-              challenge_id: str, absent_is_fault: bool = True) -> Verdict:
+              challenge_id: str, absent_is_fault: bool = True,
+              assignment: AuditAssignment | None = None) -> Verdict:
         """The verdict on ``receipt``. Operator faults come back as INVALID_EVIDENCE verdicts;
         faults of this verifier's own side (DA connection, KMS quorum, enclave) raise
         :class:`LocalFault` so the caller retries."""
@@ -129,12 +131,13 @@ class EnclaveJudge:
         if early is not None:
             return early
         try:
-            return self._judge_in_enclave(receipt, blob, purpose, challenge_id)
+            return self._judge_in_enclave(receipt, blob, purpose, challenge_id, assignment)
         except EnclaveError as e:  # key release without quorum, shard answers, a dead child
             raise LocalFault(f"enclave/KMS: {e.message}") from e
 
     def _judge_in_enclave(self, receipt: Receipt, blob: bytes | None, purpose: str,
-                          challenge_id: str) -> Verdict:
+                          challenge_id: str,
+                          assignment: AuditAssignment | None = None) -> Verdict:
         # Threshold (P-256) epochs: per-receipt decryption, the epoch key exists nowhere.
         per_receipt = EnvelopeSuite.parse(FileEpochRegistry(self.cfg.registry).get(
             receipt.key_epoch).suite).threshold_decapsulable
@@ -172,7 +175,8 @@ class EnclaveJudge:
                 # decryption time (nonces, quote, t partials, open) lands in the
                 # judge's "decrypt" phase
                 return runner.open_receipt(receipt=r, ciphertext=b, purpose=purpose,
-                                           challenge_id=challenge_id).contents
+                                           challenge_id=challenge_id,
+                                           assignment=assignment).contents
 
             job_clock = JobClock()
             verdict = judge(engine, receipt, blob, opener, job_clock)

@@ -1,4 +1,5 @@
-"""Engine benchmark on the embedded Gemma 3 270M: invariant kernels vs HF transformers.
+"""Engine benchmark on the embedded Gemma 3 270M (and SmolLM2-135M-Instruct, Q4_1): invariant
+kernels vs HF transformers.
 
 Run from the repository root: ``.venv/bin/python bench/engine.py`` (or ``verinfer bench
 engine``). Prints progress lines, then one JSON object as the last line.
@@ -11,6 +12,9 @@ Replay: wall time of one replay pass over a 128-token generation / the wall time
 generate those tokens. Peak RSS: VmHWM of a real ``verinfer serve`` process (with its evidence
 pipeline: receipts, envelopes, outbox, publisher) holding the model after it has answered a
 request.
+SmolLM2: the same batch-1 rounds against HF's ``LlamaForCausalLM`` on the same GGUF
+(``smollm2_tok_s_b1``, ``smollm2_hf_tok_s_b1``, ``smollm2_ratio_b1``). ``BENCH_MODELS=smollm2``
+runs only that part (``gemma``: only Gemma's).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from hf_reference import hf_generate_tok_s, load_hf_model
 from verinfer.engine import kernels
 from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import cpu_description
-from verinfer.engine.loader import embedded_model_path, load_model
+from verinfer.engine.loader import embedded_model_path, load_model, smollm2_model_path
 from verinfer.engine.sampling import SamplingParams
 
 PROMPT_LEN, NEW_TOKENS, ROUNDS = 16, 64, int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -42,14 +46,15 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def prompts(batch: int, seed: int) -> list[list[int]]:
+def prompts(batch: int, seed: int, vocab: int = 262_144) -> list[list[int]]:
     rng = random.Random(seed)
-    return [[rng.randrange(1000, 200_000) for _ in range(PROMPT_LEN)] for _ in range(batch)]
+    top = min(vocab, 200_000)  # clear of the low special ids, inside the vocabulary
+    return [[rng.randrange(1000, top) for _ in range(PROMPT_LEN)] for _ in range(batch)]
 
 
 def ours_tok_s(engine: Engine, batch: int, seed: int) -> float:
     params = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
-    ps = prompts(batch, seed)
+    ps = prompts(batch, seed, engine.config.vocab_size)
     t0 = time.perf_counter()
     futs = [engine.submit(p, params) for p in ps]
     n = sum(len(f.result().token_ids) for f in futs)
@@ -111,7 +116,29 @@ def server_peak_rss_mb() -> float:
         proc.wait(timeout=60)
 
 
+def smollm2() -> dict[str, float]:
+    """Batch-1 decode on SmolLM2 vs HF, alternating rounds (medians)."""
+    path = smollm2_model_path()
+    engine = Engine(load_model(path), "invariant", max_seqs=8)
+    hf, _ = load_hf_model(path, tokenizer=False)
+    ours_tok_s(engine, 1, 0)  # warm up
+    res: dict[str, list[float]] = {"ours": [], "hf": []}
+    for r in range(ROUNDS):
+        res["ours"].append(ours_tok_s(engine, 1, r))
+        res["hf"].append(hf_generate_tok_s(hf, 1, PROMPT_LEN, NEW_TOKENS, seed=r))
+        log(f"smollm2 round {r}: ours={res['ours'][-1]:.2f} hf={res['hf'][-1]:.2f}")
+    engine.close()
+    ours, ref = statistics.median(res["ours"]), statistics.median(res["hf"])
+    return {"smollm2_hf_tok_s_b1": round(ref, 3), "smollm2_tok_s_b1": round(ours, 3),
+            "smollm2_ratio_b1": round(ours / ref, 3)}
+
+
 def main() -> None:
+    which = os.environ.get("BENCH_MODELS", "gemma,smollm2").split(",")
+    if "gemma" not in which:
+        print(json.dumps({**smollm2(), "rounds": ROUNDS, "threads": torch.get_num_threads(),
+                          "kernel_isa": kernels.isa(), "cpu": cpu_description()[0]}))
+        return
     path = embedded_model_path()
     log(f"threads={torch.get_num_threads()} model={path}")
     engine = Engine(load_model(path), "invariant", max_seqs=8)
@@ -149,6 +176,8 @@ def main() -> None:
         "prompt_len": PROMPT_LEN,
         "new_tokens": NEW_TOKENS,
     }
+    if "smollm2" in which:
+        out.update(smollm2())
     print(json.dumps(out))
 
 

@@ -297,7 +297,9 @@ def test_audit_samples_records_reports_and_escalates_a_mismatch(devnet: Devnet, 
         [*VI, "audit", "--sample-rate", "1", "--seed", "7", "--from-block", str(start),
          "--rpc-url", devnet.rpc_url, "--deployment", str(devnet.dir / "deployment.json"),
          "--da-store", devnet.state["da_store"], "--redis-url", devnet.state["redis_url"],
-         "--prefix", devnet.state["redis_prefix"], "--escalate", "--json", "--timeout-s", "120"],
+         "--prefix", devnet.state["redis_prefix"], "--escalate", "--json", "--timeout-s", "120",
+         # per-receipt KMS epoch: light audits need the scheduler's signed assignments
+         "--scheduler-key-file", str(Path(devnet.state["kms"]["root"]) / "audit-scheduler.key")],
         capture_output=True, text=True, env={**os.environ, "VERINFER_CHAIN_PRIVATE_KEY": key},
         timeout=200)
     assert out.returncode == 0, out.stderr[-2000:]

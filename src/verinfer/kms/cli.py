@@ -32,7 +32,10 @@ def keygen(
         help="Directory of per-shard seal keys shard-<i>.key (created if missing). Keep it "
              "apart from --out: a share and its seal key together are the share.")],
     registry: RegistryOpt = Path("epochs.json"),
-    suite: Annotated[str, typer.Option(help="HPKE suite of the app key.")] = "",
+    suite: Annotated[str, typer.Option(
+        help="HPKE suite of the app key (default p256-hkdf-sha256-aes128gcm: per-receipt "
+             "decryption, the key is never rebuilt; x25519-…/mlkem768x25519-… are rebuilt "
+             "in the enclave, docs/kms.md §8).")] = "",
 ) -> None:
     """Create a key epoch: draw s, split t-of-n, seal each share, register the public part."""
     from verinfer.errors import VerinferError

@@ -102,10 +102,31 @@ def _compile(template: str) -> Any:
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
 
+    class TemplateNamespace(jinja2.utils.Namespace):
+        """transformers' namespace: no underscore-prefixed attributes (CPython internals)."""
+
+        def __init__(*args: Any, **kwargs: Any) -> None:  # Jinja's own signature trick
+            self, rest = args[0], args[1:]
+            attrs = dict(*rest, **kwargs)
+            for name in attrs:
+                TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__init__(self, attrs)
+
+        def __setitem__(self, name: str, value: Any) -> None:
+            TemplateNamespace._check(name)
+            jinja2.utils.Namespace.__setitem__(self, name, value)
+
+        @staticmethod
+        def _check(name: object) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise jinja2.exceptions.SecurityError(
+                    f"chat templates cannot set underscore-prefixed attributes ({name!r})")
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
+    env.globals["namespace"] = TemplateNamespace
     try:
         return env.from_string(template)
     except jinja2.exceptions.TemplateError as e:
@@ -127,6 +148,11 @@ def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]])
     except jinja2.exceptions.TemplateError as e:  # raise_exception(), undefined calls, sandbox
         raise InvalidRequestError(f"the model's chat template rejects these messages: {e}",
                                   param="messages") from e
+    except (ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as e:
+        # a template is code: its own runtime errors (the sandbox's range cap is an
+        # OverflowError, `'a' + 1` a TypeError, a missing key a KeyError) are this request's
+        raise InvalidRequestError(f"the model's chat template failed on these messages: "
+                                  f"{type(e).__name__}: {e}", param="messages") from e
     return str(out)
 
 

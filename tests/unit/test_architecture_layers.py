@@ -31,19 +31,10 @@ ROOT_PACKAGE = "verinfer"
 # NOT listed here, and on an entry that no longer occurs (delete it when you fix it, so the list
 # only ever shrinks).
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # The request rule returns ExecRequests, which live in receipts (layer 2). Moving the
-    # ExecRequest type into the protocol layer is a format-neutral move not yet made (issue 22).
-    ("verinfer.protocol.request_rule", "verinfer.receipts.canonical"):
-        "ExecRequest still lives in receipts (issue 22)",
-    # ExecRequest.sampling_params() builds the engine's SamplingParams (a lazy import) and
-    # from_params takes one (type-only). ExecResult reads a generation structurally
-    # (receipts.canonical.Generation), so this is the last tie. Removing it moves the decode
-    # policy type into the protocol layer, or the conversion up into the operator and verifier
-    # (issue 22; engine/ is being reworked by issue 23 today).
-    ("verinfer.receipts.canonical", "verinfer.engine.sampling"):
-        "ExecRequest.sampling_params builds the engine's SamplingParams (issue 22)",
-    # kms <-> enclave is no cycle at module level: kms imports only attestation modules
-    # (layer 6), the enclave runner (layer 8) imports kms. Nothing to list for it.
+    # Empty: the last two (the request rule and ExecRequest.sampling_params reaching up into
+    # receipts and the engine) went when ExecRequest and SamplingParams moved into the protocol
+    # layer (issue 22). kms <-> enclave is no cycle at module level: kms imports only attestation
+    # modules (layer 6), the enclave runner (layer 8) imports kms.
 }
 
 
@@ -267,3 +258,19 @@ def test_the_repository_stands_alone() -> None:
     assert names
     missing = [n for n in names if not (ROOT / n).exists()]
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    # the two upward imports issue 22 removed, put back: the real table must refuse them
+    ("verinfer.protocol.request_rule", "from verinfer.receipts.canonical import ExecRequest\n"),
+    ("verinfer.protocol.exec_request",
+     "def f():\n    from verinfer.engine.sampling import SamplingParams\n"),
+    ("verinfer.protocol.sampling_params", "import torch\nfrom verinfer.engine import kernels\n"),
+])
+def test_the_documents_table_catches_an_upward_import(table: dict[str, int],
+                                                      sources: dict[str, tuple[str, bool]],
+                                                      module: str, source: str) -> None:
+    assert module in sources  # a real module, with an import spliced in
+    found = violations({module: (source, False)}, table, set(sources) | compiled_modules())
+    assert [v.importer for v in found] == [module], found
+    assert "imports layer" in found[0].why

@@ -35,14 +35,12 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 from verinfer.protocol import limits as L
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.jsonsafe import loads_untrusted
-
-if TYPE_CHECKING:
-    from verinfer.receipts.canonical import ExecRequest
 
 Endpoint = Literal["chat", "completions"]
 ROLES = ("system", "developer", "user", "assistant")
@@ -430,8 +428,6 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
     """Steps 1-6: every ExecRequest an honest server runs for ``body``, in choice order.
     Raises a ClientError (InvalidRequestError, ContextLengthExceededError, ...) for a body an
     honest server refuses."""
-    from verinfer.receipts.canonical import ExecRequest  # receipts sit above this layer
-
     parsed = parse_body(body, endpoint)
     pol = parsed.policy
     if parsed.messages is not None:

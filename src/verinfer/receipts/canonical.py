@@ -1,52 +1,35 @@
-"""Canonical ExecRequest / ExecResult and their one byte encoding (deterministic CBOR).
+"""Canonical ExecResult, beside the ExecRequest; one byte encoding (deterministic CBOR).
 
-Encoding: RFC 8949 §4.2.1 core deterministic CBOR, as ``cbor2.dumps(obj, canonical=True)``
-writes it: definite lengths, shortest integer heads, map keys sorted bytewise by their
-encoding (for our text keys: shorter first, then lexicographic), floats in the shortest
-IEEE 754 width that keeps the value. Each structure is one map whose keys are exactly the
-field names below; hashes are 32-byte byte strings; absent optionals are ``null``.
-Decoding re-encodes and compares, so trailing bytes, duplicate keys, long-form heads or wide
-floats are all rejected as :class:`NonCanonicalEncodingError`.
-
-``req_hash = sha256(ExecRequest bytes)``, ``out_hash = sha256(ExecResult bytes)``.
-Why CBOR rather than RFC 8785 JSON is written down in docs/receipts.md.
+The ExecRequest, the encoding (RFC 8949 §4.2.1 core deterministic CBOR) and the strict decoder
+both structures share live in :mod:`verinfer.protocol.exec_request` (the protocol layer: the
+request rule builds ExecRequests); they are re-exported here. ``req_hash = sha256(ExecRequest
+bytes)``, ``out_hash = sha256(ExecResult bytes)``. Why CBOR rather than RFC 8785 JSON is
+written down in docs/receipts.md.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol
 
-import cbor2
+# The ExecRequest and the shared CBOR codec live in the protocol layer (the request rule builds
+# ExecRequests); they are re-exported here so that receipts have one module for both structures.
+from verinfer.protocol.exec_request import EXEC_VERSION as EXEC_VERSION
+from verinfer.protocol.exec_request import EXEC_VERSIONS as EXEC_VERSIONS
+from verinfer.protocol.exec_request import MAX_STOP as MAX_STOP
+from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
+from verinfer.protocol.exec_request import ExecRequest as ExecRequest
+from verinfer.protocol.exec_request import _Canonical, _check_version, _freeze, _token_ids
+from verinfer.protocol.exec_request import encode_canonical as encode_canonical
+from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.receipts.hexutil import check_bytes, parse_hex
 
-from verinfer.protocol import limits as _limits
-from verinfer.receipts.errors import (
-    NonCanonicalEncodingError,
-    ReceiptFormatError,
-    UnsupportedVersionError,
-)
-from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
-
-if TYPE_CHECKING:
-    from verinfer.engine.sampling import SamplingParams
-
-# Version 2 added the logprobs (ExecRequest.top_logprobs, ExecResult.logprobs). Version 1
-# structures still decode and re-encode byte for byte (they have neither key), so evidence
-# sealed before the change stays judgeable; new ones are written as version 2.
-EXEC_VERSION = 2
-EXEC_VERSIONS = (1, 2)
-# from the one limits table (verinfer.protocol.limits), which the request rule applies
-MAX_STOP = _limits.MAX_STOP
-MAX_TOP_LOGPROBS = _limits.MAX_TOP_LOGPROBS  # per output token; the engine takes it from here
 FinishReason = Literal["stop", "length"]
 # one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)
 TokenLogprobs = tuple[float, tuple[tuple[int, float], ...]]
-_T = TypeVar("_T", bound="_Canonical")
 
 
 class Generation(Protocol):
@@ -62,46 +45,6 @@ class Generation(Protocol):
     def logit_digest(self) -> str: ...
     @property
     def logprobs(self) -> Sequence[Any] | None: ...
-
-
-def encode_canonical(obj: object) -> bytes:
-    return cbor2.dumps(obj, canonical=True)
-
-
-def _token_ids(value: object, field: str, *, allow_empty: bool) -> tuple[int, ...]:
-    if not isinstance(value, tuple):
-        raise ReceiptFormatError(f"{field} must be a tuple of token ids, got {value!r}",
-                                 param=field)
-    if not value and not allow_empty:
-        raise ReceiptFormatError(f"{field} must not be empty", param=field)
-    bad = [t for t in value if type(t) is not int] if set(map(type, value)) - {int} else []
-    if not bad and value and (min(value) < 0 or max(value) >= 2**32):
-        bad = [t for t in value if not 0 <= t < 2**32]
-    if bad:
-        raise ReceiptFormatError(f"{field}: token id {bad[0]!r} is not an integer in [0, 2^32)",
-                                 param=field)
-    return value
-
-
-def _float(value: object, field: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
-    if type(value) is not float or not math.isfinite(value):
-        raise ReceiptFormatError(f"{field} must be a finite float, got {value!r}", param=field)
-    if not (lo < value if lo_open else lo <= value) or value > hi:
-        raise ReceiptFormatError(f"{field} must be in {'(' if lo_open else '['}{lo}, {hi}], "
-                                 f"got {value!r}", param=field)
-    return value
-
-
-def _check_version(version: object, what: str) -> None:
-    if type(version) is not int or version not in EXEC_VERSIONS:
-        raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
-
-
-def _freeze(value: object) -> object:
-    """CBOR/JSON arrays → tuples, all the way down (validation then checks the shape)."""
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
 
 
 def _freeze_logprobs(value: list[Any]) -> tuple[Any, ...]:
@@ -159,201 +102,6 @@ def _logprobs(value: object, n_tokens: int) -> None:
             v = pair[1]
             if type(v) is not float or not _MIN_FLOAT <= v <= 0.0:
                 _logprob_value(v, f"logprobs[{i}]")  # raises with the message
-
-
-class _Canonical:
-    """Shared encode/decode for the frozen dataclasses below."""
-
-    version: int
-    KEYS: ClassVar[tuple[str, ...]]
-    V2_KEYS: ClassVar[tuple[str, ...]] = ()  # keys that version 1 does not have
-    BYTES32: ClassVar[tuple[str, ...]] = ()
-    TUPLES: ClassVar[tuple[str, ...]] = ()
-    FLOATS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def keys_for(cls, version: int) -> tuple[str, ...]:
-        return cls.KEYS if version >= 2 else tuple(k for k in cls.KEYS if k not in cls.V2_KEYS)
-
-    def as_map(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.keys_for(self.version)}
-
-    @cached_property
-    def canonical(self) -> bytes:
-        return encode_canonical(self.as_map())
-
-    @cached_property
-    def hash(self) -> bytes:
-        return hashlib.sha256(self.canonical).digest()
-
-    @classmethod
-    def _from_map(cls: type[_T], m: object, what: str) -> _T:
-        if not isinstance(m, Mapping):
-            raise ReceiptFormatError(f"{what} must be a map, got {type(m).__name__}")
-        version = m.get("version")
-        if type(version) is int and version not in EXEC_VERSIONS:
-            raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
-        keys = cls.keys_for(version if type(version) is int else EXEC_VERSION)
-        if set(m) != set(keys):
-            raise ReceiptFormatError(f"{what} keys must be exactly {sorted(keys)}, got "
-                                     f"{sorted(map(str, m))}")
-        kw = {k: tuple(m[k]) if k in cls.TUPLES and isinstance(m[k], list) else m[k]
-              for k in keys}
-        return cls(**cls._convert(kw))
-
-    @classmethod
-    def _convert(cls, kw: dict[str, Any]) -> dict[str, Any]:
-        """Decoded (CBOR or JSON) values → the dataclass's types, before validation."""
-        return kw
-
-    @classmethod
-    def from_canonical(cls: type[_T], data: bytes) -> _T:
-        """Strict decode: the bytes must be exactly what :attr:`canonical` would produce."""
-        what = cls.__name__
-        if not isinstance(data, bytes):
-            raise ReceiptFormatError(f"{what} bytes expected, got {type(data).__name__}")
-        try:
-            m = cbor2.loads(data)
-        except Exception as e:  # cbor2 raises several types for truncated/garbled input
-            raise ReceiptFormatError(f"{what}: not CBOR ({e}): {data[:32].hex()}...") from None
-        obj = cls._from_map(m, what)
-        if obj.canonical != data:
-            raise NonCanonicalEncodingError(
-                f"{what}: bytes are not the canonical encoding (got {len(data)} bytes "
-                f"0x{data[:16].hex()}.., canonical is {len(obj.canonical)} bytes)")
-        return obj
-
-    # ---- JSON view (API responses, logs); not what is hashed -----------------------------------
-    def to_json(self) -> dict[str, Any]:
-        out = self.as_map()
-        for k in self.BYTES32:
-            if out[k] is not None:
-                out[k] = to_hex(out[k])
-        for k in self.TUPLES:
-            out[k] = list(out[k])
-        return out
-
-    @classmethod
-    def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
-        if not isinstance(data, Mapping):
-            raise ReceiptFormatError(f"{cls.__name__} must be a JSON object, got {data!r}")
-        m = dict(data)
-        for k in cls.FLOATS:  # JSON writers may print 1.0 as 1
-            if type(m.get(k)) is int:
-                m[k] = float(m[k])
-        for k in cls.BYTES32:
-            if k in m and m[k] is not None:
-                m[k] = parse_hex(m[k], 32, k)
-        return cls._from_map(m, cls.__name__)
-
-
-@dataclass(frozen=True)
-class ExecRequest(_Canonical):
-    """Everything that can change an output bit, and nothing else.
-
-    Maps 1:1 onto what the engine consumes: the weights (``model_id``), the tokenizer
-    (``tokenizer_hash``; it also fixes the EOS/EOT stop ids), the engine fingerprint (its
-    canonical JSON string; ``engine_fingerprint_hash`` is what receipts carry), the prompt
-    token ids after the chat template, and every :class:`SamplingParams` field.
-    """
-
-    model_id: bytes
-    tokenizer_hash: bytes
-    engine_fingerprint: str
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
-    stop: tuple[str, ...]
-    seed: int
-    ignore_eos: bool
-    prompt_commitments: bytes | None = None  # Merkle root of documents the prompt refers to
-    # None: no logprobs; k: each output token's logprob plus its k most likely alternatives
-    # (the ExecResult commits them, so they are part of what was asked). Version 2 only.
-    top_logprobs: int | None = None
-    version: int = EXEC_VERSION
-
-    KEYS: ClassVar[tuple[str, ...]] = (
-        "version", "model_id", "tokenizer_hash", "engine_fingerprint", "prompt_token_ids",
-        "max_tokens", "temperature", "top_k", "top_p", "stop", "seed", "ignore_eos",
-        "prompt_commitments", "top_logprobs")
-    V2_KEYS: ClassVar[tuple[str, ...]] = ("top_logprobs",)
-    BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments")
-    TUPLES: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "stop")
-    FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p")
-
-    def __post_init__(self) -> None:
-        _check_version(self.version, "ExecRequest")
-        if self.top_logprobs is not None and (
-                type(self.top_logprobs) is not int
-                or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
-            raise ReceiptFormatError(f"top_logprobs must be null or an integer in "
-                                     f"[0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}",
-                                     param="top_logprobs")
-        if self.version == 1 and self.top_logprobs is not None:
-            raise ReceiptFormatError("a version 1 ExecRequest has no top_logprobs",
-                                     param="top_logprobs")
-        check_bytes(self.model_id, 32, "model_id")
-        check_bytes(self.tokenizer_hash, 32, "tokenizer_hash")
-        if not isinstance(self.engine_fingerprint, str) or not self.engine_fingerprint:
-            raise ReceiptFormatError("engine_fingerprint must be a non-empty string, got "
-                                     f"{self.engine_fingerprint!r}", param="engine_fingerprint")
-        _token_ids(self.prompt_token_ids, "prompt_token_ids", allow_empty=False)
-        if type(self.max_tokens) is not int or self.max_tokens < 1:
-            raise ReceiptFormatError(f"max_tokens must be an integer >= 1, got "
-                                     f"{self.max_tokens!r}", param="max_tokens")
-        check_uint(self.max_tokens, 32, "max_tokens")
-        _float(self.temperature, "temperature", 0.0, 2.0)
-        # -0.0 and 0.0 decode alike; keep one spelling so equal requests hash equal
-        object.__setattr__(self, "temperature", self.temperature + 0.0)
-        check_uint(self.top_k, 32, "top_k")
-        _float(self.top_p, "top_p", 0.0, 1.0, lo_open=True)
-        if (not isinstance(self.stop, tuple) or len(self.stop) > MAX_STOP
-                or any(not isinstance(s, str) or not s for s in self.stop)):
-            raise ReceiptFormatError(f"stop must be a tuple of up to {MAX_STOP} non-empty "
-                                     f"strings, got {self.stop!r}", param="stop")
-        check_uint(self.seed, 64, "seed")
-        if type(self.ignore_eos) is not bool:
-            raise ReceiptFormatError(f"ignore_eos must be a bool, got {self.ignore_eos!r}",
-                                     param="ignore_eos")
-        if self.prompt_commitments is not None:
-            check_bytes(self.prompt_commitments, 32, "prompt_commitments")
-        for name in ("engine_fingerprint", *self.stop):  # CBOR text must be valid UTF-8
-            try:
-                (self.engine_fingerprint if name == "engine_fingerprint" else name).encode()
-            except UnicodeEncodeError:
-                raise ReceiptFormatError(f"string is not valid Unicode: {name!r}") from None
-
-    @property
-    def engine_fingerprint_hash(self) -> bytes:
-        """sha256 of the fingerprint string (UTF-8): the receipt's engineFingerprintHash."""
-        return hashlib.sha256(self.engine_fingerprint.encode()).digest()
-
-    @classmethod
-    def from_params(cls, *, model_id: str | bytes, tokenizer_hash: str | bytes,
-                    engine_fingerprint: str, prompt_token_ids: Sequence[int],
-                    params: SamplingParams, prompt_commitments: bytes | None = None,
-                    top_logprobs: int | None = None) -> ExecRequest:
-        def b32(v: str | bytes, name: str) -> bytes:
-            return parse_hex(v, 32, name) if isinstance(v, str) else v
-
-        return cls(model_id=b32(model_id, "model_id"),
-                   tokenizer_hash=b32(tokenizer_hash, "tokenizer_hash"),
-                   engine_fingerprint=engine_fingerprint,
-                   prompt_token_ids=tuple(prompt_token_ids), max_tokens=params.max_tokens,
-                   temperature=float(params.temperature), top_k=params.top_k,
-                   top_p=float(params.top_p), stop=tuple(params.stop), seed=params.seed,
-                   ignore_eos=params.ignore_eos, prompt_commitments=prompt_commitments,
-                   top_logprobs=top_logprobs)
-
-    def sampling_params(self) -> SamplingParams:
-        """The decode policy to re-execute with (verifiers)."""
-        from verinfer.engine.sampling import SamplingParams
-
-        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature,
-                              top_k=self.top_k, top_p=self.top_p, stop=self.stop,
-                              seed=self.seed, ignore_eos=self.ignore_eos)
 
 
 @dataclass(frozen=True)

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 from verinfer.errors import ClientError
 
-
-class ReceiptFormatError(ClientError):
-    """A receipt, encoding or proof field is malformed (bad hex, wrong length, bad type/range)."""
-
-    code = "receipt_format_error"
-
-
-class NonCanonicalEncodingError(ReceiptFormatError):
-    """Bytes decode, but re-encoding them does not give the same bytes."""
-
-    code = "non_canonical_encoding"
-
-
-class UnsupportedVersionError(ReceiptFormatError):
-    """A structure names a version this implementation does not know."""
-
-    code = "unsupported_version"
+# the format errors live with the ExecRequest in the protocol layer; same classes, re-exported
+from verinfer.protocol.errors import NonCanonicalEncodingError as NonCanonicalEncodingError
+from verinfer.protocol.errors import ReceiptFormatError as ReceiptFormatError
+from verinfer.protocol.errors import UnsupportedVersionError as UnsupportedVersionError
 
 
 class SignatureError(ClientError):

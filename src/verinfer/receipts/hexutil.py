@@ -1,34 +1,8 @@
-"""Hex and integer field checks for the receipts structures.
-
-Hex parsing has one home, :mod:`verinfer.protocol.hexutil`; this module re-raises its errors
-as :class:`ReceiptFormatError`, the error every receipts structure raises for a bad field.
-"""
+"""Hex and integer field checks for the receipts structures: those of the protocol layer
+(:mod:`verinfer.protocol.fields`, where the ExecRequest uses them), re-exported here."""
 
 from __future__ import annotations
 
-from verinfer.protocol import hexutil as _hex
-from verinfer.protocol.hexutil import to_hex
-from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, to_hex
 
 __all__ = ["check_bytes", "check_uint", "parse_hex", "to_hex"]
-
-
-def parse_hex(value: object, length: int | None, field: str, *, lower_only: bool = False) -> bytes:
-    """``0x``-prefixed hex -> bytes (:func:`verinfer.protocol.hexutil.parse_hex`)."""
-    try:
-        return _hex.parse_hex(value, length, field, lower_only=lower_only)
-    except _hex.HexFormatError as e:
-        raise ReceiptFormatError(e.message, param=field) from None
-
-
-def check_bytes(value: object, length: int, field: str) -> bytes:
-    if not isinstance(value, bytes) or len(value) != length:
-        raise ReceiptFormatError(f"{field} must be {length} bytes, got {value!r}", param=field)
-    return value
-
-
-def check_uint(value: object, bits: int, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << bits):
-        raise ReceiptFormatError(f"{field} must be an integer in [0, 2^{bits}), got {value!r}",
-                                 param=field)
-    return value

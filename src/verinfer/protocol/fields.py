@@ -1,0 +1,35 @@
+"""Field checks of the canonical formats: hex, fixed-length bytes, unsigned integers.
+
+Hex parsing has one home, :mod:`verinfer.protocol.hexutil`; these re-raise its errors as
+:class:`ReceiptFormatError`, the error every canonical structure raises for a bad field.
+(:mod:`verinfer.receipts.hexutil` re-exports them for the receipts structures.)
+"""
+
+from __future__ import annotations
+
+from verinfer.protocol import hexutil as _hex
+from verinfer.protocol.errors import ReceiptFormatError
+from verinfer.protocol.hexutil import to_hex
+
+__all__ = ["check_bytes", "check_uint", "parse_hex", "to_hex"]
+
+
+def parse_hex(value: object, length: int | None, field: str, *, lower_only: bool = False) -> bytes:
+    """``0x``-prefixed hex -> bytes (:func:`verinfer.protocol.hexutil.parse_hex`)."""
+    try:
+        return _hex.parse_hex(value, length, field, lower_only=lower_only)
+    except _hex.HexFormatError as e:
+        raise ReceiptFormatError(e.message, param=field) from None
+
+
+def check_bytes(value: object, length: int, field: str) -> bytes:
+    if not isinstance(value, bytes) or len(value) != length:
+        raise ReceiptFormatError(f"{field} must be {length} bytes, got {value!r}", param=field)
+    return value
+
+
+def check_uint(value: object, bits: int, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << bits):
+        raise ReceiptFormatError(f"{field} must be an integer in [0, 2^{bits}), got {value!r}",
+                                 param=field)
+    return value

@@ -30,7 +30,8 @@ def _result(**over: Any) -> bytes:
 
 
 def evil_child(conn: Connection, spec: Any, requester: str, job_ref: str,
-               job_args: dict[str, Any], epoch: int, purpose: str, challenge_id: str) -> None:
+               job_args: dict[str, Any], epoch: int, purpose: str, challenge_id: str,
+               *_per_receipt: Any) -> None:
     try:
         if job_ref == "bomb":
             conn.send_bytes(BOMB)

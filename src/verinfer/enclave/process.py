@@ -5,6 +5,11 @@ The parent (the verifier node) keeps the requester key: the child asks it, over 
 sign the request digest it computed. The child holds the ephemeral key, the shares and the
 epoch key; only the job's result comes back.
 
+Per-receipt threshold epochs (P-256, kms/tdh.py) have no epoch key to hand the job: there
+:meth:`SoftwareEnclave.run_per_receipt` gives the job an *opener* instead, which decrypts one
+receipt's envelope through ``EnclaveRunner.open_receipt`` (t partial decryptions, each checked
+against its DLEQ proof) — the child learns that envelope's plaintext and nothing else.
+
 What the child sends is untrusted bytes, never pickles: the child opens operator-supplied
 evidence and runs the engine on it, and ``Connection.recv()`` unpickles, i.e. runs whatever
 code the bytes name in the parent, which holds the verifier's account key. So each message is
@@ -137,7 +142,8 @@ class _PipeSigner:
 
 
 def _child(conn: Connection, spec: EnclaveSpec, requester: str, job_ref: str,
-           job_args: dict[str, Any], epoch: int, purpose: str, challenge_id: str) -> None:
+           job_args: dict[str, Any], epoch: int, purpose: str, challenge_id: str,
+           per_receipt: bool = False, assignment: dict[str, Any] | None = None) -> None:
     from verinfer.enclave.attestation import measurement
     from verinfer.enclave.jobs import resolve_job
     from verinfer.enclave.runner import EnclaveRunner
@@ -156,8 +162,11 @@ def _child(conn: Connection, spec: EnclaveSpec, requester: str, job_ref: str,
                                signer=_PipeSigner(conn, requester),
                                timeout_s=spec.http_timeout_s)
         job = resolve_job(job_ref)
-        out = runner.run(lambda key: job(key, **job_args), epoch=epoch, purpose=purpose,
-                         challenge_id=challenge_id)
+        if per_receipt:
+            out = _run_per_receipt(runner, job, job_args, purpose, challenge_id, assignment)
+        else:
+            out = runner.run(lambda key: job(key, **job_args), epoch=epoch, purpose=purpose,
+                             challenge_id=challenge_id)
         rtype, value = _encode_result(out.result)
         _send(conn, {"kind": "result", "result_type": rtype, "result": value,
                      "shards_used": out.shards_used, "corrupt_shards": out.corrupt_shards,
@@ -173,6 +182,42 @@ def _child(conn: Connection, spec: EnclaveSpec, requester: str, job_ref: str,
         _send(conn, {"kind": "error", "type": type(e).__name__, "message": str(e)})
     finally:
         conn.close()
+
+
+def _run_per_receipt(runner: Any, job: Callable[..., Any], job_args: dict[str, Any],
+                     purpose: str, challenge_id: str,
+                     assignment: dict[str, Any] | None) -> JobOutcome[Any]:
+    """``job(opener, **job_args)``: the opener decrypts one envelope per call through the
+    shards (their release policy decides which receipts this requester may open). The outcome
+    reports the shards of the last opening and the time spent in openings; a job that decides
+    without decrypting (e.g. a ciphertext hash mismatch) asked no shard at all."""
+    from verinfer.enclave.errors import JobError
+    from verinfer.errors import VerinferError
+    from verinfer.kms.protocol import AuditAssignment
+    from verinfer.receipts.eip712 import Receipt
+    from verinfer.receipts.envelope import EnvelopeContents
+
+    grant = AuditAssignment.from_json(assignment) if assignment is not None else None
+    openings: list[Any] = []
+
+    def opener(blob: bytes, receipt: Receipt) -> EnvelopeContents:
+        o = runner.open_receipt(receipt=receipt, ciphertext=blob, purpose=purpose,
+                                challenge_id=challenge_id, assignment=grant)
+        openings.append(o)
+        contents: EnvelopeContents = o.contents
+        return contents
+
+    try:
+        result = job(opener, **job_args)
+    except VerinferError:
+        raise
+    except Exception as e:
+        raise JobError(f"job failed: {type(e).__name__}: {e}") from e
+    last = openings[-1] if openings else None
+    return JobOutcome(result, list(last.shards_used) if last else [],
+                      list(last.corrupt_shards) if last else [],
+                      dict(last.refusals) if last else {},
+                      float(sum(o.ms for o in openings)))
 
 
 def _message(raw: bytes) -> dict[str, Any]:
@@ -203,9 +248,11 @@ def _outcome(msg: dict[str, Any]) -> JobOutcome[Any]:
     return JobOutcome(result, _int_list(msg.get("shards_used"), "shards_used"),
                       _int_list(msg.get("corrupt_shards"), "corrupt_shards"),
                       _refusals(msg.get("refusals")), float(key_ms))
+
 class SoftwareEnclave:
     """Run ``job_ref`` (``module:function``, called as ``f(private_key, **job_args)``) in a
-    fresh child process that obtains the epoch key from the shards. Not a security boundary."""
+    fresh child process that obtains the epoch key from the shards — or, for per-receipt
+    epochs, ``f(opener, **job_args)`` (:meth:`run_per_receipt`). Not a security boundary."""
 
     #: The child's entry point (spawned by reference). Adversarial tests put a hostile child
     #: here to show the parent survives whatever a compromised child writes.
@@ -217,11 +264,31 @@ class SoftwareEnclave:
 
     def run(self, job_ref: str, job_args: Mapping[str, Any] | None = None, *, epoch: int,
             purpose: str, challenge_id: str, timeout_s: float = 120.0) -> JobOutcome[Any]:
+        """The legacy path: the child rebuilds epoch ``epoch``'s key and calls
+        ``f(private_key, **job_args)``."""
+        return self._run(job_ref, job_args, epoch, purpose, challenge_id, timeout_s,
+                         False, None)
+
+    def run_per_receipt(self, job_ref: str, job_args: Mapping[str, Any] | None = None, *,
+                        purpose: str, challenge_id: str,
+                        assignment: Mapping[str, Any] | None = None,
+                        timeout_s: float = 120.0) -> JobOutcome[Any]:
+        """Per-receipt threshold epochs: the child calls ``f(opener, **job_args)`` where
+        ``opener(ciphertext, receipt)`` decrypts that one envelope (``EnclaveRunner.
+        open_receipt``, ``assignment`` the light-audit assignment JSON if any). No epoch key
+        exists in the child. ``key_ms`` is the time spent opening."""
+        return self._run(job_ref, job_args, 0, purpose, challenge_id, timeout_s, True,
+                         dict(assignment) if assignment is not None else None)
+
+    def _run(self, job_ref: str, job_args: Mapping[str, Any] | None, epoch: int,
+             purpose: str, challenge_id: str, timeout_s: float, per_receipt: bool,
+             assignment: dict[str, Any] | None) -> JobOutcome[Any]:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=type(self).child_main, name="verinfer-software-enclave",
                            args=(child, self.spec, self.signer.address, job_ref,
-                                 dict(job_args or {}), epoch, purpose, challenge_id))
+                                 dict(job_args or {}), epoch, purpose, challenge_id,
+                                 per_receipt, assignment))
         proc.start()
         child.close()
         deadline = time.monotonic() + timeout_s

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from verinfer.chain.structs import ETHER
+from verinfer.engine.loader import resolve_model_path
 from verinfer.errors import VerinferError
 from verinfer.kms.local_cluster import ClusterLayout
 from verinfer.protocol.jsonsafe import SAFE_RECURSION_LIMIT
@@ -40,7 +41,9 @@ console = Console(stderr=True)
 def run(
     rpc_url: Annotated[str, RPC_OPT],
     deployment: Annotated[Path, DEPLOYMENT_OPT],
-    model: Annotated[Path, typer.Option(help="The model file this verifier re-executes.")],
+    model: Annotated[list[str], typer.Option(
+        help="A model this verifier re-executes: a file or a name (gemma3-270m, "
+             "smollm2-135m-instruct); repeat for several (each loads on first use).")],
     kms_dir: Annotated[Path, typer.Option(
         help="KMS layout root (epochs.json, shards.json, attestation/root.key).")],
     state_dir: Annotated[Path, typer.Option(help="Where votes and salts are kept.")],
@@ -70,8 +73,10 @@ def run(
         lay = ClusterLayout(kms_dir, 0)
         if enclave not in ("inprocess", "process"):
             raise typer.BadParameter("--enclave must be inprocess or process")
+        paths = [resolve_model_path(m) for m in model]
         cfg = EnclaveConfig(lay.root_key, lay.directory, lay.registry, container_digest,
-                            code_hash, model, mode=enclave)  # type: ignore[arg-type]
+                            code_hash, paths[0], mode=enclave,  # type: ignore[arg-type]
+                            more_models=tuple(paths[1:]))
         judge = EnclaveJudge(cfg, acct, wired.da)
         state_dir.mkdir(parents=True, exist_ok=True)
         lock = threading.Lock()

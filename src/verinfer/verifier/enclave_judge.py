@@ -3,9 +3,13 @@ enclave quote -> t shares from the KMS shards -> epoch key -> job -> zeroize; on
 comes back.
 
 Two modes (docs/verifier.md §4): ``inprocess`` runs the SoftwareEnclave runner in the node's
-process with a resident engine (the model is loaded once; used by the devnet and benchmark);
-``process`` spawns a fresh SoftwareEnclave child per job (``verinfer enclave`` semantics; the
-child loads the model each time). Neither is a security boundary (docs/kms.md).
+process with resident engines (each model loaded once, on first use; used by the devnet and
+benchmark); ``process`` spawns a fresh SoftwareEnclave child per job (``verinfer enclave``
+semantics; the child loads the request's model each time). Both decrypt per receipt for
+threshold (P-256) epochs. Neither is a security boundary (docs/kms.md).
+
+A verifier holds one engine per approved model it serves (``model_path`` and
+``more_models``): the request's model id picks it; a model it does not hold is an abstention.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ from verinfer.receipts.envelope import (
     EpochPrivateKey,
     ciphertext_hash,
 )
-from verinfer.verifier.errors import EvidenceUnavailableError, LocalFault
-from verinfer.verifier.reexec import JobClock, judge
+from verinfer.verifier.errors import CannotJudgeError, EvidenceUnavailableError, LocalFault
+from verinfer.verifier.reexec import JobClock, ModelSet, engine_for, judge
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 
 EnclaveMode = Literal["inprocess", "process"]
@@ -65,6 +69,11 @@ class EnclaveConfig:
     kernels: str = "invariant"
     mode: EnclaveMode = "inprocess"
     http_timeout_s: float = 5.0
+    more_models: tuple[Path, ...] = ()  # further model files this verifier judges
+
+    @property
+    def model_paths(self) -> tuple[Path, ...]:
+        return (self.model_path, *(p for p in self.more_models if p != self.model_path))
 
 
 def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
@@ -113,12 +122,23 @@ class EnclaveJudge:
         self.on_timings = on_timings
         self.engine = engine
         if cfg.mode == "inprocess" and engine is None:
-            self.engine = Engine.from_path(cfg.model_path, cfg.kernels)  # type: ignore[arg-type]
+            # the first model loads now (a node that cannot load its model should fail at
+            # start, not at its first challenge); the others when a request names them
+            self.engine = engine_for(cfg.model_path, cfg.kernels)
+        self.models = ModelSet(list(cfg.model_paths), cfg.kernels,
+                               [self.engine] if self.engine is not None else [])
+        self._fp: str | None = None
 
     def _fingerprint(self) -> str:
+        """The engine fingerprint (the enclave measurement binds it). It depends on the
+        kernel mode, not on the model, so one engine's serves every model of this node."""
         if self.engine is not None:
             return self.engine.fingerprint.canonical().decode()
-        return Engine.from_path(self.cfg.model_path).fingerprint.canonical().decode()
+        if self._fp is None:
+            eng = Engine.from_path(self.cfg.model_path, self.cfg.kernels)  # type: ignore[arg-type]
+            self._fp = eng.fingerprint.canonical().decode()
+            eng.close()
+        return self._fp
 
     def judge(self, receipt: Receipt, pointer: str | None, *, purpose: str,
               challenge_id: str, absent_is_fault: bool = True,
@@ -141,27 +161,14 @@ class EnclaveJudge:
         # Threshold (P-256) epochs: per-receipt decryption, the epoch key exists nowhere.
         per_receipt = EnvelopeSuite.parse(FileEpochRegistry(self.cfg.registry).get(
             receipt.key_epoch).suite).threshold_decapsulable
-        if per_receipt and self.cfg.mode == "process":
-            raise EnclaveError("per-receipt epochs are judged in the inprocess enclave only "
-                               "(the SoftwareEnclave child still receives an epoch key)")
         if self.cfg.mode == "process":
-            spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
-                               self._fingerprint(), self.cfg.directory, self.cfg.registry,
-                               self.cfg.http_timeout_s)
-            out = SoftwareEnclave(spec, AccountSigner(self.account)).run(
-                JOB_REF, {"receipt": receipt.to_json(), "blob": blob,
-                          "model_path": str(self.cfg.model_path), "kernels": self.cfg.kernels},
-                epoch=receipt.key_epoch, purpose=purpose, challenge_id=challenge_id)
-            try:  # the child's JSON (process.py bounds and parses it) must be a verdict
-                return Verdict.from_json(out.result)
-            except (KeyError, ValueError, TypeError, AttributeError) as e:
-                raise EnclaveError(f"software enclave returned no verdict: {e!r:.200}") from e
-        assert self.engine is not None
-        engine = self.engine
+            return self._judge_in_child(receipt, blob, purpose, challenge_id, assignment,
+                                        per_receipt)
+        models = self.models
         attester = SoftwareAttester(
             load_root_private(self.cfg.root_key),
-            measurement(self.cfg.container_digest, self.cfg.code_hash,
-                        engine.fingerprint.canonical().decode()), time.time)
+            measurement(self.cfg.container_digest, self.cfg.code_hash, self._fingerprint()),
+            time.time)
         runner = EnclaveRunner(attester=attester, shards=load_directory(self.cfg.directory),
                                epochs=FileEpochRegistry(self.cfg.registry),
                                signer=AccountSigner(self.account),
@@ -179,7 +186,7 @@ class EnclaveJudge:
                                            assignment=assignment).contents
 
             job_clock = JobClock()
-            verdict = judge(engine, receipt, blob, opener, job_clock)
+            verdict = judge(models, receipt, blob, opener, job_clock)
             if self.on_timings is not None:
                 self.on_timings(job_clock.seconds)
             return verdict
@@ -187,10 +194,36 @@ class EnclaveJudge:
         def job(key: EpochPrivateKey) -> Verdict:
             start.lap("key_release")
             clock.append(JobClock())
-            return judge(engine, receipt, blob, key, clock[0])
+            return judge(models, receipt, blob, key, clock[0])
 
         outcome = runner.run(job, epoch=receipt.key_epoch, purpose=purpose,
                              challenge_id=challenge_id)
         if self.on_timings is not None and clock:
             self.on_timings({**start.seconds, **clock[0].seconds})
         return outcome.result
+
+    def _judge_in_child(self, receipt: Receipt, blob: bytes | None, purpose: str,
+                        challenge_id: str, assignment: AuditAssignment | None,
+                        per_receipt: bool) -> Verdict:
+        spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
+                           self._fingerprint(), self.cfg.directory, self.cfg.registry,
+                           self.cfg.http_timeout_s)
+        # the files are hashed here once (ModelSet caches the ids): the child loads only the
+        # model the request names
+        args = {"receipt": receipt.to_json(), "blob": blob, "kernels": self.cfg.kernels,
+                "models": {mid: str(p) for mid, p in self.models.ids().items()}}
+        enclave = SoftwareEnclave(spec, AccountSigner(self.account))
+        if per_receipt:
+            out = enclave.run_per_receipt(
+                JOB_REF, args, purpose=purpose, challenge_id=challenge_id,
+                assignment=assignment.to_json() if assignment is not None else None)
+        else:
+            out = enclave.run(JOB_REF, args, epoch=receipt.key_epoch, purpose=purpose,
+                              challenge_id=challenge_id)
+        if isinstance(out.result, dict) and set(out.result) == {"abstain"}:
+            # the child holds no engine for the request's model: abstain, do not retry
+            raise CannotJudgeError(str(out.result["abstain"])[:500], param="model_id")
+        try:  # the child's JSON (process.py bounds and parses it) must be a verdict
+            return Verdict.from_json(out.result)
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
+            raise EnclaveError(f"software enclave returned no verdict: {e!r:.200}") from e

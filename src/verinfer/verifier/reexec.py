@@ -19,11 +19,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from verinfer.engine.engine import Engine
+from verinfer.engine.loader import sha256_file
 from verinfer.errors import ClientError, InvalidRequestError
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
@@ -135,12 +136,16 @@ class JobClock:
 #: Opens one receipt's envelope without an epoch key (per-receipt threshold decryption,
 #: ``EnclaveRunner.open_receipt``); raises like ``open_envelope``.
 EnvelopeOpener = Callable[[bytes, Receipt], EnvelopeContents]
+#: The engine of a model id (32 bytes), loaded on first use; CannotJudgeError when this
+#: verifier holds no such model (:class:`ModelSet`).
+EngineResolver = Callable[[bytes], Engine]
 
 
-def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
+def judge(engine: Engine | EngineResolver, receipt: Receipt, blob: bytes | None,
           private_key: EpochPrivateKey | EnvelopeOpener,
           clock: JobClock | None = None) -> Verdict:
     """Steps 1-7 above. ``blob`` None means DA answered that it does not exist.
+    ``engine``: one engine, or a resolver picking one by the decrypted request's model id.
     ``private_key``: the epoch key (legacy suites) or an opener of this one envelope."""
     clock = clock or JobClock()
     try:
@@ -149,7 +154,7 @@ def judge(engine: Engine, receipt: Receipt, blob: bytes | None,
         clock.lap("reexec")
 
 
-def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
+def _judge(engines: Engine | EngineResolver, receipt: Receipt, blob: bytes | None,
            private_key: EpochPrivateKey | EnvelopeOpener, clock: JobClock) -> Verdict:
     if blob is None:
         return _invalid(receipt, "ciphertext_unavailable")
@@ -164,6 +169,9 @@ def _judge(engine: Engine, receipt: Receipt, blob: bytes | None,
         return _invalid(receipt, "evidence_mismatch", _field_names(e.message))
     clock.lap("decrypt")  # from here on: the re-execution itself
     request = contents.request
+    # The engine is chosen only after the envelope opened (and its binding to the receipt's
+    # model id held): an inconsistent envelope is a vote whatever models this verifier holds.
+    engine = engines if isinstance(engines, Engine) else engines(request.model_id)
     check_engine(engine, request)
     if not tokenizer_matches(engine, request):
         return _invalid(receipt, "tokenizer_mismatch",
@@ -236,11 +244,93 @@ def engine_for(model_path: str | Path, kernels: str = "invariant") -> Engine:
         return eng
 
 
-def verify_receipt_job(private_key: EpochPrivateKey, *, receipt: dict[str, Any],
-                       blob: bytes | None, model_path: str,
+def model_file_id(path: str | Path) -> str:
+    """The model id (0x + sha256 of the weight file) of ``path`` without loading the model:
+    hashing ~250 MB costs well under a second, loading costs seconds and memory."""
+    p = Path(path)
+    if p.is_dir():  # the loader picks the one weight file of a directory; let it
+        return Engine.from_path(p).model_id
+    return sha256_file(p)
+
+
+class ModelSet:
+    """The models one verifier judges: one engine per model id, each loaded on first use and
+    kept (a committee member is drawn again and again). A receipt for a model id it does not
+    hold is its own limitation, an abstention (CannotJudgeError), never a vote."""
+
+    def __init__(self, paths: Sequence[str | Path], kernels: str = "invariant",
+                 engines: Sequence[Engine] = ()) -> None:
+        if not paths and not engines:
+            raise ValueError("a verifier needs at least one model")
+        self.paths = [Path(p) for p in paths]
+        self.kernels = kernels
+        self._engines: dict[str, Engine] = {e.model_id: e for e in engines}
+        self._ids: dict[Path, str] = {}  # path -> model id, hashed once
+        self._lock = threading.Lock()
+
+    def ids(self) -> dict[str, Path]:
+        """model id -> file, hashing the files not hashed yet."""
+        with self._lock:
+            for p in self.paths:
+                if p not in self._ids:
+                    self._ids[p] = model_file_id(p)
+            return {mid: p for p, mid in self._ids.items()}
+
+    def path_for(self, model_id: bytes) -> Path:
+        key = "0x" + model_id.hex()
+        p = self.ids().get(key)
+        if p is None:
+            raise CannotJudgeError(f"request model {key} is not one of this verifier's models "
+                                   f"({', '.join(sorted(self.known())) or 'none'})",
+                                   param="model_id")
+        return p
+
+    def known(self) -> set[str]:
+        return set(self._engines) | set(self.ids())
+
+    def __call__(self, model_id: bytes) -> Engine:
+        """The engine for ``model_id`` (an :data:`EngineResolver`)."""
+        key = "0x" + model_id.hex()
+        eng = self._engines.get(key)
+        if eng is not None:
+            return eng
+        eng = engine_for(self.path_for(model_id), self.kernels)
+        if eng.model_id != key:  # the file changed since it was hashed
+            raise CannotJudgeError(f"model file now holds {eng.model_id}, not {key}",
+                                   param="model_id")
+        with self._lock:
+            self._engines[key] = eng
+        return eng
+
+
+def verify_receipt_job(private_key: EpochPrivateKey | EnvelopeOpener, *,
+                       receipt: dict[str, Any], blob: bytes | None, model_path: str = "",
+                       models: dict[str, str] | None = None,
                        kernels: str = "invariant") -> dict[str, Any]:
-    """Enclave job (``verinfer.verifier.reexec:verify_receipt_job``): ``f(private_key, **args)``.
-    ``receipt`` is the EIP-712 message JSON; ``blob`` the ciphertext from DA (None: absent).
-    Returns the verdict JSON (vote + reason), never plaintext."""
+    """Enclave job (``verinfer.verifier.reexec:verify_receipt_job``): ``f(private_key, **args)``
+    where ``private_key`` is the epoch key (legacy suites) or an opener of this one envelope
+    (per-receipt threshold decryption). ``receipt`` is the EIP-712 message JSON; ``blob`` the
+    ciphertext from DA (None: absent); ``models`` maps model ids to files (the parent hashed
+    them: only the model the request names is loaded), ``model_path`` is the one-model form.
+    Returns the verdict JSON (vote + reason), never plaintext, or ``{"abstain": why}`` when
+    this verifier holds no engine for the request's model (an abstention, not an error: the
+    parent must not retry it as a fault of its own)."""
     r = Receipt.from_json(receipt)
-    return judge(engine_for(model_path, kernels), r, blob, private_key).to_json()
+    engines: Engine | EngineResolver
+    if models:
+        by_id = {k.lower(): v for k, v in models.items()}
+
+        def engines(model_id: bytes) -> Engine:
+            path = by_id.get("0x" + model_id.hex())
+            if path is None:
+                raise CannotJudgeError(f"request model 0x{model_id.hex()} is not one of this "
+                                       "verifier's models", param="model_id")
+            return engine_for(path, kernels)
+    elif model_path:
+        engines = engine_for(model_path, kernels)
+    else:
+        raise ValueError("verify_receipt_job needs model_path or models")
+    try:
+        return judge(engines, r, blob, private_key).to_json()
+    except CannotJudgeError as e:
+        return {"abstain": e.message[:500]}

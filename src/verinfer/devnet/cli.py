@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from verinfer.devnet.network import (
     roles,
 )
 from verinfer.engine.engine import Engine
+from verinfer.engine.loader import MODEL_NAMES, resolve_model_path, sha256_file
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 
@@ -60,8 +62,10 @@ def _wait_http(url: str, timeout_s: float, body: dict[str, Any] | None = None) -
 @app.command()
 def up(
     directory: Annotated[Path, typer.Option("--dir", help="State directory.")] = Path(".devnet"),
-    model: Annotated[Path | None, typer.Option(help="Model file (default: tiny test model).")]
-    = None,
+    model: Annotated[list[str] | None, typer.Option(
+        help="A model the operator serves and the verifiers judge: a file or a name "
+             "(gemma3-270m, smollm2-135m-instruct); repeat for several, the first is the "
+             "default (default: the tiny test model).")] = None,
     verifiers: Annotated[int, typer.Option()] = 4,
     redis_url: Annotated[str, typer.Option()] = "redis://127.0.0.1:6379/0",
     operator_port: Annotated[int, typer.Option()] = 0,
@@ -70,22 +74,45 @@ def up(
              "seconds (`verinfer kms publish-heads`); 0: off.")] = 0.0,
 ) -> None:
     """Start everything and write <dir>/devnet.json."""
-    state = start(directory, model, verifiers, redis_url, operator_port,
-                  publish_log_heads_s=publish_log_heads_s)
+    from verinfer.errors import VerinferError
+
+    wanted = list(model or [])
+    try:
+        state = start(directory, wanted[0] if wanted else None, verifiers, redis_url,
+                      operator_port, publish_log_heads_s=publish_log_heads_s,
+                      more_models=wanted[1:])
+    except VerinferError as e:  # e.g. a named model whose package is not installed
+        console.print(f"[red]error[/red]: {e.message}")
+        raise typer.Exit(2) from e
     typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
 
 
-def start(directory: Path, model: Path | None, verifiers: int = 4,
+def start(directory: Path, model: Path | str | None, verifiers: int = 4,
           redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0, *,
-          publish_log_heads_s: float = 0.0) -> dict[str, Any]:
-    """`devnet up` without the stdout line; returns the devnet.json state."""
+          publish_log_heads_s: float = 0.0,
+          more_models: Sequence[Path | str] = ()) -> dict[str, Any]:
+    """`devnet up` without the stdout line; returns the devnet.json state. ``model`` and
+    ``more_models`` are files or names (gemma3-270m, smollm2-135m-instruct: the operator
+    serves a named model under its name): the operator serves them all, each model id is
+    approved on chain, each verifier judges them all (the first loaded at start, the others
+    on first use: start-up only hashes them)."""
     directory = directory.resolve()
     if (directory / STATE).exists():
         console.print(f"[red]error[/red]: {directory / STATE} exists: `verinfer devnet down`")
         raise typer.Exit(2)
     (directory / "logs").mkdir(parents=True, exist_ok=True)
-    model = (model or write_tiny_llama(directory / "tiny.gguf")).resolve()
-    state: dict[str, Any] = {"dir": str(directory), "model": str(model), "pids": {},
+    specs = [model or write_tiny_llama(directory / "tiny.gguf"), *more_models]
+    # name or file -> file; a named model keeps its name when served
+    served: dict[Path, str] = {}
+    for spec in specs:
+        path = resolve_model_path(spec).resolve()
+        served.setdefault(path, spec if isinstance(spec, str) and spec in MODEL_NAMES
+                          else str(path))
+    models = list(served)
+    model, extra = models[0], models[1:]
+    state: dict[str, Any] = {"dir": str(directory), "model": str(model),
+                             "models": [str(m) for m in models],
+                             "served": list(served.values()), "pids": {},
                              "redis_prefix": f"verinfer-devnet-{uuid.uuid4().hex[:8]}:"}
 
     def save() -> None:
@@ -107,7 +134,9 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
     engine = Engine.from_path(model)
     r = roles(verifiers)
     with console.status("deploying contracts, KMS epoch…"):
-        d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)))
+        # the other models are only hashed (their model id), not loaded: seconds saved
+        d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)),
+                           more_model_ids=[sha256_file(p) for p in extra])
         d.save(directory / "deployment.json")
         lay = provision_kms(directory / "kms", engine)
         register_epoch(w3, d, r, lay)
@@ -124,9 +153,11 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
     da_store = op_dir / "da"  # the operator's local DA store: verifiers read what it published
     common = ["--rpc-url", rpc, "--deployment", str(directory / "deployment.json"),
               "--da-store", str(da_store)]
+    model_args = [a for m in models for a in ("--model", str(m))]
+    serve_args = [a for m in served.values() for a in ("--model", m)]
     for i, acct in enumerate(r.verifiers):
         state["pids"][f"verifier-{i}"] = _spawn(
-            [sys.executable, "-m", "verinfer", "verifier", "run", *common, "--model", str(model),
+            [sys.executable, "-m", "verinfer", "verifier", "run", *common, *model_args,
              "--kms-dir", str(lay.root), "--state-dir", str(directory / f"verifier-{i}"),
              "--unsafe-devnet-mine", "--audit-redis-url", redis_url,
              "--audit-prefix", state["redis_prefix"]],
@@ -143,7 +174,7 @@ def start(directory: Path, model: Path | None, verifiers: int = 4,
     operator_url = None
     if init.returncode == 0:
         state["pids"]["operator"] = _spawn(
-            [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
+            [sys.executable, "-m", "verinfer", "serve", *serve_args, "--port",
              str(op_port), "--operator-dir", str(op_dir)], directory / "logs" / "operator.log")
         operator_url = f"http://127.0.0.1:{op_port}"
     else:

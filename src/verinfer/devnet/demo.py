@@ -24,6 +24,9 @@ from rich.table import Table
 from verinfer.chain.structs import ETHER, Status
 from verinfer.devnet.harness import Devnet, DevnetStateError
 
+#: By default the devnet serves both shipped models: the instruction-tuned SmolLM2 answers
+#: chat, the Gemma 3 270M base model (which continues text well, chats poorly) completions.
+CHAT_MODEL, COMPLETION_MODEL = "smollm2-135m-instruct", "gemma3-270m"
 COMPLETION_PROMPTS = ("The capital of France is", "The lighthouse keeper opened the door and")
 CHAT_PROMPT = "In one sentence, what is a lighthouse?"
 
@@ -35,6 +38,7 @@ class Answer:
     text: str
     verification: dict[str, Any]
     signer: str = ""
+    model: str = ""
 
 
 @dataclass
@@ -52,7 +56,10 @@ def ask(dn: Devnet, max_tokens: int) -> list[Answer]:
     openai SDK."""
     client = OpenAI(base_url=dn.operator_url + "/v1", api_key="devnet", max_retries=0,
                     timeout=300)
-    model = client.models.list().data[0].id
+    served = [m.id for m in client.models.list().data]
+    # each request to the model made for it when the devnet serves it (--model tiny: one)
+    chat_model = CHAT_MODEL if CHAT_MODEL in served else served[0]
+    model = COMPLETION_MODEL if COMPLETION_MODEL in served else served[0]
     out: list[Answer] = []
     c = client.completions.create(model=model, prompt=COMPLETION_PROMPTS[0],
                                   max_tokens=max_tokens, temperature=0)
@@ -68,11 +75,13 @@ def ask(dn: Devnet, max_tokens: int) -> list[Answer]:
     assert last is not None
     out.append(Answer("completion (stream, seed 11)", COMPLETION_PROMPTS[1], text,
                       dict((last.model_extra or {})["verification"])))
-    r = client.chat.completions.create(model=model, max_tokens=max_tokens, seed=7,
+    for a in out:
+        a.model = model
+    r = client.chat.completions.create(model=chat_model, max_tokens=max_tokens, seed=7,
                                        temperature=0.7,
                                        messages=[{"role": "user", "content": CHAT_PROMPT}])
     out.append(Answer("chat (seed 7)", CHAT_PROMPT, r.choices[0].message.content or "",
-                      dict((r.model_extra or {})["verification"])))
+                      dict((r.model_extra or {})["verification"]), model=chat_model))
     for a in out:  # what any client can check with eth-account alone
         a.signer = Account.recover_message(encode_typed_data(full_message=a.verification[
             "receipt"]), signature=a.verification["signature"])
@@ -83,6 +92,7 @@ def _answer_panel(i: int, a: Answer, operator: str) -> Panel:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
+    t.add_row("model", a.model)
     t.add_row("asked", a.prompt)
     t.add_row("answer", a.text.strip() or "[dim](empty)[/dim]")
     t.add_row("receipt id", a.verification["receipt_id"])
@@ -98,11 +108,10 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
 
     res = DemoResult()
     d = (directory or Path(tempfile.mkdtemp(prefix="verinfer-devnet-"))).resolve() / "devnet"
-    model_path: Path | None
-    if model is None:
-        from verinfer.engine.loader import embedded_model_path
-
-        model_path = embedded_model_path()
+    model_path: Path | str | None
+    more: list[str] = []
+    if model is None:  # both shipped models, served and judged under their names
+        model_path, more = COMPLETION_MODEL, [CHAT_MODEL]
     elif model == "tiny":
         model_path = None  # `devnet up` writes the tiny test model
     else:
@@ -112,14 +121,14 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         raise DevnetStateError(f"a devnet already runs in {d}", param="dir")
     t0 = time.monotonic()
     try:
-        start(d, model_path)
+        start(d, model_path, more_models=more)
         dn = Devnet(d)
         with console.status("waiting for the 4 verifiers to register on chain…"):
             dn.wait_ready()
         res.seconds["devnet_up"] = time.monotonic() - t0
         console.print(f"devnet up in {res.seconds['devnet_up']:.0f} s: anvil {dn.rpc_url}, "
                       f"operator {dn.operator_url}, 5 KMS shards (t = 3), 4 verifiers; "
-                      f"model {Path(dn.state['model']).name}")
+                      f"models {', '.join(Path(m).name for m in dn.state['models'])}")
         t1 = time.monotonic()
         with console.status("asking the operator (openai SDK)…"):
             res.answers = ask(dn, max_tokens)
@@ -127,7 +136,8 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         operator = dn.state["accounts"]["operator"]
         for i, a in enumerate(res.answers):
             console.print(_answer_panel(i, a, operator))
-        target = res.answers[0].verification["receipt_id"]
+        # the chat receipt: by default SmolLM2's, which the verifiers load on first use
+        target = res.answers[-1].verification["receipt_id"]
         t2 = time.monotonic()
         with console.status("waiting for the operator's batch to be committed on chain…"):
             loc = dn.wait_located(target, timeout_s=120)

@@ -64,11 +64,15 @@ def enclave_measurement(engine_fingerprint: str) -> bytes:
     return measurement(CONTAINER_DIGEST, CODE_HASH, engine_fingerprint)
 
 
-def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params) -> Deployment:
-    """Deploys, approves the engine's model and fingerprint, stakes the operator."""
+def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
+                   more_model_ids: Sequence[str] = ()) -> Deployment:
+    """Deploys, approves the engine's model (and ``more_model_ids``, 0x-hex: the other models
+    the operator serves — the engine fingerprint depends on the kernels, not the model, so
+    one approval covers them all) and fingerprint, stakes the operator."""
     d = deploy_all(w3, r.governance, params)
     gov = bind(w3, d, r.governance)
-    gov.config.approve(Kind.MODEL, parse_hex(engine.model_id, 32, "model_id"))
+    for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
+        gov.config.approve(Kind.MODEL, parse_hex(mid, 32, "model_id"))
     gov.config.approve(Kind.ENGINE_FINGERPRINT,
                        parse_hex(engine.fingerprint.hash, 32, "engine fingerprint hash"))
     gov.config.approve(Kind.ENCLAVE_MEASUREMENT,

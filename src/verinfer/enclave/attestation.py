@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from verinfer.enclave.errors import QuoteMalformedError, UnsupportedTeeError
+from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 
 REPORT_DATA_LEN = 64  # TDX / SEV-SNP report_data size; Nitro user_data fits it too
 MEASUREMENT_LEN = 32
@@ -113,12 +114,9 @@ def measurement(container_digest: str, code_hash: str, engine_fingerprint: str) 
 
 
 def parse_hex(value: Any, length: int, what: str) -> bytes:
-    if not isinstance(value, str):
-        raise QuoteMalformedError(f"{what} must be a hex string, got {value!r:.100}")
+    """A quote field: hex of ``length`` bytes. Quotes write bare hex (``bytes.hex()``) and
+    older tools wrote ``0x``, so the prefix is optional; the digits are checked strictly."""
     try:
-        b = bytes.fromhex(value.removeprefix("0x"))
-    except ValueError as e:
-        raise QuoteMalformedError(f"{what} is not hex: {value!r:.100}") from e
-    if len(b) != length:
-        raise QuoteMalformedError(f"{what} must be {length} bytes, got {len(b)}")
-    return b
+        return parse_hex_lenient(value, length, what)
+    except HexFormatError as e:
+        raise QuoteMalformedError(e.message) from None

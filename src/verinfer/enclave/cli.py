@@ -149,9 +149,10 @@ def verify_quote_cmd(
         if report_data is not None and kms_request is not None:
             raise ValueError("--report-data and --kms-request exclude each other")
         if report_data is not None:
-            expected = bytes.fromhex(report_data.removeprefix("0x"))
-            if len(expected) != 64:
-                raise ValueError("--report-data must be 64 bytes")
+            from verinfer.protocol.hexutil import parse_hex_lenient
+
+            # typed on the command line: 0x optional; a HexFormatError is a ValueError, as before
+            expected = parse_hex_lenient(report_data, 64, "--report-data")
         elif kms_request is not None:
             from verinfer.kms.protocol import ReleaseRequest
 

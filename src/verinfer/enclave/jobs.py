@@ -10,6 +10,7 @@ from typing import Any
 
 from verinfer.enclave.errors import JobError
 from verinfer.kms.app_keys import EpochPrivateKey
+from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 from verinfer.receipts import envelope
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents
 
@@ -48,7 +49,7 @@ def open_envelope(private_key: EpochPrivateKey, blob: bytes,
 def _bytes(v: bytes | str, what: str) -> bytes:
     if isinstance(v, bytes):
         return v
-    try:
-        return bytes.fromhex(v.removeprefix("0x"))
-    except (ValueError, AttributeError) as e:
-        raise JobError(f"{what} must be bytes or hex, got {v!r:.40}") from e
+    try:  # typed on a command line (--job-args): the 0x prefix is optional
+        return parse_hex_lenient(v, None, what)
+    except HexFormatError:
+        raise JobError(f"{what} must be bytes or hex, got {v!r:.40}") from None

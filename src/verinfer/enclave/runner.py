@@ -61,6 +61,7 @@ from verinfer.kms.protocol import (
     share_info,
 )
 from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_share
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import (
@@ -367,9 +368,8 @@ class EnclaveRunner:
                 return s.index, None
             try:
                 d = _parse(data, f"shard {s.index} nonce answer")
-                nonce = bytes.fromhex(str(d["nonce"]).removeprefix("0x"))
-                if len(nonce) != 32:
-                    raise ValueError(f"nonce of {len(nonce)} bytes, not 32")
+                # the shard app writes "0x" + 32 bytes; HexFormatError is a ValueError below
+                nonce = parse_hex(d["nonce"], 32, "nonce")
             except UntrustedJsonError as e:
                 refusals[s.index] = f"bad_answer: {e.code}: {e.message}"
                 return s.index, None

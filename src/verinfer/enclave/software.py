@@ -38,6 +38,7 @@ from verinfer.enclave.errors import (
     QuoteSignatureError,
     RootKeyError,
 )
+from verinfer.protocol.hexutil import parse_hex_lenient
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 TEE = "software"
@@ -73,9 +74,12 @@ def load_root_public(path: Path) -> bytes:
 def _read_hex(path: Path, length: int, what: str) -> bytes:
     try:
         text = path.read_text().strip()
-        raw = bytes.fromhex(text.removeprefix("0x"))
-    except (OSError, ValueError) as e:
+        # written bare by this module; a person may paste it with 0x: the prefix is optional
+        raw = parse_hex_lenient(text, None, what)
+    except OSError as e:
         raise RootKeyError(f"cannot read {what} from {path}: {e}") from e
+    except ValueError:  # HexFormatError; never echo (part of) a private key into the error
+        raise RootKeyError(f"{what} in {path} is not hex") from None
     if len(raw) != length:
         raise RootKeyError(f"{what} in {path} must be {length} bytes, got {len(raw)}")
     return raw

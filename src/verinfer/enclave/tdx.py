@@ -70,6 +70,7 @@ from verinfer.enclave.errors import (
     QuoteSignatureError,
     UnsupportedTeeError,
 )
+from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 TEE = "tdx"
@@ -325,13 +326,7 @@ class TdxPlatform:
 
 
 def _hex48(v: Any, what: str) -> bytes:
-    try:
-        b = bytes.fromhex(str(v).removeprefix("0x")) if isinstance(v, str) else None
-    except ValueError:
-        b = None
-    if b is None or len(b) != RTMR_LEN:
-        raise ValueError(f"{what} must be {RTMR_LEN} bytes of hex, got {v!r:.100}")
-    return b
+    return _hex_n(v, RTMR_LEN, what)
 
 
 @dataclass(frozen=True)
@@ -425,13 +420,11 @@ def _str_set(v: Any, what: str) -> frozenset[str]:
 
 
 def _hex_n(v: Any, n: int, what: str) -> bytes:
+    # policies and measurements are written as bare hex (``bytes.hex()``); 0x is accepted too
     try:
-        b = bytes.fromhex(v.removeprefix("0x")) if isinstance(v, str) else b""
-    except ValueError:
-        b = b""
-    if len(b) != n:
-        raise ValueError(f"{what} must be {n} bytes of hex, got {v!r:.100}")
-    return b
+        return parse_hex_lenient(v, n, what)
+    except HexFormatError:
+        raise ValueError(f"{what} must be {n} bytes of hex, got {v!r:.100}") from None
 
 
 # ---- verification -------------------------------------------------------------------------
@@ -683,8 +676,8 @@ def _check_collateral(raw: bytes, fmspc: str, now: int) -> tuple[str, int]:
                         _parse_time(body.get("nextUpdate"), f"{item}.nextUpdate")))
     for item in ("root_ca_crl", "pck_crl"):
         try:
-            crl = x509.load_der_x509_crl(bytes.fromhex(d[item]))
-        except ValueError as e:
+            crl = x509.load_der_x509_crl(parse_hex_lenient(d[item], None, f"collateral {item}"))
+        except ValueError as e:  # HexFormatError is one (a non-string too)
             raise CollateralMalformedError(f"collateral {item} is not a DER CRL in hex") from e
         if crl.next_update_utc is None:
             raise CollateralMalformedError(f"collateral {item} has no nextUpdate")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from verinfer.engine.chat import TokenizerPrompts
 from verinfer.engine.engine import Engine
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.request_rule import ServedModel
 
 
@@ -15,8 +16,8 @@ def served_model(engine: Engine, engine_fingerprint: str | None = None) -> Serve
     must not depend on how an operator configured its server. A verifier passes the
     fingerprint the ExecRequest names (a judge need not run the operator's kernels)."""
     return ServedModel(
-        model_id=bytes.fromhex(engine.model_id.removeprefix("0x")),
-        tokenizer_hash=bytes.fromhex(engine.tokenizer.hash.removeprefix("0x")),
+        model_id=parse_hex(engine.model_id, 32, "model_id"),
+        tokenizer_hash=parse_hex(engine.tokenizer.hash, 32, "tokenizer_hash"),
         engine_fingerprint=(engine_fingerprint if engine_fingerprint is not None
                             else engine.fingerprint.canonical().decode()),
         context_length=engine.config.context_length,

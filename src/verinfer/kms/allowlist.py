@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from verinfer.kms.errors import RegistryError
+from verinfer.protocol.hexutil import parse_hex
 
 
 class MeasurementAllowlist(Protocol):
@@ -32,7 +33,7 @@ class FileMeasurementAllowlist:
         try:
             raw = json.loads(self.path.read_text())
             items = raw["measurements"]
-            out = frozenset(bytes.fromhex(str(m).removeprefix("0x")) for m in items)
+            out = frozenset(parse_hex(m, None, "measurement") for m in items)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise RegistryError(f"cannot read measurement allowlist {self.path}: {e}") from e
         bad = [m.hex() for m in out if len(m) != 32]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verinfer.kms.errors import RegistryError
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import Receipt
 
 
@@ -83,10 +84,10 @@ class FileCommitteeOracle:
             raw: Any = json.loads(self.path.read_text())
             challenges = {str(cid): (str(c["status"]), [str(m) for m in c["committee"]])
                           for cid, c in raw.get("challenges", {}).items()}
-            receipts = {str(cid): bytes.fromhex(str(c["receipt_hash"]).removeprefix("0x"))
+            receipts = {str(cid): parse_hex(c["receipt_hash"], 32, f"challenges.{cid}.receipt_hash")
                         for cid, c in raw.get("challenges", {}).items()
                         if c.get("receipt_hash") is not None}
-            audits = {str(v): [bytes.fromhex(str(d).removeprefix("0x")) for d in ds]
+            audits = {str(v): [parse_hex(d, 32, f"audits.{v}") for d in ds]
                       for v, ds in raw.get("audits", {}).items()}
             return StaticCommitteeOracle([str(v) for v in raw.get("verifiers", [])], challenges,
                                          receipts, audits)

@@ -23,6 +23,7 @@ from verinfer.kms.errors import (
     EpochRetiredError,
     RegistryError,
 )
+from verinfer.protocol.hexutil import parse_hex
 
 EpochStatus = Literal["live", "retired"]
 REGISTRY_VERSION = 1
@@ -42,11 +43,11 @@ class EpochRecord:
 
     @property
     def commitment_bytes(self) -> list[bytes]:
-        return [bytes.fromhex(c.removeprefix("0x")) for c in self.commitments]
+        return [parse_hex(c, None, f"epoch {self.epoch} commitment") for c in self.commitments]
 
     @property
     def public_key_bytes(self) -> bytes:
-        return bytes.fromhex(self.public_key.removeprefix("0x"))
+        return parse_hex(self.public_key, None, f"epoch {self.epoch} public_key")
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives import hpke
 from verinfer.enclave.attestation import Quote
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
+from verinfer.protocol.hexutil import HexFormatError, parse_hex
 from verinfer.receipts.eip712 import Receipt
 
 Purpose = Literal["full_challenge", "light_audit"]
@@ -91,7 +92,7 @@ class AuditAssignment:
 
     def digest(self) -> bytes:
         return hashlib.sha256(b"verinfer/kms/audit-assignment/v1" + self.receipt_hash
-                              + bytes.fromhex(self.auditor[2:])
+                              + parse_hex(self.auditor, 20, "auditor")
                               + self.expires_at.to_bytes(8, "big")).digest()
 
     def to_json(self) -> dict[str, Any]:
@@ -179,15 +180,12 @@ def unb64(s: Any, what: str) -> bytes:
 
 
 def unhex(s: Any, what: str, length: int | None = None) -> bytes:
-    if not isinstance(s, str):
-        raise BadReleaseRequest(f"{what} must be 0x-hex text, got {s!r:.80}", param=what)
+    """A request field: ``0x`` hex (the one parser, strict: every writer of this format
+    prefixes), refused as a :class:`BadReleaseRequest` naming the field."""
     try:
-        b = bytes.fromhex(s.removeprefix("0x"))
-    except ValueError as e:
-        raise BadReleaseRequest(f"{what} is not hex: {s!r:.80}", param=what) from e
-    if length is not None and len(b) != length:
-        raise BadReleaseRequest(f"{what} must be {length} bytes, got {len(b)}", param=what)
-    return b
+        return parse_hex(s, length, what)
+    except HexFormatError as e:
+        raise BadReleaseRequest(e.message, param=what) from None
 
 
 @dataclass(frozen=True)

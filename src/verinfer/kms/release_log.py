@@ -40,6 +40,7 @@ from eth_account.signers.local import LocalAccount
 
 from verinfer.errors import ServerError
 from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 GENESIS = "0" * 64
@@ -120,7 +121,7 @@ class SignedHead:
         if not (isinstance(sig, str) and sig.startswith("0x") and len(sig) == 132):
             raise bad("signature must be 0x + 65 bytes hex")
         try:
-            sig_b = bytes.fromhex(sig[2:])
+            sig_b = parse_hex(sig, 65, "signature")
         except ValueError:
             raise bad("signature is not hex") from None
         return cls(ints["shard_index"], address.lower(), ints["count"], head, ints["time"],

@@ -16,6 +16,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from verinfer.kms.errors import SealError
+from verinfer.protocol.hexutil import parse_hex_lenient
 
 MAGIC = b"VSEAL1"
 KEY_LEN = 32
@@ -76,9 +77,10 @@ def load_seal_key(keyfile: Path | None = None, env_var: str | None = None) -> by
     else:
         raise SealError(f"no seal key: give a keyfile or set ${env_var or 'VERINFER_SEAL_KEY'}")
     try:
-        key = bytes.fromhex(text.removeprefix("0x"))
-    except ValueError as e:
-        raise SealError(f"seal key from {source} is not hex") from e
+        # typed or pasted by a person: the 0x prefix is optional (parse_hex_lenient)
+        key = parse_hex_lenient(text, None, "seal key")
+    except ValueError:  # never echo (part of) the key into the error
+        raise SealError(f"seal key from {source} is not hex") from None
     _check_key(key)
     return key
 

@@ -31,14 +31,15 @@ def parse_hex(value: object, length: int | None = None, field: str = "value", *,
     ``lower_only`` rejects upper-case digits: canonical encodings accept one spelling only.
     """
     if not isinstance(value, str) or not _HEX.fullmatch(value) or len(value) % 2:
-        raise HexFormatError(f"{field} must be 0x-prefixed hex of whole bytes, got {value!r}",
+        raise HexFormatError(f"{field} must be 0x-prefixed hex of whole bytes, got {value!r:.100}",
                              param=field)
     if lower_only and value != value.lower():
-        raise HexFormatError(f"{field} must be lower-case hex, got {value!r}", param=field)
+        raise HexFormatError(f"{field} must be lower-case hex, got {value!r:.100}", param=field)
     raw = bytes.fromhex(value[2:])
     if length is not None and len(raw) != length:
         raise HexFormatError(
-            f"{field} must be {length} bytes ({2 * length} hex digits), got {len(raw)}: {value!r}",
+            f"{field} must be {length} bytes ({2 * length} hex digits), got {len(raw)}: "
+            f"{value!r:.100}",
             param=field)
     return raw
 

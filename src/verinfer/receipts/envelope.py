@@ -45,7 +45,7 @@ from verinfer.receipts.errors import (
     ReceiptFormatError,
     UnsupportedVersionError,
 )
-from verinfer.receipts.hexutil import check_bytes, check_uint
+from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex
 
 __all__ = [
     "EnvelopeBinding",
@@ -109,7 +109,8 @@ class EnvelopeBinding:
     def info(self, suite: EnvelopeSuite) -> bytes:
         return b"".join((
             LABEL, suite.suite_id, self.version.to_bytes(2, "big"),
-            self.chain_id.to_bytes(32, "big"), bytes.fromhex(self.operator[2:]), self.model_id,
+            self.chain_id.to_bytes(32, "big"), parse_hex(self.operator, 20, "operator"),
+            self.model_id,
             self.engine_fingerprint_hash, self.req_hash, self.out_hash,
             self.key_epoch.to_bytes(8, "big")))
 

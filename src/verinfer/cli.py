@@ -3,185 +3,106 @@
 from __future__ import annotations
 
 import os
-import runpy
 import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from typer import _click as click  # typer ships its own click; its group API is that one's
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
+
 
 # Each part owns its sub-commands in `<part>/cli.py`, a typer app named `app`. They load on
-# first use: importing every part (torch, web3, …) costs ~2.5 s, and the devnet starts a
-# dozen `verinfer …` processes that each need one part only.
-_SUBCOMMANDS = {
-    "da": "verinfer.da_client.cli",
-    "kms": "verinfer.kms.cli",
-    "enclave": "verinfer.enclave.cli",
-    "chain": "verinfer.chain.cli",
-    "receipts": "verinfer.receipts.cli",
-    "operator": "verinfer.operator.cli",
-    "verifier": "verinfer.verifier.cli",
-    "audit": "verinfer.verifier.audit_cli",
-    "challenge": "verinfer.verifier.challenge_cli",
-    "devnet": "verinfer.devnet.cli",
+# first use: importing every part (torch, web3, …) costs seconds, and the devnet starts a
+# dozen `verinfer …` processes that each need one part only. The tree is by user (operator,
+# verifier, KMS, ...); the short aliases (`serve`, `audit`, `challenge`) are the same commands.
+@dataclass(frozen=True)
+class _Lazy:
+    module: str  # its typer app `app` ...
+    help: str  # the one line `--help` lists, so listing the tree loads none of it
+    command: str | None = None  # ... or one command of that app
+
+
+_VERIFIER: dict[str, _Lazy] = {
+    "run": _Lazy("verinfer.verifier.cli", "Run a verifier node: committee duties and light "
+                 "audits.", "run"),
+    "audit": _Lazy("verinfer.verifier.audit_cli", "Light audits (no slashing); escalate "
+                   "mismatches to full challenges."),
+    "challenge": _Lazy("verinfer.verifier.challenge_cli", "Open a full challenge (or a "
+                       "withholding claim) and follow it."),
+}
+_SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
+    "operator": _Lazy("verinfer.operator.cli", "Operator: serve the API, keystore, evidence "
+                      "configuration, stake, publication status."),
+    "verifier": _VERIFIER,
+    "kms": _Lazy("verinfer.kms.cli", "Threshold KMS: key epochs and shard servers."),
+    "enclave": _Lazy("verinfer.enclave.cli", "Software enclave (not a security boundary): "
+                     "attestation root, measurements, key-release runs; TDX quotes."),
+    "da": _Lazy("verinfer.da_client.cli", "Data availability: get/put blobs, batch proofs, the "
+                "publication outbox."),
+    "chain": _Lazy("verinfer.chain.cli", "Contracts: deploy, stake, unbond."),
+    "receipts": _Lazy("verinfer.receipts.cli", "Receipts: vectors, verification, EIP-712 typed "
+                      "data."),
+    "devnet": _Lazy("verinfer.devnet.cli", "Local network: anvil, contracts, KMS, DA, "
+                    "operator, verifiers."),
+    # aliases: the everyday commands under their short names
+    "serve": _Lazy("verinfer.operator.cli", "Serve the OpenAI-compatible API (= `verinfer "
+                   "operator serve`).", "serve"),
+    "audit": replace(_VERIFIER["audit"], help="Light audits (= `verinfer verifier audit`)."),
+    "challenge": replace(_VERIFIER["challenge"], help="Open a challenge and follow it "
+                         "(= `verinfer verifier challenge`)."),
 }
 
 
 class _LazyGroup(TyperGroup):
+    """A group whose sub-commands (``lazy``) are imported when one is used, not listed."""
+
+    lazy: dict[str, _Lazy | dict[str, _Lazy]] = _SUBCOMMANDS
+    _listing = False
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*super().list_commands(ctx), *_SUBCOMMANDS]
+        return [*super().list_commands(ctx), *self.lazy]
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # listing a command asks get_command for it: hand out placeholders with the table's
+        # help line meanwhile, so `verinfer --help` imports no part
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        module = _SUBCOMMANDS.get(cmd_name)
-        if module is None:
+        entry = self.lazy.get(cmd_name)
+        if entry is None:
             return super().get_command(ctx, cmd_name)
+        if isinstance(entry, dict):  # a nested tree (verifier): lazy in its turn
+            tree = _LazyGroup(name=cmd_name, no_args_is_help=True,
+                              help="Verifier: node, light audits, challenges.")
+            tree.lazy = dict(entry)
+            return tree
+        if self._listing:
+            return TyperCommand(name=cmd_name, help=entry.help)
         import importlib
 
-        # get_group, not get_command: a one-command part (`verifier run`) must stay a group
-        cmd = typer.main.get_group(importlib.import_module(module).app)
+        # get_group, not get_command: a one-command part must stay a group
+        group = typer.main.get_group(importlib.import_module(entry.module).app)
+        cmd = group if entry.command is None else group.get_command(ctx, entry.command)
+        if cmd is None:
+            raise RuntimeError(f"{entry.module} has no command {entry.command!r}")
         cmd.name = cmd_name
         return cmd
 
 
 app = typer.Typer(cls=_LazyGroup, help="verinfer: verifiable inference on a deterministic "
                   "engine.", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks (run from the repository root).", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
 
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", help="Path to a .gguf/.safetensors model (default: embedded Gemma 3 270M).")]
-ModelsOpt = Annotated[list[str] | None, typer.Option(
-    "--model", help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
-                    "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
-                    "`model` picks one. Default: gemma3-270m.")]
-KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]
-
-
-def _model_path(model: str | None) -> Path:
-    from verinfer.engine.loader import embedded_model_path, resolve_model_path
-
-    return resolve_model_path(model) if model else embedded_model_path()
-
-
-def _kernels(mode: str) -> str:
-    if mode not in ("invariant", "fast"):
-        raise typer.BadParameter("--kernels must be 'invariant' or 'fast'")
-    return mode
-
-
-@app.command()
-def serve(
-    model: ModelsOpt = None,
-    host: Annotated[str, typer.Option()] = "127.0.0.1",
-    port: Annotated[int, typer.Option()] = 8000,
-    kernels: KernelsOpt = "invariant",
-    max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
-    max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
-    name: Annotated[str | None, typer.Option(
-        help="Model name clients send (one --model only; default: the model's name).")] = None,
-    api_keys_file: Annotated[Path | None, typer.Option(
-        help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
-             "none = open API.")] = None,
-    rate_limit: Annotated[float | None, typer.Option(
-        help="Requests per minute per API key (or per client address).")] = None,
-    operator_dir: Annotated[Path | None, typer.Option(
-        help="Operator state directory (from `verinfer operator init`): signs a receipt for "
-             "every response and publishes the evidence.")] = None,
-    unsafe_no_evidence: Annotated[bool, typer.Option(
-        help="Serve without receipts or published evidence (nothing is verifiable).")] = False,
-    unsafe_dev: Annotated[bool, typer.Option(
-        help="Allow production-unsafe operator modes (no chain, zero verifyingContract, a "
-             "locally provisioned KMS): demos and tests only.")] = False,
-    unsafe_skip_identity_check: Annotated[bool, typer.Option(
-        hidden=True, help="Sign even while the model or engine fingerprint is not approved "
-                          "on chain (tests that play a careless operator).")] = False,
-) -> None:
-    """Serve the OpenAI-compatible API."""
-    import uvicorn
-
-    from verinfer.engine.engine import Engine
-    from verinfer.engine.loader import load_model
-    from verinfer.errors import VerinferError
-    from verinfer.operator.app import ServerConfig, create_app
-
-    keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
-    if api_keys_file is not None:
-        keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
-    from verinfer.engine.loader import MODEL_NAMES, LoadedModel
-
-    wanted = list(model or ["gemma3-270m"])
-    if name is not None and len(wanted) > 1:
-        typer.echo("error: --name applies to a single --model (named models keep their "
-                   "names)", err=True)
-        raise typer.Exit(2)
-    if (operator_dir is None) == (not unsafe_no_evidence):
-        typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
-                   "without any verifiable evidence, --unsafe-no-evidence", err=True)
-        raise typer.Exit(2)
-    loaded_by_name: dict[str, LoadedModel] = {}
-    for m in wanted:
-        try:
-            loaded = load_model(_model_path(m))
-        except VerinferError as e:
-            typer.echo(f"error: {m}: {e.message}", err=True)
-            raise typer.Exit(2) from e
-        served = name or (m if m in MODEL_NAMES else _default_name(loaded.name))
-        if served in loaded_by_name:
-            typer.echo(f"error: two models would be served as {served!r}", err=True)
-            raise typer.Exit(2)
-        loaded_by_name[served] = loaded
-    engines = {n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
-                         max_context=max_context) for n, lm in loaded_by_name.items()}
-    runtime = None
-    unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
-        if unsafe_no_evidence else []
-    if operator_dir is not None:
-        from verinfer.operator.config import OperatorConfig
-        from verinfer.operator.runtime import build_runtime, unsafe_reasons
-
-        try:
-            cfg = OperatorConfig.load(operator_dir)
-            unsafe = unsafe_reasons(cfg)
-            if unsafe and not unsafe_dev:
-                for eng in engines.values():
-                    eng.close()
-                typer.echo("error: this operator configuration is unsafe for production:\n  - "
-                           + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
-                           "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
-                           "demo", err=True)
-                raise typer.Exit(2)
-            runtime = build_runtime(cfg, list(engines.values()),
-                                    check_identity=not unsafe_skip_identity_check)
-        except VerinferError as e:
-            for eng in engines.values():
-                eng.close()
-            typer.echo(f"error: {e.message}", err=True)
-            raise typer.Exit(2) from e
-    for reason in unsafe:
-        typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
-    for served_name, eng in engines.items():
-        typer.echo(f"serving {served_name} ({eng.model_id[:18]}…) on http://{host}:{port}/v1 "
-                   f"[{eng.fingerprint.system_fingerprint}]", err=True)
-    try:
-        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
-                              evidence=runtime.evidence if runtime else None,
-                              readiness=runtime.readiness if runtime else None, unsafe=unsafe)
-        uvicorn.run(create_app(engines, None, config), host=host, port=port,
-                    log_level="warning")
-    finally:
-        if runtime is not None:
-            runtime.close()
-        for eng in engines.values():
-            eng.close()
-
-
-def _default_name(model_name: str) -> str:
-    return model_name.lower().replace(" ", "-")
 
 
 CHAT_MODEL, COMPLETION_MODEL = "smollm2-135m-instruct", "gemma3-270m"
@@ -213,7 +134,7 @@ def demo(
     if init.returncode != 0:
         typer.echo(init.stderr, err=True)
         raise typer.Exit(init.returncode)
-    cmd = [sys.executable, "-m", "verinfer", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "verinfer", "operator", "serve", "--port", str(port),
            "--operator-dir", str(state), "--unsafe-dev"]  # one-process demo: no chain
     if model:
         cmd += ["--model", model, "--name", "default"]
@@ -305,15 +226,39 @@ def tiny_model(out: Path, seed: Annotated[int, typer.Option()] = 0) -> None:
     typer.echo(str(write_tiny_llama(out, seed)))
 
 
-@bench_app.command("engine")
-def bench_engine() -> None:
-    """Run bench/engine.py (Gemma 3 270M vs HF transformers)."""
-    script = Path("bench/engine.py")
-    if not script.exists():
-        typer.echo("run from the repository root: bench/engine.py not found", err=True)
+def repository_root() -> Path | None:
+    """The source checkout this package runs from (``src/verinfer`` -> the root), or None
+    when installed without it (a wheel in site-packages has no bench/ beside it)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "bench").is_dir() and (root / "pyproject.toml").is_file() else None
+
+
+def bench_names(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / "bench").glob("*.py") if not p.stem.startswith("_"))
+
+
+@app.command("bench", context_settings={"allow_extra_args": True,
+                                        "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="A script of bench/ (engine, serve, kms, da, "
+                                             "receipts, challenge, kernels, gas, ...).")],
+) -> None:
+    """Run bench/NAME.py of the repository from any directory; further arguments go to it."""
+    root = repository_root()
+    if root is None:
+        typer.echo("error: the benchmarks ship with the source repository, not with the "
+                   "installed package: clone it and run `verinfer bench` from its "
+                   "environment (scripts/bootstrap)", err=True)
         raise typer.Exit(2)
-    sys.argv = [str(script)]
-    runpy.run_path(str(script), run_name="__main__")
+    names = bench_names(root)
+    if name not in names:  # a name, never a path: nothing outside bench/ runs
+        typer.echo(f"error: no benchmark {name!r}; there are: {', '.join(names)}", err=True)
+        raise typer.Exit(2)
+    # as `python bench/NAME.py ARGS` would (its directory first on sys.path, its own argv);
+    # the caller's working directory stays, so relative paths in ARGS mean what they say
+    rc = subprocess.call([sys.executable, str(root / "bench" / f"{name}.py"), *ctx.args])
+    raise typer.Exit(rc)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`verinfer operator …`: set up an operator's keys and evidence configuration."""
+"""`verinfer operator …`: serve the API; set up an operator's keys and evidence configuration."""
 
 from __future__ import annotations
 
@@ -17,14 +17,17 @@ from verinfer.operator.config import (
     create_keystore,
     write_config,
 )
+from verinfer.operator.serve_cli import serve
 from verinfer.protocol.hexutil import parse_hex_lenient
 
 if TYPE_CHECKING:  # imported on use: `verinfer operator init` needs no web3
     from verinfer.chain.bindings import TxSender
     from verinfer.chain.deploy import Deployment
 
-app = typer.Typer(help="Operator set-up: keystore, evidence configuration, publication status.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Operator: serve the API, keystore, evidence configuration, stake, "
+                  "publication status.", no_args_is_help=True)
+# `verinfer operator serve`, also `verinfer serve` (verinfer.cli); its heavy imports are lazy
+app.command("serve")(serve)
 
 NO_CHAIN = "0x0000000000000000000000000000000000000000"
 

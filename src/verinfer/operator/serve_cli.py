@@ -1,0 +1,140 @@
+"""`verinfer operator serve` (alias `verinfer serve`): the OpenAI-compatible API.
+
+Everything heavy (the engine, torch, uvicorn, web3) is imported inside :func:`serve`, so that
+`verinfer operator --help` and the other operator commands start without it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ModelsOpt = Annotated[list[str] | None, typer.Option(
+    "--model", help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
+                    "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
+                    "`model` picks one. Default: gemma3-270m.")]
+KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]
+
+
+def _model_path(model: str | None) -> Path:
+    from verinfer.engine.loader import embedded_model_path, resolve_model_path
+
+    return resolve_model_path(model) if model else embedded_model_path()
+
+
+def _kernels(mode: str) -> str:
+    if mode not in ("invariant", "fast"):
+        raise typer.BadParameter("--kernels must be 'invariant' or 'fast'")
+    return mode
+
+
+def serve(
+    model: ModelsOpt = None,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    kernels: KernelsOpt = "invariant",
+    max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
+    max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
+    name: Annotated[str | None, typer.Option(
+        help="Model name clients send (one --model only; default: the model's name).")] = None,
+    api_keys_file: Annotated[Path | None, typer.Option(
+        help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
+             "none = open API.")] = None,
+    rate_limit: Annotated[float | None, typer.Option(
+        help="Requests per minute per API key (or per client address).")] = None,
+    operator_dir: Annotated[Path | None, typer.Option(
+        help="Operator state directory (from `verinfer operator init`): signs a receipt for "
+             "every response and publishes the evidence.")] = None,
+    unsafe_no_evidence: Annotated[bool, typer.Option(
+        help="Serve without receipts or published evidence (nothing is verifiable).")] = False,
+    unsafe_dev: Annotated[bool, typer.Option(
+        help="Allow production-unsafe operator modes (no chain, zero verifyingContract, a "
+             "locally provisioned KMS): demos and tests only.")] = False,
+    unsafe_skip_identity_check: Annotated[bool, typer.Option(
+        hidden=True, help="Sign even while the model or engine fingerprint is not approved "
+                          "on chain (tests that play a careless operator).")] = False,
+) -> None:
+    """Serve the OpenAI-compatible API."""
+    import uvicorn
+
+    from verinfer.engine.engine import Engine
+    from verinfer.engine.loader import load_model
+    from verinfer.errors import VerinferError
+    from verinfer.operator.app import ServerConfig, create_app
+
+    keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
+    if api_keys_file is not None:
+        keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
+    from verinfer.engine.loader import MODEL_NAMES, LoadedModel
+
+    wanted = list(model or ["gemma3-270m"])
+    if name is not None and len(wanted) > 1:
+        typer.echo("error: --name applies to a single --model (named models keep their "
+                   "names)", err=True)
+        raise typer.Exit(2)
+    if (operator_dir is None) == (not unsafe_no_evidence):
+        typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
+                   "without any verifiable evidence, --unsafe-no-evidence", err=True)
+        raise typer.Exit(2)
+    loaded_by_name: dict[str, LoadedModel] = {}
+    for m in wanted:
+        try:
+            loaded = load_model(_model_path(m))
+        except VerinferError as e:
+            typer.echo(f"error: {m}: {e.message}", err=True)
+            raise typer.Exit(2) from e
+        served = name or (m if m in MODEL_NAMES else _default_name(loaded.name))
+        if served in loaded_by_name:
+            typer.echo(f"error: two models would be served as {served!r}", err=True)
+            raise typer.Exit(2)
+        loaded_by_name[served] = loaded
+    engines = {n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
+                         max_context=max_context) for n, lm in loaded_by_name.items()}
+    runtime = None
+    unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
+        if unsafe_no_evidence else []
+    if operator_dir is not None:
+        from verinfer.operator.config import OperatorConfig
+        from verinfer.operator.runtime import build_runtime, unsafe_reasons
+
+        try:
+            cfg = OperatorConfig.load(operator_dir)
+            unsafe = unsafe_reasons(cfg)
+            if unsafe and not unsafe_dev:
+                for eng in engines.values():
+                    eng.close()
+                typer.echo("error: this operator configuration is unsafe for production:\n  - "
+                           + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
+                           "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
+                           "demo", err=True)
+                raise typer.Exit(2)
+            runtime = build_runtime(cfg, list(engines.values()),
+                                    check_identity=not unsafe_skip_identity_check)
+        except VerinferError as e:
+            for eng in engines.values():
+                eng.close()
+            typer.echo(f"error: {e.message}", err=True)
+            raise typer.Exit(2) from e
+    for reason in unsafe:
+        typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
+    for served_name, eng in engines.items():
+        typer.echo(f"serving {served_name} ({eng.model_id[:18]}…) on http://{host}:{port}/v1 "
+                   f"[{eng.fingerprint.system_fingerprint}]", err=True)
+    try:
+        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
+                              evidence=runtime.evidence if runtime else None,
+                              readiness=runtime.readiness if runtime else None, unsafe=unsafe)
+        uvicorn.run(create_app(engines, None, config), host=host, port=port,
+                    log_level="warning")
+    finally:
+        if runtime is not None:
+            runtime.close()
+        for eng in engines.values():
+            eng.close()
+
+
+def _default_name(model_name: str) -> str:
+    return model_name.lower().replace(" ", "-")

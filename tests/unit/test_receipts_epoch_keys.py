@@ -80,7 +80,7 @@ def test_p256_key_is_the_seed_scalar() -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    priv, pub = derive_epoch_keypair(SEED, EnvelopeSuite.P256)
+    _priv, pub = derive_epoch_keypair(SEED, EnvelopeSuite.P256)
     want = ec.derive_private_key(int.from_bytes(SEED, "big"), ec.SECP256R1()).public_key()
     assert pub.raw == want.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
     assert load_public_key(EnvelopeSuite.P256, pub.raw) == pub

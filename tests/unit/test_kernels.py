@@ -209,7 +209,8 @@ def test_rmsnorm(n: int) -> None:
 
 
 def test_gelu_tanh_mul() -> None:
-    g, u = torch.randn(7, 2048) * 4, torch.randn(7, 2048)
+    gen = torch.Generator().manual_seed(7)
+    g, u = torch.randn(7, 2048, generator=gen) * 4, torch.randn(7, 2048, generator=gen)
     ref = assert_isas_agree(lambda: vk.gelu_tanh_mul(g, u))
     torch.testing.assert_close(ref, F.gelu(g, approximate="tanh") * u, rtol=1e-5, atol=1e-6)
     # the formula is elementwise in a fixed order: pin it against the same expression in float32
@@ -217,7 +218,10 @@ def test_gelu_tanh_mul() -> None:
     c = torch.tensor(0.7978845608028654, dtype=torch.float32)
     inner = c * (v + torch.tensor(0.044715) * v * v * v)
     expect = (torch.tensor(0.5) * v * (1 + torch.tanh(inner))) * u[0, :50]
-    torch.testing.assert_close(ref[0, :50], expect, rtol=2e-7, atol=1e-7)
+    # The kernel's tanh comes from its own expf, torch's from libm: near tanh = -1 the term
+    # 1 + tanh cancels, and one ulp of 1 (6e-8) times 0.5*|v*u| can pass 1e-7 (seen: 1.04e-7
+    # on unseeded data). Hence seeded inputs and an absolute bound of a few such ulps.
+    torch.testing.assert_close(ref[0, :50], expect, rtol=2e-7, atol=4e-7)
     assert same(vk.gelu_tanh_mul(g[3:4], u[3:4]), ref[3:4])
 
 

@@ -291,24 +291,9 @@ class EnclaveRunner:
         corrupt: list[int] = []
 
         async def one(idx: int) -> tuple[int, bytes | None]:
-            shard = self.shards[idx]
-            try:
-                status, data = await self._post(http, f"{shard.url}/v1/decrypt", body)
-            except httpx.HTTPError as e:
-                refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
-                return idx, None
-            except ShardAnswerError as e:
-                refusals[idx] = f"bad_answer: {e}"
-                return idx, None
-            if status != 200:
-                refusals[idx] = _reason(status, data)
-                return idx, None
-            try:
-                d = _parse(data, f"shard {idx} partial decryption")
-                return idx, self._open_partial(d, shard, req.epoch, rd, ephemeral)
-            except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
-                refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
-                return idx, None
+            return idx, await self._ask_shard(
+                http, idx, "/v1/decrypt", body, "partial decryption", refusals,
+                lambda d, shard: self._open_partial(d, shard, req.epoch, rd, ephemeral))
 
         pending: set[asyncio.Task[tuple[int, bytes | None]]] = set()
         queue = sorted(i for i in req.nonces if i in vkeys)
@@ -393,24 +378,9 @@ class EnclaveRunner:
         corrupt: list[int] = []
 
         async def one(idx: int) -> tuple[int, bytearray | None]:
-            shard = self.shards[idx]
-            try:
-                status, data = await self._post(http, f"{shard.url}/v1/release", body)
-            except httpx.HTTPError as e:
-                refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
-                return idx, None
-            except ShardAnswerError as e:
-                refusals[idx] = f"bad_answer: {e}"
-                return idx, None
-            if status != 200:
-                refusals[idx] = _reason(status, data)
-                return idx, None
-            try:
-                d = _parse(data, f"shard {idx} release")
-                return idx, self._open_release(d, shard, req.epoch, rd, ephemeral)
-            except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
-                refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
-                return idx, None
+            return idx, await self._ask_shard(
+                http, idx, "/v1/release", body, "release", refusals,
+                lambda d, shard: self._open_release(d, shard, req.epoch, rd, ephemeral))
 
         pending: set[asyncio.Task[tuple[int, bytearray | None]]] = set()
         queue = list(candidates)
@@ -445,6 +415,30 @@ class EnclaveRunner:
                 f"(corrupt: {sorted(corrupt)}; {_describe(refusals)})",
                 refusals=refusals, corrupt_shards=sorted(corrupt))
         return shares, buffers, sorted(corrupt)
+
+    async def _ask_shard(self, http: httpx.AsyncClient, idx: int, path: str, body: Any,
+                         what: str, refusals: dict[int, str],
+                         open_answer: Callable[[Any, ShardInfo], T]) -> T | None:
+        """One shard's answer to a release or decryption request, opened by ``open_answer``;
+        None (with the reason in ``refusals``) when the shard is unreachable, refuses, or
+        answers something malformed, mis-signed or undecryptable: the caller asks another."""
+        shard = self.shards[idx]
+        try:
+            status, data = await self._post(http, f"{shard.url}{path}", body)
+        except httpx.HTTPError as e:
+            refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
+            return None
+        except ShardAnswerError as e:
+            refusals[idx] = f"bad_answer: {e}"
+            return None
+        if status != 200:
+            refusals[idx] = _reason(status, data)
+            return None
+        try:
+            return open_answer(_parse(data, f"shard {idx} {what}"), shard)
+        except Exception as e:  # malformed, mis-signed or undecryptable: skip this shard
+            refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
+            return None
 
     async def _post(self, http: httpx.AsyncClient, url: str,
                     body: Any) -> tuple[int, bytes]:

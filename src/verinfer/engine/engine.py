@@ -28,6 +28,7 @@ from verinfer.engine.logprobs import TokenLogprob, row_logprobs, token_logprob
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
 from verinfer.engine.models.llama import Llama
+from verinfer.engine.models.registry import model_class
 from verinfer.engine.ops import KernelMode, make_ops
 from verinfer.engine.sampling import SamplingParams, sample, sample_rows
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
@@ -109,7 +110,7 @@ class Engine:
         self.tokenizer = model.tokenizer
         self.kernel_mode: KernelMode = kernels
         self.ops = make_ops(kernels)
-        self.model: Gemma3 | Llama = (Gemma3 if model.config.arch == "gemma3" else Llama)(
+        self.model: Gemma3 | Llama = model_class(model.config)(
             model.config, model.weights, self.ops)
         self.max_context = min(max_context or model.config.context_length,
                                model.config.context_length)

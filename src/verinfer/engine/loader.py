@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from verinfer.engine.config import ModelConfig
+from verinfer.engine.models.registry import config_from_gguf, config_from_hf, gguf_name
 from verinfer.engine.ops import Matrix
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import ModelLoadError, TokenizerError
 
-SUPPORTED_ARCHS = ("gemma3", "llama")
 
 
 @dataclass
@@ -128,43 +126,6 @@ def load_model(path: str | Path) -> LoadedModel:
 
 
 # ---- GGUF ----------------------------------------------------------------------------------
-def _config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
-    arch = f.get("general.architecture")
-    if arch not in SUPPORTED_ARCHS:
-        raise ModelLoadError(f"unsupported architecture {arch!r}; supported: {SUPPORTED_ARCHS}")
-
-    def req(key: str) -> Any:
-        full = f"{arch}.{key}"
-        if full not in f:
-            raise ModelLoadError(f"GGUF metadata lacks {full!r}")
-        return f[full]
-
-    dim = int(req("embedding_length"))
-    n_heads = int(req("attention.head_count"))
-    head_dim = int(f.get(f"{arch}.attention.key_length", dim // n_heads))
-    common: dict[str, Any] = dict(
-        vocab_size=n_vocab,
-        dim=dim,
-        n_layers=int(req("block_count")),
-        n_heads=n_heads,
-        n_kv_heads=int(f.get(f"{arch}.attention.head_count_kv", n_heads)),
-        head_dim=head_dim,
-        ffn_dim=int(req("feed_forward_length")),
-        norm_eps=float(req("attention.layer_norm_rms_epsilon")),
-        context_length=int(req("context_length")),
-        rope_theta=float(f.get(f"{arch}.rope.freq_base", 10_000.0)),
-    )
-    if arch == "gemma3":
-        window = f.get("gemma3.attention.sliding_window")
-        return ModelConfig(
-            arch="gemma3",
-            sliding_window=int(window) if window else None,
-            query_pre_attn_scalar=float(head_dim),
-            **common,
-        )
-    return ModelConfig(arch="llama", rope_interleaved=True, **common)
-
-
 def _load_gguf(path: Path) -> LoadedModel:
     import gguf
 
@@ -178,7 +139,7 @@ def _load_gguf(path: Path) -> LoadedModel:
         tokenizer = Tokenizer.from_gguf_fields(g.fields)
     except TokenizerError as e:
         raise ModelLoadError(f"GGUF tokenizer metadata is unusable: {e.message}") from e
-    config = _config_from_gguf(g.fields, tokenizer.vocab_size)
+    config = config_from_gguf(g.fields, tokenizer.vocab_size)
 
     f32: dict[str, torch.Tensor] = {}
     q8: dict[str, torch.Tensor] = {}
@@ -229,42 +190,6 @@ def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor],
 
 
 # ---- safetensors ---------------------------------------------------------------------------
-_HF_TO_GGUF = {
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "post_attention_norm.weight",
-    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
-    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-}
-
-
-def _gguf_name(hf: str, arch: str) -> str | None:
-    hf = hf.removeprefix("model.").removeprefix("language_model.")
-    if hf == "embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "norm.weight":
-        return "output_norm.weight"
-    if hf == "lm_head.weight":
-        return "output.weight"
-    parts = hf.split(".", 2)
-    if len(parts) == 3 and parts[0] == "layers":
-        sub = parts[2]
-        if arch == "llama" and sub == "post_attention_layernorm.weight":
-            sub_gguf = "ffn_norm.weight"  # llama has one pre-MLP norm under this HF name
-        else:
-            sub_gguf = _HF_TO_GGUF.get(sub, "")
-        return f"blk.{parts[1]}.{sub_gguf}" if sub_gguf else None
-    return None
-
-
 def _load_safetensors(path: Path) -> LoadedModel:
     from safetensors.torch import load_file
 
@@ -277,46 +202,12 @@ def _load_safetensors(path: Path) -> LoadedModel:
         tensors = load_file(str(path))
     except Exception as e:
         raise ModelLoadError(f"cannot read {str(path)!r}: {e}") from e
-    hf_cfg = hf_cfg.get("text_config", hf_cfg)
-    model_type = str(hf_cfg.get("model_type", ""))
-    arch = "gemma3" if model_type.startswith("gemma3") else "llama" if model_type == "llama" else ""
-    if not arch:
-        raise ModelLoadError(f"unsupported model_type {model_type!r}")
     tokenizer = Tokenizer.from_tokenizer_json(tok_path)
-    dim, n_heads = int(hf_cfg["hidden_size"]), int(hf_cfg["num_attention_heads"])
-    head_dim = int(hf_cfg.get("head_dim") or dim // n_heads)
-    common: dict[str, Any] = dict(
-        vocab_size=int(hf_cfg["vocab_size"]),
-        dim=dim,
-        n_layers=int(hf_cfg["num_hidden_layers"]),
-        n_heads=n_heads,
-        n_kv_heads=int(hf_cfg.get("num_key_value_heads", n_heads)),
-        head_dim=head_dim,
-        ffn_dim=int(hf_cfg["intermediate_size"]),
-        norm_eps=float(hf_cfg.get("rms_norm_eps", 1e-6)),
-        context_length=int(hf_cfg.get("max_position_embeddings", 4096)),
-        rope_theta=float(hf_cfg.get("rope_theta", 10_000.0)),
-    )
-    config: ModelConfig
-    if arch == "gemma3":
-        window = hf_cfg.get("sliding_window")
-        config = ModelConfig(
-            arch="gemma3",
-            sliding_window=int(window) if window else None,
-            query_pre_attn_scalar=float(hf_cfg.get("query_pre_attn_scalar", head_dim)),
-            rope_local_theta=float(hf_cfg.get("rope_local_base_freq", 10_000.0)),
-            **common,
-        )
-    else:
-        config = ModelConfig(
-            arch="llama",
-            rope_interleaved=False,
-            tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
-            **common,
-        )
+    config = config_from_hf(hf_cfg)
+    arch = config.arch
     f32: dict[str, torch.Tensor] = {}
     for hf_name, t in tensors.items():
-        name = _gguf_name(hf_name, arch)
+        name = gguf_name(hf_name, arch)
         if name is None:
             continue
         w = t.to(torch.float32).contiguous()

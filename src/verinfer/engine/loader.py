@@ -24,7 +24,6 @@ from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import ModelLoadError, TokenizerError
 
 
-
 @dataclass
 class Weights:
     """fp32 tensors by GGUF name, plus raw Q8_0 blocks for matrices stored that way."""

@@ -13,6 +13,8 @@ Python-side checks would cost more than the small kernels. The C++ side releases
 from __future__ import annotations
 
 import importlib
+import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
@@ -37,13 +39,44 @@ PANEL = 32  # output columns per packed panel (pack_f32 / pack_q8_0)
 Q8_0_PANEL_BLOCK_BYTES = 2 * PANEL + Q8_0_BLOCK * PANEL  # 32 fp16 scales + 32 x 32 int8 = 1088
 
 
+ISA_ENV = "VERINFER_KERNEL_ISA"  # scalar | avx2 | avx512 | auto (unset or empty = auto)
+_env_applied = False
+_env_lock = threading.Lock()
+
+
 def _lib() -> ModuleType:
     if _ext is None:
         raise KernelError(
             "verinfer._kernels is not built; run "
             f"`pip install --no-build-isolation --no-deps -e .` ({_IMPORT_ERROR})"
         )
+    if not _env_applied:
+        _apply_isa_env(_ext)
     return _ext
+
+
+def _apply_isa_env(ext: ModuleType) -> None:
+    """Dispatch to the ISA path named by VERINFER_KERNEL_ISA, once, before the first kernel call.
+
+    The bits are the same on every path (that is the point), so this is for auditing that claim
+    on a real deployment and for timing a path; a path this CPU lacks is refused, never silently
+    replaced by another one. Stays unapplied on error, so every later call raises it again.
+    """
+    global _env_applied
+    with _env_lock:
+        if _env_applied:
+            return
+        want = os.environ.get(ISA_ENV, "").strip().lower() or "auto"
+        if want != "auto":
+            if want not in ISAS:
+                raise KernelError(f"{ISA_ENV}={want!r} is not an ISA path: use one of "
+                                  f"{', '.join(ISAS)} or auto")
+            have = [str(s) for s in ext.supported_isas()]
+            if want not in have:
+                raise KernelError(f"{ISA_ENV}={want}: this CPU cannot run the {want} path "
+                                  f"(it supports {', '.join(have)})")
+            ext.set_isa(want)
+        _env_applied = True
 
 
 def _call(name: str, *args: Any) -> Any:
@@ -68,7 +101,7 @@ def available() -> bool:
 
 
 def isa() -> str:
-    """The ISA path in use: 'avx512', 'avx2' or 'scalar'."""
+    """The ISA path in use: 'avx512', 'avx2' or 'scalar' (VERINFER_KERNEL_ISA, else the best)."""
     return str(_call("isa"))
 
 

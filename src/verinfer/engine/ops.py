@@ -113,6 +113,7 @@ class InvariantOps:
         if not kernels.available():
             raise KernelError("the invariant kernels are not built: run "
                               "`pip install --no-build-isolation -e .` (see README)")
+        kernels.isa()  # applies VERINFER_KERNEL_ISA now: a path this CPU lacks fails the load
         self.k = kernels
 
     def prepare(self, w: Matrix) -> Matrix:

@@ -49,6 +49,9 @@ _SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
                       "data."),
     "devnet": _Lazy("verinfer.devnet.cli", "Local network: anvil, contracts, KMS, DA, "
                     "operator, verifiers."),
+    "reproduce": _Lazy("verinfer.auditor.cli", "Auditors: reproduce a receipt on this "
+                       "machine, from its signature to a replay (docs/cookbook.md).",
+                       "reproduce"),
     # aliases: the everyday commands under their short names
     "serve": _Lazy("verinfer.operator.cli", "Serve the OpenAI-compatible API (= `verinfer "
                    "operator serve`).", "serve"),

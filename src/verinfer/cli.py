@@ -49,6 +49,8 @@ _SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
                       "data."),
     "devnet": _Lazy("verinfer.devnet.cli", "Local network: anvil, contracts, KMS, DA, "
                     "operator, verifiers."),
+    "explorer": _Lazy("verinfer.explorer.cli", "Web explorer: receipts, batches, challenges, "
+                      "votes and slashes in the browser.", "explorer"),
     "reproduce": _Lazy("verinfer.auditor.cli", "Auditors: reproduce a receipt on this "
                        "machine, from its signature to a replay (docs/cookbook.md).",
                        "reproduce"),

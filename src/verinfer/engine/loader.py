@@ -18,7 +18,12 @@ import numpy as np
 import torch
 
 from verinfer.engine.config import ModelConfig
-from verinfer.engine.models.registry import config_from_gguf, config_from_hf, gguf_name
+from verinfer.engine.models.registry import (
+    config_from_gguf,
+    config_from_hf,
+    expected_shapes,
+    gguf_name,
+)
 from verinfer.engine.ops import Matrix
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import ModelLoadError, TokenizerError
@@ -177,11 +182,7 @@ def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor],
     if emb.shape[0] != cfg.vocab_size:
         raise ModelLoadError(f"embedding has {emb.shape[0]} rows but the tokenizer has "
                              f"{cfg.vocab_size}")
-    want = {
-        "blk.0.attn_q.weight": (cfg.n_heads * cfg.head_dim, cfg.dim),
-        "blk.0.attn_k.weight": (cfg.n_kv_heads * cfg.head_dim, cfg.dim),
-        "blk.0.ffn_down.weight": (cfg.dim, cfg.ffn_dim),
-    }
+    want = expected_shapes(cfg, f32)
     for name, shape in want.items():
         got = tuple(f32[name].shape) if name in f32 else None
         if got != shape:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     tok = tiny_spm_vocab()
-    tokens = list(tok["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
-    vocab = len(tokens)
+    vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     rng = np.random.default_rng(seed)
     head_dim = spec.dim // spec.n_heads
 
@@ -57,16 +57,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
     w.add_layer_norm_rms_eps(spec.norm_eps)
     w.add_rope_freq_base(spec.rope_theta)
     w.add_rope_dimension_count(head_dim)
-    w.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
-    w.add_token_list(tokens)
-    w.add_token_scores(list(tok["tokenizer.ggml.scores"]))  # type: ignore[call-overload]
-    w.add_token_types(list(tok["tokenizer.ggml.token_type"]))  # type: ignore[call-overload]
-    w.add_bos_token_id(int(tok["tokenizer.ggml.bos_token_id"]))  # type: ignore[call-overload]
-    w.add_eos_token_id(int(tok["tokenizer.ggml.eos_token_id"]))  # type: ignore[call-overload]
-    w.add_unk_token_id(int(tok["tokenizer.ggml.unknown_token_id"]))  # type: ignore[call-overload]
-    w.add_pad_token_id(int(tok["tokenizer.ggml.padding_token_id"]))  # type: ignore[call-overload]
-    w.add_add_bos_token(bool(tok["tokenizer.ggml.add_bos_token"]))
-    w.add_add_space_prefix(bool(tok.get("tokenizer.ggml.add_space_prefix", False)))
+    add_tiny_tokenizer(w, tok)
 
     def q8(name: str, arr: np.ndarray) -> None:
         # Stored as Q8_0 exactly as llama.cpp would, so the quantized path is exercised.
@@ -92,3 +83,21 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
     w.write_tensors_to_file()
     w.close()
     return out
+
+
+def add_tiny_tokenizer(w: Any, tok: dict[str, object] | None = None) -> int:
+    """Write the tiny SentencePiece vocabulary's ``tokenizer.ggml.*`` metadata into the
+    ``gguf.GGUFWriter`` ``w`` (every tiny model shares it); returns the vocabulary size."""
+    tok = tok if tok is not None else tiny_spm_vocab()
+    tokens = list(tok["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
+    w.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
+    w.add_token_list(tokens)
+    w.add_token_scores(list(tok["tokenizer.ggml.scores"]))  # type: ignore[call-overload]
+    w.add_token_types(list(tok["tokenizer.ggml.token_type"]))  # type: ignore[call-overload]
+    w.add_bos_token_id(int(tok["tokenizer.ggml.bos_token_id"]))  # type: ignore[call-overload]
+    w.add_eos_token_id(int(tok["tokenizer.ggml.eos_token_id"]))  # type: ignore[call-overload]
+    w.add_unk_token_id(int(tok["tokenizer.ggml.unknown_token_id"]))  # type: ignore[call-overload]
+    w.add_pad_token_id(int(tok["tokenizer.ggml.padding_token_id"]))  # type: ignore[call-overload]
+    w.add_add_bos_token(bool(tok["tokenizer.ggml.add_bos_token"]))
+    w.add_add_space_prefix(bool(tok.get("tokenizer.ggml.add_space_prefix", False)))
+    return len(tokens)

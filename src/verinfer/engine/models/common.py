@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from verinfer.engine.config import RopeScaling
+
 ROPE_CHUNK = 1024  # rotary tables grow in fixed chunks so every entry is computed the same way
 
 
@@ -83,10 +85,17 @@ class RopeTable:
     an entry never depends on which other positions were requested with it.
     """
 
-    def __init__(self, head_dim: int, base: float) -> None:
+    def __init__(self, head_dim: int, base: float, divisors: torch.Tensor | None = None) -> None:
+        """``divisors``: one per frequency (rope scaling, see :func:`rope_divisors`): the
+        frequency base^(-2i/D) is divided by it, as llama.cpp does with ``rope_freqs``."""
         half = head_dim // 2
         idx = torch.arange(half, dtype=torch.float64)
         self.inv_freq = 1.0 / (base ** (2.0 * idx / head_dim))
+        if divisors is not None:
+            if divisors.shape != (half,):
+                raise ValueError(f"rope scaling has {tuple(divisors.shape)} divisors, the "
+                                 f"head needs {half}")
+            self.inv_freq = self.inv_freq / divisors.to(torch.float64)
         self.cos = torch.empty(0, half)
         self.sin = torch.empty(0, half)
 
@@ -104,6 +113,35 @@ class RopeTable:
         """[T] positions → cos, sin of shape [T, head_dim/2]."""
         self._grow(int(pos.max()) + 1 if pos.numel() else 0)
         return self.cos.index_select(0, pos), self.sin.index_select(0, pos)
+
+
+def rope_divisors(scaling: RopeScaling, head_dim: int, base: float) -> torch.Tensor:
+    """Per-frequency divisors [D/2] of a rope scaling rule, as fp32.
+
+    ``llama3`` is computed exactly as llama.cpp's converter computes the ``rope_freqs.weight``
+    tensor it writes into a Llama 3.1 GGUF (float32 frequencies, Python-float arithmetic, one
+    rounding to fp32 at the end), so an HF checkpoint and its GGUF conversion rotate the same;
+    HF's ``_compute_llama3_parameters`` is the same rule written as a blend of frequencies.
+    """
+    half = head_dim // 2
+    if scaling.kind == "linear":
+        return torch.full((half,), scaling.factor, dtype=torch.float32)
+    freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    old = scaling.original_context_length
+    low_wavelen = old / scaling.low_freq_factor
+    high_wavelen = old / scaling.high_freq_factor
+    out: list[float] = []
+    for f in freqs.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(scaling.factor)
+        else:
+            smooth = ((old / wavelen - scaling.low_freq_factor)
+                      / (scaling.high_freq_factor - scaling.low_freq_factor))
+            out.append(1 / ((1 - smooth) / scaling.factor + smooth))
+    return torch.tensor(out, dtype=torch.float32)
 
 
 def rope_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

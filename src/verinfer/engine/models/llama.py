@@ -1,23 +1,45 @@
-"""Llama family (Llama 2/3, Mistral-style GQA, no biases) in one file.
-
-GGUF llama weights store q/k permuted for rotating adjacent pairs (``rope_interleaved``);
-HF safetensors keep the half layout. Untied models carry ``output.weight``.
+"""Llama family (Llama 2/3.x, Mistral, SmolLM …) and the base of every llama-like family.
 
 Per layer (x: [T, dim]):
     x = x + o_proj(attn(rope(q(norm(x))), rope(k(norm(x))), v(norm(x))))
     x = x + down(silu(gate(norm(x))) * up(norm(x)))
+
+Variants that are "llama + one twist" subclass :class:`Llama` and override one hook
+(:meth:`Llama.project_qkv`, :meth:`Llama.mlp`, :meth:`Llama.load_layer`): Qwen2 adds q/k/v
+biases (qwen2.py), Qwen3 a per-head RMSNorm on q and k (qwen3.py), Phi-3 fuses q/k/v and
+gate/up into one matrix each (phi3.py). Two twists are plain configuration, read here:
+
+* Mistral is this class with ``cfg.sliding_window`` set: every layer attends to the last W
+  positions (llama.cpp writes Mistral as ``general.architecture = "llama"``).
+* Llama 3.1/3.2 rope scaling: GGUF files carry llama.cpp's ``rope_freqs.weight`` (one divisor
+  per frequency), HF checkpoints ``cfg.rope_scaling``; both become the same divisors.
+
+Rotary layout: llama.cpp's converter permutes the q/k rows of ``llama`` models so that GGUF
+rotates adjacent pairs (``cfg.rope_interleaved``); HF keeps the half (NeoX) layout, as do the
+GGUF files of Qwen2/Qwen3/Phi-3 (their converters do not permute). Untied models carry
+``output.weight``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from verinfer.engine.config import ModelConfig
 from verinfer.engine.loader import Weights
-from verinfer.engine.models.common import Batch, RopeTable, rope_half, rope_interleaved
+from verinfer.engine.models.common import (
+    Batch,
+    RopeTable,
+    rope_divisors,
+    rope_half,
+    rope_interleaved,
+)
 from verinfer.engine.ops import Matrix, Ops
+from verinfer.errors import ModelLoadError
+
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's per-frequency rope divisors (Llama 3.1 scaling)
 
 
 @dataclass
@@ -33,52 +55,83 @@ class LlamaLayer:
     down: Matrix  # [dim, F]
 
 
+def has_weight(weights: Weights, name: str) -> bool:
+    try:
+        weights.matrix(name)
+    except ModelLoadError:
+        return False
+    return True
+
+
 class Llama:
     def __init__(self, cfg: ModelConfig, weights: Weights, ops: Ops) -> None:
         self.cfg, self.ops = cfg, ops
-
-        def mat(name: str) -> Matrix:  # packed once here, in the layout ops.linear wants
-            return ops.prepare(weights.matrix(name))
-
-        self.embed = mat("token_embd.weight")  # [V, dim]
-        has_head = "output.weight" in weights.f32 or "output.weight" in weights.q8_0
-        self.head = mat("output.weight") if has_head else self.embed  # [V, dim]
+        self.embed = self.mat(weights, "token_embd.weight")  # [V, dim]
+        has_head = has_weight(weights, "output.weight")
+        self.head = self.mat(weights, "output.weight") if has_head else self.embed  # [V, dim]
         self.out_norm = weights["output_norm.weight"]
-        self.layers = [
-            LlamaLayer(
-                attn_norm=weights[f"blk.{i}.attn_norm.weight"],
-                q=mat(f"blk.{i}.attn_q.weight"),
-                k=mat(f"blk.{i}.attn_k.weight"),
-                v=mat(f"blk.{i}.attn_v.weight"),
-                o=mat(f"blk.{i}.attn_output.weight"),
-                ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
-                gate=mat(f"blk.{i}.ffn_gate.weight"),
-                up=mat(f"blk.{i}.ffn_up.weight"),
-                down=mat(f"blk.{i}.ffn_down.weight"),
-            )
-            for i in range(cfg.n_layers)
-        ]
-        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta)
+        self.layers: list[Any] = [self.load_layer(weights, i) for i in range(cfg.n_layers)]
+        self.rope = RopeTable(cfg.head_dim, cfg.rope_theta, self._rope_divisors(weights))
         self.rotate = rope_interleaved if cfg.rope_interleaved else rope_half
+        # Mistral, Phi-3: one window for every layer; 0 = full causal attention
+        self.window = cfg.sliding_window or 0
+
+    def mat(self, weights: Weights, name: str) -> Matrix:
+        """Packed once here, in the layout ops.linear wants."""
+        return self.ops.prepare(weights.matrix(name))
+
+    def _rope_divisors(self, weights: Weights) -> torch.Tensor | None:
+        cfg = self.cfg
+        try:  # the GGUF form: the divisors themselves
+            return weights[ROPE_FREQS].reshape(-1)
+        except ModelLoadError:
+            pass
+        if cfg.rope_scaling is not None:  # the HF form: the rule that yields them
+            return rope_divisors(cfg.rope_scaling, cfg.head_dim, cfg.rope_theta)
+        return None
+
+    def load_layer(self, weights: Weights, i: int) -> Any:
+        return LlamaLayer(
+            attn_norm=weights[f"blk.{i}.attn_norm.weight"],
+            q=self.mat(weights, f"blk.{i}.attn_q.weight"),
+            k=self.mat(weights, f"blk.{i}.attn_k.weight"),
+            v=self.mat(weights, f"blk.{i}.attn_v.weight"),
+            o=self.mat(weights, f"blk.{i}.attn_output.weight"),
+            ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
+            gate=self.mat(weights, f"blk.{i}.ffn_gate.weight"),
+            up=self.mat(weights, f"blk.{i}.ffn_up.weight"),
+            down=self.mat(weights, f"blk.{i}.ffn_down.weight"),
+        )
+
+    def project_qkv(self, h: torch.Tensor, L: Any
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [T, H, D], k [T, KV, D], v [T, KV, D] before rotary."""
+        cfg, ops, T = self.cfg, self.ops, h.shape[0]
+        q = ops.linear(h, L.q).view(T, cfg.n_heads, cfg.head_dim)
+        k = ops.linear(h, L.k).view(T, cfg.n_kv_heads, cfg.head_dim)
+        v = ops.linear(h, L.v).view(T, cfg.n_kv_heads, cfg.head_dim)
+        return q, k, v
+
+    def mlp(self, h: torch.Tensor, L: Any) -> torch.Tensor:
+        ops = self.ops
+        return ops.linear(ops.silu_mul(ops.linear(h, L.gate), ops.linear(h, L.up)), L.down)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
         """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows."""
         cfg, ops = self.cfg, self.ops
-        T, H, KV, D = batch.tokens.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        T, H, D = batch.tokens.shape[0], cfg.n_heads, cfg.head_dim
         seq, pos = batch.seq, batch.pos
         cos, sin = self.rope.get(pos)
         x = self.embed.rows(batch.tokens)  # [T, dim]
         for i, L in enumerate(self.layers):
             h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
-            q = self.rotate(ops.linear(h, L.q).view(T, H, D), cos, sin)
-            k = self.rotate(ops.linear(h, L.k).view(T, KV, D), cos, sin)
-            v = ops.linear(h, L.v).view(T, KV, D)
+            q, k, v = self.project_qkv(h, L)
+            q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
             batch.write_kv(i, k, v)
-            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, 0, cfg.attn_scale)
+            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, self.window,
+                              cfg.attn_scale)
             x = x + ops.linear(a.view(T, H * D), L.o)
-            h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
-            m = ops.silu_mul(ops.linear(h, L.gate), ops.linear(h, L.up))
-            x = x + ops.linear(m, L.down)
+            x = x + self.mlp(ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps), L)
         x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
         return ops.linear(x, self.head)  # [R, V]

@@ -8,13 +8,19 @@ listed is refused with a clear :class:`ModelLoadError` naming the supported ones
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Container, Mapping
+from typing import Any, cast
 
-from verinfer.engine.config import ModelConfig
+from verinfer.engine.config import Arch, ModelConfig, RopeScaling
 from verinfer.errors import ModelLoadError
 
-SUPPORTED_ARCHS = ("gemma3", "llama")
+SUPPORTED_ARCHS = ("gemma3", "llama", "qwen2", "qwen3", "phi3")
+# Only llama.cpp's ``llama`` converter (Llama, Mistral, SmolLM …) permutes the q/k rows so that
+# GGUF rotates adjacent pairs; qwen2/qwen3/phi3/gemma3 GGUFs keep HF's half (NeoX) layout.
+ROPE_PERMUTED_IN_GGUF = ("llama",)
+# HF model_type → engine arch (Mistral is Llama + a sliding window, as in llama.cpp)
+_HF_ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3",
+            "phi3": "phi3"}
 
 
 def config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
@@ -31,6 +37,15 @@ def config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
     dim = int(req("embedding_length"))
     n_heads = int(req("attention.head_count"))
     head_dim = int(f.get(f"{arch}.attention.key_length", dim // n_heads))
+    value_dim = int(f.get(f"{arch}.attention.value_length", head_dim))
+    if value_dim != head_dim:
+        raise ModelLoadError(f"{arch}: value heads of {value_dim} differ from key heads of "
+                             f"{head_dim}; the engine needs them equal")
+    rot = f.get(f"{arch}.rope.dimension_count")
+    if rot is not None and int(rot) != head_dim:
+        raise ModelLoadError(f"{arch}: partial rotary ({rot} of {head_dim} head dimensions) is "
+                             "not supported")
+    context = int(req("context_length"))
     common: dict[str, Any] = dict(
         vocab_size=n_vocab,
         dim=dim,
@@ -40,41 +55,80 @@ def config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
         head_dim=head_dim,
         ffn_dim=int(req("feed_forward_length")),
         norm_eps=float(req("attention.layer_norm_rms_epsilon")),
-        context_length=int(req("context_length")),
+        context_length=context,
         rope_theta=float(f.get(f"{arch}.rope.freq_base", 10_000.0)),
     )
+    window = f.get(f"{arch}.attention.sliding_window")
     if arch == "gemma3":
-        window = f.get("gemma3.attention.sliding_window")
         return ModelConfig(
             arch="gemma3",
             sliding_window=int(window) if window else None,
             query_pre_attn_scalar=float(head_dim),
             **common,
         )
-    return ModelConfig(arch="llama", rope_interleaved=True, **common)
+    return ModelConfig(
+        arch=arch,
+        rope_interleaved=arch in ROPE_PERMUTED_IN_GGUF,
+        rope_scaling=_gguf_rope_scaling(f, arch, context),
+        # Mistral/Phi-3: one window for every layer (0 or absent: full attention)
+        sliding_window=int(window) if window else None,
+        sliding_window_pattern=0,
+        **common,
+    )
 
+
+def _gguf_rope_scaling(f: Mapping[str, Any], arch: str, context: int) -> RopeScaling | None:
+    """``{arch}.rope.scaling.*`` as llama.cpp writes it. Llama 3.1's rule comes as the
+    ``rope_freqs.weight`` tensor instead (read by the model, see llama.py), not from here."""
+    kind = str(f.get(f"{arch}.rope.scaling.type", "none")).lower()
+    factor = f.get(f"{arch}.rope.scaling.factor")
+    legacy = f.get(f"{arch}.rope.scale_linear")  # the key before rope.scaling.* existed
+    if kind == "none" and legacy is not None and float(legacy) != 1.0:
+        kind, factor = "linear", legacy
+    original = f.get(f"{arch}.rope.scaling.original_context_length")
+    if arch == "phi3" and (f.get("phi3.rope.scaling.attn_factor") is not None
+                           or (original is not None and int(original) < context)):
+        # Phi-3 128k (su/longrope): llama.cpp's converter writes no type, only these keys
+        kind = "longrope"
+    if kind == "none":
+        return None
+    if kind == "linear":
+        if factor is None or float(factor) <= 0:
+            raise ModelLoadError(f"{arch}: linear rope scaling without a positive "
+                                 f"{arch}.rope.scaling.factor")
+        if float(factor) == 1.0:
+            return None
+        return RopeScaling("linear", float(factor))
+    raise ModelLoadError(f"{arch}: rope scaling type {kind!r} is not supported (supported: "
+                         "none, linear, and Llama 3's rope_freqs); its frequencies depend on "
+                         "the sequence length or need kernels the engine does not have")
 
 
 def config_from_hf(hf_cfg: Mapping[str, Any]) -> ModelConfig:
     """The ModelConfig of an HF ``config.json`` (its ``text_config`` when nested)."""
     hf_cfg = hf_cfg.get("text_config", hf_cfg)
     model_type = str(hf_cfg.get("model_type", ""))
-    arch = "gemma3" if model_type.startswith("gemma3") else "llama" if model_type == "llama" else ""
+    arch = "gemma3" if model_type.startswith("gemma3") else _HF_ARCH.get(model_type, "")
     if not arch:
-        raise ModelLoadError(f"unsupported model_type {model_type!r}")
+        raise ModelLoadError(f"unsupported model_type {model_type!r}; supported: "
+                             f"gemma3, {', '.join(sorted(_HF_ARCH))}")
     dim, n_heads = int(hf_cfg["hidden_size"]), int(hf_cfg["num_attention_heads"])
     head_dim = int(hf_cfg.get("head_dim") or dim // n_heads)
+    # transformers 5 nests rope settings in rope_parameters; config.json files say rope_scaling
+    rope = dict(hf_cfg.get("rope_parameters") or hf_cfg.get("rope_scaling") or {})
+    if float(rope.get("partial_rotary_factor", hf_cfg.get("partial_rotary_factor", 1.0))) != 1:
+        raise ModelLoadError(f"{model_type}: partial rotary is not supported")
     common: dict[str, Any] = dict(
         vocab_size=int(hf_cfg["vocab_size"]),
         dim=dim,
         n_layers=int(hf_cfg["num_hidden_layers"]),
         n_heads=n_heads,
-        n_kv_heads=int(hf_cfg.get("num_key_value_heads", n_heads)),
+        n_kv_heads=int(hf_cfg.get("num_key_value_heads") or n_heads),
         head_dim=head_dim,
         ffn_dim=int(hf_cfg["intermediate_size"]),
         norm_eps=float(hf_cfg.get("rms_norm_eps", 1e-6)),
         context_length=int(hf_cfg.get("max_position_embeddings", 4096)),
-        rope_theta=float(hf_cfg.get("rope_theta", 10_000.0)),
+        rope_theta=float(rope.get("rope_theta", hf_cfg.get("rope_theta", 10_000.0))),
     )
     if arch == "gemma3":
         window = hf_cfg.get("sliding_window")
@@ -85,19 +139,51 @@ def config_from_hf(hf_cfg: Mapping[str, Any]) -> ModelConfig:
             rope_local_theta=float(hf_cfg.get("rope_local_base_freq", 10_000.0)),
             **common,
         )
-    else:
-        return ModelConfig(
-            arch="llama",
-            rope_interleaved=False,
-            tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
-            **common,
+    for flag in ("attention_bias", "mlp_bias"):
+        if hf_cfg.get(flag):
+            raise ModelLoadError(f"{model_type}: {flag} is not supported")
+    window = hf_cfg.get("sliding_window") if model_type in ("mistral", "phi3") else None
+    if model_type in ("qwen2", "qwen3") and hf_cfg.get("use_sliding_window"):
+        raise ModelLoadError(f"{model_type}: use_sliding_window (sliding window on the top "
+                             "layers only) is not supported")
+    return ModelConfig(
+        arch=cast(Arch, arch),
+        rope_interleaved=False,
+        rope_scaling=_hf_rope_scaling(rope, model_type),
+        sliding_window=int(window) if window else None,
+        sliding_window_pattern=0,
+        tie_embeddings=bool(hf_cfg.get("tie_word_embeddings", False)),
+        **common,
+    )
+
+
+def _hf_rope_scaling(rope: Mapping[str, Any], model_type: str) -> RopeScaling | None:
+    kind = str(rope.get("rope_type", rope.get("type", "default")))
+    if kind == "default":
+        return None
+    if kind == "linear":
+        return RopeScaling("linear", float(rope["factor"]))
+    if kind == "llama3":
+        return RopeScaling(
+            "llama3",
+            factor=float(rope["factor"]),
+            low_freq_factor=float(rope["low_freq_factor"]),
+            high_freq_factor=float(rope["high_freq_factor"]),
+            original_context_length=int(rope["original_max_position_embeddings"]),
         )
+    raise ModelLoadError(f"{model_type}: rope scaling type {kind!r} is not supported "
+                         "(supported: default, linear, llama3)")
 
 
 _HF_TO_GGUF = {
     "self_attn.q_proj.weight": "attn_q.weight",
     "self_attn.k_proj.weight": "attn_k.weight",
     "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",  # qwen2
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",  # phi3: fused, as in its GGUF
+    "mlp.gate_up_proj.weight": "ffn_up.weight",  # phi3: [2F, dim], gate rows first
     "self_attn.o_proj.weight": "attn_output.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight",
     "self_attn.k_norm.weight": "attn_k_norm.weight",
@@ -122,8 +208,8 @@ def gguf_name(hf: str, arch: str) -> str | None:
     parts = hf.split(".", 2)
     if len(parts) == 3 and parts[0] == "layers":
         sub = parts[2]
-        if arch == "llama" and sub == "post_attention_layernorm.weight":
-            sub_gguf = "ffn_norm.weight"  # llama has one pre-MLP norm under this HF name
+        if arch != "gemma3" and sub == "post_attention_layernorm.weight":
+            sub_gguf = "ffn_norm.weight"  # llama-likes have one pre-MLP norm under this name
         else:
             sub_gguf = _HF_TO_GGUF.get(sub, "")
         return f"blk.{parts[1]}.{sub_gguf}" if sub_gguf else None
@@ -132,12 +218,29 @@ def gguf_name(hf: str, arch: str) -> str | None:
 
 
 
+def expected_shapes(cfg: ModelConfig, present: Container[str]
+                    ) -> dict[str, tuple[int, int]]:
+    """Shapes of a few first-layer matrices that catch a config/weights mismatch at load."""
+    qkv_rows = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    if cfg.arch == "phi3" and "blk.0.attn_qkv.weight" in present:
+        return {"blk.0.attn_qkv.weight": (qkv_rows, cfg.dim),
+                "blk.0.ffn_up.weight": (2 * cfg.ffn_dim, cfg.dim),
+                "blk.0.ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+    return {"blk.0.attn_q.weight": (cfg.n_heads * cfg.head_dim, cfg.dim),
+            "blk.0.attn_k.weight": (cfg.n_kv_heads * cfg.head_dim, cfg.dim),
+            "blk.0.ffn_down.weight": (cfg.dim, cfg.ffn_dim)}
+
+
 def model_class(config: ModelConfig) -> type:
     """The forward-pass class of ``config.arch``."""
     from verinfer.engine.models.gemma3 import Gemma3
     from verinfer.engine.models.llama import Llama
+    from verinfer.engine.models.phi3 import Phi3
+    from verinfer.engine.models.qwen2 import Qwen2
+    from verinfer.engine.models.qwen3 import Qwen3
 
-    classes: dict[str, type] = {"gemma3": Gemma3, "llama": Llama}
+    classes: dict[str, type] = {"gemma3": Gemma3, "llama": Llama, "qwen2": Qwen2,
+                                "qwen3": Qwen3, "phi3": Phi3}
     try:
         return classes[config.arch]
     except KeyError:

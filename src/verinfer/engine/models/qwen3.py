@@ -1,0 +1,40 @@
+"""Qwen3 (dense): Llama without q/k/v biases but with an RMSNorm over each head of q and k,
+applied before the rotary (HF ``q_norm``/``k_norm``; GGUF ``attn_q_norm``/``attn_k_norm``).
+
+The head size is its own hyper-parameter (``{arch}.attention.key_length``, HF ``head_dim``):
+Qwen3 heads are wider than dim / n_heads. Rotary in the half (NeoX) layout; q/k not permuted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from verinfer.engine.loader import Weights
+from verinfer.engine.models.llama import Llama, LlamaLayer
+
+
+@dataclass
+class Qwen3Layer(LlamaLayer):
+    q_norm: torch.Tensor  # [D]
+    k_norm: torch.Tensor  # [D]
+
+
+class Qwen3(Llama):
+    def load_layer(self, weights: Weights, i: int) -> Any:
+        base = super().load_layer(weights, i)
+        return Qwen3Layer(**vars(base),
+                          q_norm=weights[f"blk.{i}.attn_q_norm.weight"],
+                          k_norm=weights[f"blk.{i}.attn_k_norm.weight"])
+
+    def project_qkv(self, h: torch.Tensor, L: Any
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        cfg, ops = self.cfg, self.ops
+        q, k, v = super().project_qkv(h, L)
+        T, H, KV, D = q.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        # the norm kernel works on rows: one row per (token, head), as gemma3.py does
+        q = ops.rmsnorm(q.reshape(T * H, D), L.q_norm, cfg.norm_eps).view(T, H, D)
+        k = ops.rmsnorm(k.reshape(T * KV, D), L.k_norm, cfg.norm_eps).view(T, KV, D)
+        return q, k, v

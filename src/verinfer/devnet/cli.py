@@ -84,13 +84,14 @@ def up(
     except VerinferError as e:  # e.g. a named model whose package is not installed
         console.print(f"[red]error[/red]: {e.message}")
         raise typer.Exit(2) from e
-    typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix")}))
+    typer.echo(json.dumps({k: state[k] for k in ("rpc_url", "operator_url", "redis_prefix",
+                                                  "explorer_url")}))
 
 
 def start(directory: Path, model: Path | str | None, verifiers: int = 4,
           redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0, *,
           publish_log_heads_s: float = 0.0,
-          more_models: Sequence[Path | str] = ()) -> dict[str, Any]:
+          more_models: Sequence[Path | str] = (), explorer_port: int = 0) -> dict[str, Any]:
     """`devnet up` without the stdout line; returns the devnet.json state. ``model`` and
     ``more_models`` are files or names (gemma3-270m, smollm2-135m-instruct: the operator
     serves a named model under its name): the operator serves them all, each model id is
@@ -191,7 +192,17 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
              "--interval-s", str(publish_log_heads_s)],
             directory / "logs" / "log-head-publisher.log",
             {"VI_DEVNET_PUBLISHER_KEY": publisher.key.hex()})
+    # the explorer: read-only, over the same chain, DA store, audit stream, shards, operator
+    explorer_url = f"http://127.0.0.1:{explorer_port or free_port()}"
+    state["pids"]["explorer"] = _spawn(
+        [sys.executable, "-m", "verinfer", "explorer", "--rpc-url", rpc, "--deployment",
+         str(directory / "deployment.json"), "--da-store", str(da_store), "--redis-url",
+         redis_url, "--audit-prefix", state["redis_prefix"],
+         *[a for s in lay.shards_info() for a in ("--kms", s.url)],
+         *(["--operator", operator_url] if operator_url else []),
+         "--port", explorer_url.rsplit(":", 1)[1]], directory / "logs" / "explorer.log")
     state.update({
+        "explorer_url": explorer_url,
         "rpc_url": rpc, "chain_id": d.chain_id, "deployment": d.__dict__,
         "kms": {"root": str(lay.root), "shards": [s.url for s in lay.shards_info()],
                 "threshold": 3,
@@ -203,7 +214,10 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
     save()
     if operator_url and not _wait_http(operator_url + "/v1/models", 120):
         console.print("[yellow]operator did not answer /v1/models within 120 s[/yellow]")
+    if not _wait_http(explorer_url + "/api/status", 60):
+        console.print("[yellow]explorer did not answer /api/status within 60 s[/yellow]")
     console.print(f"devnet up: {directory / STATE}")
+    console.print(f"explorer: {explorer_url}")
     return state
 
 
@@ -276,5 +290,8 @@ def demo(
                            "signers_ok": all(a.signer == a.verification["operator"]
                                              for a in res.answers),
                            "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}))
+    if keep and directory is not None and (directory.resolve() / "devnet" / STATE).exists():
+        kept = json.loads((directory.resolve() / "devnet" / STATE).read_text())
+        console.print(f"explorer (left up): {kept.get('explorer_url')}")
     if res.status != "dismissed":
         raise typer.Exit(1)

@@ -1,0 +1,52 @@
+"""`verinfer explorer`: the web UI over a deployment (read-only: it holds no key)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="The explorer: receipts, batches, challenges, votes and slashes in the "
+                  "browser.")
+
+
+@app.command()
+def explorer(
+    rpc_url: Annotated[str, typer.Option("--rpc-url", envvar="VERINFER_CHAIN_RPC",
+                                         help="Chain JSON-RPC URL.")] = "http://127.0.0.1:8545",
+    deployment: Annotated[Path, typer.Option(help="deployment.json of the contracts.")]
+    = Path("deployment.json"),
+    da_store: Annotated[Path | None, typer.Option(help="Local DA store directory.")] = None,
+    da_redis_url: Annotated[str | None, typer.Option(help="Redis DA backend URL.")] = None,
+    redis_url: Annotated[str | None, typer.Option(
+        help="Redis holding the light-audit report stream.")] = None,
+    audit_prefix: Annotated[str, typer.Option(
+        help="Key prefix of the audit streams (the devnet's `redis_prefix`).")] = "",
+    kms: Annotated[list[str] | None, typer.Option(
+        help="A KMS shard URL (repeat for each shard).")] = None,
+    operator: Annotated[list[str] | None, typer.Option(
+        help="An operator's API URL to watch (repeat).")] = None,
+    host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Listen port.")] = 8600,
+) -> None:
+    """Serve the explorer (pages, /api/..., live updates) until interrupted."""
+    import uvicorn
+
+    from verinfer.errors import VerinferError
+    from verinfer.explorer.server import Explorer, ExplorerConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
+    try:
+        ex = Explorer(ExplorerConfig(rpc_url, deployment, da_store, da_redis_url, redis_url,
+                                     audit_prefix, list(kms or []), list(operator or [])))
+    except VerinferError as e:
+        typer.echo(f"error: {e.message}", err=True)
+        raise typer.Exit(2) from e
+    ex.start()
+    try:
+        uvicorn.run(ex.app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        ex.stop()

@@ -1,0 +1,186 @@
+"""What the explorer reads besides the chain, each on its own schedule (never per request):
+the KMS shards' health, release-log heads and decision counters; the operators' endpoints;
+the light-audit reports on the Redis stream. Each source is untrusted: a bad answer is a
+status line, not an exception."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from verinfer.errors import VerinferError
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+from verinfer.verifier.audit_stream import StreamKeys
+from verinfer.verifier.reports import SignedAuditReport
+
+#: Bytes read from any probed endpoint; a shard's or operator's answer is a few hundred.
+MAX_PROBE_BYTES = 256 * 1024
+_DECISIONS = re.compile(r'^kms_release_decisions_total\{decision="(released|refused)"[^}]*\}'
+                        r"\s+([0-9.eE+]+)$", re.MULTILINE)
+
+
+@dataclass
+class ShardStatus:
+    url: str
+    ok: bool = False
+    index: int | None = None
+    address: str = ""
+    insecure_software_enclave: bool | None = None
+    log_count: int | None = None
+    released: int | None = None
+    refused: int | None = None
+    error: str = ""
+    checked_at: float = 0.0
+
+
+@dataclass
+class EndpointStatus:
+    url: str
+    ok: bool = False
+    models: list[str] = field(default_factory=list)
+    error: str = ""
+    checked_at: float = 0.0
+
+
+@dataclass
+class AuditReportRow:
+    entry_id: str
+    job_id: str
+    receipt_digest: bytes
+    auditor: str
+    matches: bool
+    reason: str
+    issued_at: int
+    signature_ok: bool
+
+
+def _get_json(client: httpx.Client, url: str) -> Any:
+    r = client.get(url)
+    r.raise_for_status()
+    if len(r.content) > MAX_PROBE_BYTES:
+        raise ValueError(f"answer of {len(r.content)} bytes")
+    return loads_untrusted(r.content, max_bytes=MAX_PROBE_BYTES, what=url)
+
+
+def probe_shard(client: httpx.Client, url: str) -> ShardStatus:
+    st = ShardStatus(url, checked_at=time.time())
+    try:
+        h = _get_json(client, url + "/health")
+        head = _get_json(client, url + "/v1/log/head")
+        metrics = client.get(url + "/metrics").text[:MAX_PROBE_BYTES]
+    except (httpx.HTTPError, ValueError, UntrustedJsonError) as e:
+        st.error = f"{type(e).__name__}: {e}"[:200]
+        return st
+    if isinstance(h, dict):
+        st.index = h.get("shard_index") if isinstance(h.get("shard_index"), int) else None
+        st.address = str(h.get("address", ""))[:42]
+        ins = h.get("insecure_software_enclave")
+        st.insecure_software_enclave = ins if isinstance(ins, bool) else None
+    if isinstance(head, dict) and isinstance(head.get("count"), int):
+        st.log_count = head["count"]
+    counts = {"released": 0, "refused": 0}
+    for kind, value in _DECISIONS.findall(metrics):
+        counts[kind] += int(float(value))
+    st.released, st.refused = counts["released"], counts["refused"]
+    st.ok = True
+    return st
+
+
+def probe_endpoint(client: httpx.Client, url: str) -> EndpointStatus:
+    st = EndpointStatus(url, checked_at=time.time())
+    try:
+        body = _get_json(client, url + "/v1/models")
+    except (httpx.HTTPError, ValueError, UntrustedJsonError) as e:
+        st.error = f"{type(e).__name__}: {e}"[:200]
+        return st
+    data = body.get("data") if isinstance(body, dict) else None
+    st.models = [str(m.get("id"))[:100] for m in data if isinstance(m, dict)][:20] \
+        if isinstance(data, list) else []
+    st.ok = True
+    return st
+
+
+class AuditReportReader:
+    """Reads ``<prefix>audit:reports`` incrementally (XRANGE after the last id seen); never
+    writes (no consumer group). A malformed or badly signed report is counted, not shown as
+    valid."""
+
+    def __init__(self, redis_url: str, prefix: str, *, batch: int = 500) -> None:
+        import redis
+
+        self.r = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=3)
+        self.keys = StreamKeys(prefix)
+        self.batch = batch
+        self.last_id = "0-0"
+        self.rows: list[AuditReportRow] = []
+        self.malformed = 0
+        self.error = ""
+
+    def poll(self) -> int:
+        lo = "-" if self.last_id == "0-0" else f"({self.last_id}"
+        entries: Any = self.r.xrange(self.keys.reports, min=lo, count=self.batch)
+        for entry_id, f in entries:
+            self.last_id = str(entry_id)
+            try:
+                signed = SignedAuditReport.from_json(loads_untrusted(
+                    str(f.get("report", "")), max_bytes=64 * 1024, what="audit report"))
+            except (VerinferError, ValueError):
+                self.malformed += 1
+                continue
+            try:
+                signed.verify()
+                sig_ok = True
+            except VerinferError:
+                sig_ok = False
+            rep = signed.report
+            self.rows.append(AuditReportRow(str(entry_id), str(rep.job_id)[:100],
+                                            rep.receipt_digest, str(rep.auditor)[:42],
+                                            rep.verdict.agrees, str(rep.verdict.reason)[:100],
+                                            rep.issued_at, sig_ok))
+        return len(entries)
+
+
+class Prober:
+    """Polls the shards, the operator endpoints and the audit stream every ``interval_s``;
+    pages read the last snapshot under ``lock``."""
+
+    def __init__(self, kms_urls: list[str], operator_urls: list[str],
+                 audits: AuditReportReader | None, *, interval_s: float = 3.0) -> None:
+        self.lock = threading.Lock()
+        self.kms_urls = [u.rstrip("/") for u in kms_urls]
+        self.operator_urls = [u.rstrip("/") for u in operator_urls]
+        self.audits = audits
+        self.interval_s = interval_s
+        self.shards: list[ShardStatus] = [ShardStatus(u) for u in self.kms_urls]
+        self.endpoints: list[EndpointStatus] = [EndpointStatus(u) for u in self.operator_urls]
+        self.version = 0
+
+    def poll_once(self) -> None:
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            shards = [probe_shard(client, u) for u in self.kms_urls]
+            endpoints = [probe_endpoint(client, u) for u in self.operator_urls]
+        new_reports = 0
+        if self.audits is not None:
+            try:
+                with self.lock:
+                    new_reports = self.audits.poll()
+                    self.audits.error = ""
+            except Exception as e:  # Redis down: the page says so
+                self.audits.error = f"{type(e).__name__}: {e}"[:200]
+        with self.lock:
+            changed = new_reports > 0 or [(s.ok, s.log_count, s.released) for s in shards] != \
+                [(s.ok, s.log_count, s.released) for s in self.shards] or \
+                [e.ok for e in endpoints] != [e.ok for e in self.endpoints]
+            self.shards, self.endpoints = shards, endpoints
+            if changed:
+                self.version += 1
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self.poll_once()
+            stop.wait(self.interval_s)

@@ -1,0 +1,528 @@
+"""Page data: one function per page, reading the index (under its lock) and returning plain
+JSON-able dicts. The HTML templates render exactly these dicts and ``/api/...`` returns them,
+so a script sees what a person sees.
+
+Ids from a path or the search box are parsed strictly here, once (``protocol.hexutil``,
+``da_client.pointer``): a malformed one is a 400, a well-formed one the index lacks a 404.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verinfer.chain.structs import ETHER, ClaimStatus, Kind, Status
+from verinfer.da_client.errors import MalformedPointerError
+from verinfer.da_client.factory import DARouter
+from verinfer.da_client.pointer import Pointer
+from verinfer.errors import InvalidRequestError, VerinferError
+from verinfer.explorer.charts import bar_chart
+from verinfer.explorer.errors import NotFoundError
+from verinfer.explorer.index import Account, Batch, Challenge, Claim, Index
+from verinfer.explorer.probes import Prober
+from verinfer.protocol.hexutil import parse_hex
+from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain, recover_signer
+from verinfer.receipts.eip712 import parse_address as receipt_address
+from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.receipts.merkle import verify_proof
+
+PAGE_SIZE = 100
+LATEST = 10
+#: Longest search query read; every id form is shorter (an eigenda pointer aside, which is
+#: looked up only if it parses).
+MAX_QUERY = 140_000
+PHASES = ("opened", "drawn", "commits", "reveals", "verdict")
+#: A DA availability answer is reused this long: a page view must not become a DA request.
+DA_CHECK_TTL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the views need besides the index: the chain's identity, how to reach DA, and the
+    options a reader passes to `verinfer challenge` against the same network."""
+
+    index: Index
+    domain: Domain
+    prober: Prober | None
+    da: DARouter | None
+    rpc_url: str
+    deployment_path: str
+    da_args: tuple[str, ...] = ()
+
+
+def hx(b: bytes) -> str:
+    return "0x" + b.hex()
+
+
+def eth(wei: int) -> str:
+    s = f"{wei / ETHER:.6f}".rstrip("0").rstrip(".")
+    return f"{s} ETH"
+
+
+def when(ts: int) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else ""
+
+
+# ---- strict parsing of ids -----------------------------------------------------------------
+def parse_id32(text: str, what: str) -> bytes:
+    return parse_hex(text, 32, what)
+
+
+def parse_address(text: str) -> str:
+    """0x + 40 hex -> the checksummed address; mixed case must be a valid EIP-55 checksum."""
+    try:
+        return receipt_address(text, "address")
+    except ReceiptFormatError as e:
+        raise InvalidRequestError(e.message, param="address") from e
+
+
+def parse_int_id(text: str, what: str) -> int:
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 78):
+        raise InvalidRequestError(f"{what} must be a decimal number, got {text[:80]!r}",
+                                  param=what)
+    return int(text)
+
+
+# ---- rows ------------------------------------------------------------------------------------
+def _operator_state(idx: Index, a: Account) -> str:
+    minimum = idx.params.get("min_operator_stake", ETHER)
+    if a.stake - a.locked < minimum and a.stake >= minimum:
+        return "locked by disputes"
+    return "active" if a.stake >= minimum else "below minimum stake"
+
+
+def _operator_row(idx: Index, a: Account) -> dict[str, Any]:
+    chs = [idx.challenges[c] for c in a.challenges]
+    return {"address": a.address, "stake": eth(a.stake), "stake_wei": str(a.stake),
+            "locked": eth(a.locked), "unbonding": eth(a.unbonding),
+            "state": _operator_state(idx, a), "batches": len(a.batches),
+            "receipts": sum(idx.batches[b].leaf_count for b in a.batches),
+            "open_challenges": sum(not c.final for c in chs),
+            "resolved_challenges": sum(c.final for c in chs), "slashes": len(a.slashes),
+            "slashed": eth(sum(s.amount for s in a.slashes))}
+
+
+def _verifier_row(a: Account) -> dict[str, Any]:
+    return {"address": a.address, "stake": eth(a.stake), "weight": eth(a.weight),
+            "committees": len(a.committees), "audits": a.audits}
+
+
+def _batch_row(b: Batch) -> dict[str, Any]:
+    return {"batch_id": hx(b.batch_id), "operator": b.operator, "root": hx(b.root),
+            "leaf_count": b.leaf_count, "da_pointer": b.da_pointer, "block": b.block,
+            "time": when(b.time), "manifest": b.manifest}
+
+
+def _phase(c: Challenge) -> str:
+    if c.final:
+        return "verdict"
+    if not c.votes:
+        return "opened"
+    commits = sum(1 for v in c.votes.values() if v.committed_at)
+    reveals = sum(1 for v in c.votes.values() if v.revealed_at)
+    if reveals or commits == len(c.votes):
+        return "reveals"
+    return "commits" if commits else "drawn"
+
+
+def _challenge_row(c: Challenge) -> dict[str, Any]:
+    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
+            "challenger": c.challenger, "status": c.status.name.lower(), "phase": _phase(c),
+            "bond": eth(c.bond), "opened": when(c.opened_at), "resolved": when(c.resolved_at),
+            "slashed": eth(c.slashed)}
+
+
+def _claim_row(c: Claim) -> dict[str, Any]:
+    status = {ClaimStatus.OPEN: "open", ClaimStatus.ANSWERED: "answered",
+              ClaimStatus.SLASHED: "upheld"}.get(c.status, c.status.name.lower())
+    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
+            "claimant": c.claimant, "status": status, "publish_by": when(c.publish_by),
+            "response_deadline": when(c.response_deadline), "opened": when(c.opened_at),
+            "slashed": eth(c.slashed)}
+
+
+def _slash_row(idx: Index, s: Any) -> dict[str, Any]:
+    kind = "claim" if s.fault == "withholding" else "challenge"
+    return {"operator": s.operator, "receipt": hx(s.receipt_digest), "fault": s.fault,
+            "amount": eth(s.amount), "dispute": s.dispute_id, "dispute_kind": kind,
+            "time": when(s.time), "block": s.block}
+
+
+def _status(ctx: Context) -> dict[str, Any]:
+    idx = ctx.index
+    version = idx.version + (ctx.prober.version if ctx.prober else 0)
+    return {"head_block": idx.head_block, "indexed_block": idx.indexed_block,
+            "head_time": when(idx.head_time), "version": version,
+            "chain_id": ctx.domain.chain_id, "challenge_manager": ctx.domain.verifying_contract}
+
+
+def status(ctx: Context) -> dict[str, Any]:
+    with ctx.index.lock:
+        return _status(ctx)
+
+
+# ---- pages -----------------------------------------------------------------------------------
+def overview(ctx: Context) -> dict[str, Any]:
+    idx = ctx.index
+    with idx.lock:
+        batches = list(idx.batches.values())
+        chs = list(idx.challenges.values())
+        open_chs = [c for c in chs if not c.final]
+        resolved = [c for c in chs if c.final]
+        recent = batches[-40:]
+        out = {
+            "status": _status(ctx),
+            "operators": [_operator_row(idx, a) for a in idx.operators()],
+            "verifiers": [_verifier_row(a) for a in idx.verifiers()],
+            "totals": {"batches": len(batches), "receipts": sum(b.leaf_count for b in batches),
+                       "challenges": len(chs), "open_challenges": len(open_chs),
+                       "slashes": len(idx.slashes), "claims": len(idx.claims),
+                       "slashed": eth(sum(s.amount for s in idx.slashes))},
+            "latest_batches": [_batch_row(b) for b in reversed(batches[-LATEST:])],
+            "open_challenges": [_challenge_row(c) for c in reversed(open_chs[-LATEST:])],
+            "resolved_challenges": [_challenge_row(c) for c in reversed(resolved[-LATEST:])],
+            "claims": [_claim_row(c) for c in reversed(list(idx.claims.values())[-LATEST:])],
+            "slashes": [_slash_row(idx, s) for s in reversed(idx.slashes[-LATEST:])],
+            "audits": _audit_counts(ctx),
+            "charts": {
+                "receipts_per_batch": bar_chart(
+                    [b.leaf_count for b in recent],
+                    [f"block {b.block}" for b in recent], "receipts per batch (latest 40)"),
+                "challenges_over_time": _challenges_chart(chs),
+            },
+            "endpoints": _endpoints(ctx),
+        }
+    return out
+
+
+def _challenges_chart(chs: list[Challenge]) -> str:
+    """Challenges opened per time bucket (12 buckets over the span), coloured by outcome of
+    the bucket's majority: slashed, dismissed, or still open."""
+    if not chs:
+        return bar_chart([], [], "challenges over time")
+    t0, t1 = min(c.opened_at for c in chs), max(c.opened_at for c in chs)
+    n = 12
+    width = max(1, (t1 - t0 + n) // n)
+    counts, slashed = [0] * n, [0] * n
+    for c in chs:
+        i = min(n - 1, (c.opened_at - t0) // width)
+        counts[i] += 1
+        slashed[i] += c.status is Status.SLASHED
+    labels = [when(t0 + i * width) for i in range(n)]
+    classes = ["bar slash" if s * 2 > k else "bar" for s, k in zip(slashed, counts, strict=True)]
+    return bar_chart(counts, labels, "challenges opened over time", classes=classes)
+
+
+def _audit_counts(ctx: Context) -> dict[str, Any]:
+    idx = ctx.index
+    out: dict[str, Any] = {"recorded": len(idx.audits),
+                           "matches": sum(a.matches for a in idx.audits),
+                           "mismatches": sum(not a.matches for a in idx.audits),
+                           "stream": None}
+    if ctx.prober is not None and ctx.prober.audits is not None:
+        with ctx.prober.lock:
+            a = ctx.prober.audits
+            out["stream"] = {"reports": len(a.rows), "matches": sum(r.matches for r in a.rows),
+                             "mismatches": sum(not r.matches for r in a.rows),
+                             "malformed": a.malformed, "error": a.error}
+    return out
+
+
+def _endpoints(ctx: Context) -> list[dict[str, Any]]:
+    if ctx.prober is None:
+        return []
+    with ctx.prober.lock:
+        return [{"url": e.url, "ok": e.ok, "models": e.models, "error": e.error}
+                for e in ctx.prober.endpoints]
+
+
+def _page(items: list[Any], page: int) -> tuple[list[Any], dict[str, int]]:
+    pages = max(1, -(-len(items) // PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    return items[(page - 1) * PAGE_SIZE: page * PAGE_SIZE], {"page": page, "pages": pages,
+                                                              "total": len(items)}
+
+
+def operator(ctx: Context, address: str) -> dict[str, Any]:
+    idx = ctx.index
+    addr = parse_address(address)
+    with idx.lock:
+        a = idx.accounts.get(addr)
+        if a is None:
+            raise NotFoundError(f"no staked account {addr}", param="address")
+        approvals = [{"kind": ap.kind.name.lower().replace("_", " "), "id": hx(ap.item),
+                      "since": when(ap.since), "revoked": when(ap.until)}
+                     for ap in idx.approvals.values()]
+        return {
+            "status": _status(ctx),
+            "account": {**_operator_row(idx, a), "role": a.role.name.lower(),
+                        "weight": eth(a.weight), "audits": a.audits},
+            "stake_history": [{"block": p.block, "time": when(p.time), "stake": eth(p.stake),
+                               "what": p.what} for p in a.history],
+            "stake_chart": bar_chart([p.stake // 10**15 for p in a.history],
+                                     [f"block {p.block}: {p.what}" for p in a.history],
+                                     "stake after each change (milli-ETH)"),
+            "approvals": approvals,
+            "batches": [_batch_row(idx.batches[b]) for b in reversed(a.batches[-50:])],
+            "challenges": [_challenge_row(idx.challenges[c]) for c in reversed(a.challenges)],
+            "claims": [_claim_row(idx.claims[c]) for c in reversed(a.claims)],
+            "committees": [_challenge_row(idx.challenges[c]) for c in reversed(a.committees)],
+            "slashes": [_slash_row(idx, s) for s in reversed(a.slashes)],
+        }
+
+
+def batch(ctx: Context, batch_id: str, page: int = 1) -> dict[str, Any]:
+    idx = ctx.index
+    bid = parse_id32(batch_id, "batch_id")
+    with idx.lock:
+        b = idx.batches.get(bid)
+        if b is None:
+            raise NotFoundError(f"no committed batch {hx(bid)}", param="batch_id")
+        rows, paging = _page(b.receipts, page)
+        deadline = idx.params.get("publication_deadline")
+        receipts = []
+        for d in rows:
+            e = idx.receipts.get(d)
+            receipts.append({"receipt": hx(d), "index": e.index if e else None,
+                             "issued_at": when(e.signed.receipt.issued_at) if e else "",
+                             "elsewhere": e is not None and e.batch_id != bid})
+        issued = [idx.receipts[d].signed.receipt.issued_at for d in b.receipts
+                  if d in idx.receipts and idx.receipts[d].batch_id == bid]
+        return {"status": _status(ctx), "batch": {**_batch_row(b),
+                                                  "manifest_error": b.manifest_error},
+                "publication_deadline": when(min(issued) + deadline)
+                if issued and deadline is not None else "",
+                "publication_deadline_s": deadline, "receipts": receipts, "paging": paging}
+
+
+_DA_SEEN: dict[str, tuple[float, str]] = {}  # pointer -> (when asked, answer)
+
+
+def _da_available(ctx: Context, pointer: str) -> str:
+    cache = _DA_SEEN
+    if ctx.da is None:
+        return "unknown (no DA backend configured)"
+    hit = cache.get(pointer)
+    if hit is not None and time.monotonic() - hit[0] < DA_CHECK_TTL_S:
+        return hit[1]
+    try:
+        ans = "available" if ctx.da.exists(Pointer.parse(pointer)) else "missing"
+    except VerinferError as e:
+        ans = f"unknown ({e.message[:120]})"
+    if len(cache) > 10_000:
+        cache.clear()
+    cache[pointer] = (time.monotonic(), ans)
+    return ans
+
+
+def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
+    idx = ctx.index
+    digest = parse_id32(receipt_id, "receipt_id")
+    with idx.lock:
+        e = idx.receipts.get(digest)
+        if e is None:
+            raise NotFoundError(f"no receipt {hx(digest)} in any committed batch",
+                                param="receipt_id")
+        b = idx.batches[e.batch_id]
+        proof = b.tree().proof(e.index)
+        in_batch = verify_proof(digest, proof, b.root)
+        chs = [_challenge_row(idx.challenges[c]) for c in idx.challenges_by_receipt.get(digest,
+                                                                                        [])]
+        claims = [_claim_row(idx.claims[c]) for c in idx.claims_by_receipt.get(digest, [])]
+        audits = [{"auditor": a.auditor, "matches": a.matches,
+                   "observed_out_hash": hx(a.observed_out_hash), "time": when(a.time)}
+                  for a in (idx.audits[i] for i in idx.audits_by_receipt.get(digest, []))]
+        signed, ciphertext = e.signed, e.ciphertext
+        batch_row = _batch_row(b)
+    r = signed.receipt
+    try:  # the signature, recovered here on the server (not taken from the manifest's word)
+        signer = recover_signer(r, ctx.domain, signed.signature)
+        sig_ok = signer == r.operator
+        sig_note = "" if sig_ok else f"recovers to {signer}, not the operator {r.operator}"
+    except VerinferError as err:
+        signer, sig_ok, sig_note = "", False, err.message
+    fields = []
+    for name, typ, attr in RECEIPT_FIELDS:
+        v = getattr(r, attr)
+        fields.append({"name": name, "type": typ, "value": hx(v) if isinstance(v, bytes)
+                       else str(v)})
+    cmd = ["verinfer", "challenge", hx(digest), "--rpc-url", ctx.rpc_url, "--deployment",
+           ctx.deployment_path, *ctx.da_args]
+    return {
+        "status": _status(ctx),
+        "receipt_id": hx(digest), "fields": fields, "issued_at": when(r.issued_at),
+        "domain": ctx.domain.to_json(), "signature": hx(signed.signature),
+        "signature_ok": sig_ok, "signer": signer, "signature_note": sig_note,
+        "in_batch": in_batch, "batch": batch_row,
+        "proof": {**proof.to_json(), "root": hx(b.root)},
+        "ciphertext": ciphertext, "da_availability": _da_available(ctx, ciphertext),
+        "challenges": chs, "claims": claims, "audits": audits,
+        "challenge_command": " ".join(cmd),
+        "challenge_env": "VERINFER_CHAIN_PRIVATE_KEY (or --keystore FILE)",
+    }
+
+
+def challenge(ctx: Context, challenge_id: str) -> dict[str, Any]:
+    idx = ctx.index
+    cid = parse_int_id(challenge_id, "challenge_id")
+    with idx.lock:
+        c = idx.challenges.get(cid)
+        if c is None:
+            raise NotFoundError(f"no challenge {cid}", param="challenge_id")
+        phase = _phase(c)
+        commits = [v for v in c.votes.values() if v.committed_at]
+        reveals = [v for v in c.votes.values() if v.revealed_at]
+        members = len(c.votes)
+        reached = PHASES.index(phase)
+        times = [c.opened_at, c.drawn_at, max((v.committed_at for v in commits), default=0),
+                 max((v.revealed_at for v in reveals), default=0), c.resolved_at]
+        notes = [f"by {c.challenger}, bond {eth(c.bond)}, draw at block {c.target_block}"
+                 + (f" (re-armed {c.rearmed}x)" if c.rearmed else ""),
+                 f"{members} members" if members else "waiting for the target block",
+                 f"{len(commits)}/{members} committed" if members else "",
+                 f"{len(reveals)}/{members} revealed" if members else "",
+                 c.status.name.lower() if c.final else ""]
+        timeline = [{"phase": p, "done": i <= reached, "current": i == reached,
+                     "time": when(times[i]) if i <= reached else "", "note": notes[i]}
+                    for i, p in enumerate(PHASES)]
+        payouts = dict(idx.payouts(c))
+        receipt_out = idx.receipts[c.receipt_digest].signed.receipt.out_hash \
+            if c.receipt_digest in idx.receipts else None
+        committee = [{"member": v.member, "weight": eth(v.weight),
+                      "commitment": hx(v.commitment) if v.commitment else "",
+                      "committed": when(v.committed_at),
+                      "vote": hx(v.out_hash) if v.out_hash else "",
+                      "agrees": (v.out_hash == receipt_out) if v.out_hash and receipt_out
+                      else None,
+                      "revealed": when(v.revealed_at), "penalty": eth(v.penalty),
+                      "payout": eth(payouts.get(v.member, 0))} for v in c.votes.values()]
+        others = {a: eth(w) for a, w in payouts.items() if a not in c.votes}
+        return {"status": _status(ctx), "challenge": _challenge_row(c), "phase": phase,
+                "timeline": timeline, "committee": committee,
+                "commit_deadline": when(c.commit_deadline),
+                "reveal_deadline": when(c.reveal_deadline),
+                "receipt_out_hash": hx(receipt_out) if receipt_out else "",
+                "majority_out_hash": hx(c.majority_out_hash) if c.final else "",
+                "batch_id": hx(c.batch_id), "other_payouts": others,
+                "slashed": eth(c.slashed), "final": c.final}
+
+
+def claim(ctx: Context, claim_id: str) -> dict[str, Any]:
+    idx = ctx.index
+    cid = parse_int_id(claim_id, "claim_id")
+    with idx.lock:
+        c = idx.claims.get(cid)
+        if c is None:
+            raise NotFoundError(f"no withholding claim {cid}", param="claim_id")
+        return {"status": _status(ctx), "claim": _claim_row(c),
+                "answered_batch": hx(c.answered_batch) if c.answered_batch else "",
+                "settled": when(c.settled_at)}
+
+
+def audits(ctx: Context) -> dict[str, Any]:
+    idx = ctx.index
+    with idx.lock:
+        recorded = [{"receipt": hx(a.receipt_digest), "auditor": a.auditor,
+                     "matches": a.matches, "observed_out_hash": hx(a.observed_out_hash),
+                     "report_hash": hx(a.report_hash), "time": when(a.time)}
+                    for a in reversed(idx.audits[-200:])]
+        counts = _audit_counts(ctx)
+    stream: list[dict[str, Any]] = []
+    if ctx.prober is not None and ctx.prober.audits is not None:
+        with ctx.prober.lock:
+            stream = [{"entry": r.entry_id, "job": r.job_id, "receipt": hx(r.receipt_digest),
+                       "auditor": r.auditor, "matches": r.matches, "reason": r.reason,
+                       "issued_at": when(r.issued_at), "signature_ok": r.signature_ok}
+                      for r in reversed(ctx.prober.audits.rows[-200:])]
+    return {"status": status(ctx), "counts": counts, "recorded": recorded, "stream": stream}
+
+
+def kms(ctx: Context) -> dict[str, Any]:
+    idx = ctx.index
+    with idx.lock:
+        epochs = [{"epoch": e.epoch, "threshold": e.threshold, "shards": e.shard_count,
+                   "public_key": hx(e.public_key)[:42] + "…", "registered": when(e.registered_at),
+                   "retired": when(e.retired_at)} for e in idx.epochs.values()]
+        tees = [{"measurement": hx(ap.item), "since": when(ap.since), "revoked": when(ap.until)}
+                for ap in idx.approvals.values() if ap.kind is Kind.ENCLAVE_MEASUREMENT]
+        st = _status(ctx)
+    shards: list[dict[str, Any]] = []
+    if ctx.prober is not None:
+        with ctx.prober.lock:
+            shards = [{"url": s.url, "ok": s.ok, "index": s.index, "address": s.address,
+                       "insecure_software_enclave": s.insecure_software_enclave,
+                       "log_entries": s.log_count, "released": s.released,
+                       "refused": s.refused, "error": s.error} for s in ctx.prober.shards]
+    return {"status": st, "epochs": epochs, "accepted_tees": tees, "shards": shards}
+
+
+def challenges_list(ctx: Context, page: int = 1) -> dict[str, Any]:
+    idx = ctx.index
+    with idx.lock:
+        rows, paging = _page(list(reversed(idx.challenges.values())), page)
+        return {"status": _status(ctx), "challenges": [_challenge_row(c) for c in rows],
+                "paging": paging}
+
+
+def batches_list(ctx: Context, page: int = 1) -> dict[str, Any]:
+    idx = ctx.index
+    with idx.lock:
+        rows, paging = _page(list(reversed(idx.batches.values())), page)
+        return {"status": _status(ctx), "batches": [_batch_row(b) for b in rows],
+                "paging": paging}
+
+
+# ---- search ----------------------------------------------------------------------------------
+def search(ctx: Context, query: str) -> dict[str, Any]:
+    """The page a query names: {"kind", "url"}. Accepts a receipt id, a batch id or batch
+    root (0x + 64 hex), an address (0x + 40 hex), a DA pointer (a manifest's or a
+    ciphertext's) and a challenge id (digits; ``claim N`` for a withholding claim)."""
+    q = query.strip()
+    if not q:
+        raise InvalidRequestError("empty search", param="q")
+    if len(q) > MAX_QUERY:
+        raise InvalidRequestError(f"search of {len(q)} characters: no id is that long",
+                                  param="q")
+    idx = ctx.index
+    finders: list[Callable[[], dict[str, Any] | None]]
+    if q.startswith("da://"):
+        try:
+            pointer = str(Pointer.parse(q))
+        except MalformedPointerError as e:
+            raise InvalidRequestError(e.message, param="q") from e
+        finders = [lambda: _hit("batch", hx(idx.batch_by_pointer[pointer]))
+                   if pointer in idx.batch_by_pointer else None,
+                   lambda: _hit("receipt", hx(idx.receipt_by_ciphertext[pointer]))
+                   if pointer in idx.receipt_by_ciphertext else None]
+    elif q.lower().startswith("claim ") and q[6:].strip().isdigit():
+        n = parse_int_id(q[6:].strip(), "claim_id")
+        finders = [lambda: _hit("claim", str(n)) if n in idx.claims else None]
+    elif q.isascii() and q.isdigit():
+        n = parse_int_id(q, "challenge_id")
+        finders = [lambda: _hit("challenge", str(n)) if n in idx.challenges else None]
+    elif len(q) == 42:
+        addr = parse_address(q)
+        finders = [lambda: _hit("operator", addr) if addr in idx.accounts else None]
+    elif len(q) == 66:
+        d = parse_id32(q, "q")
+        finders = [lambda: _hit("receipt", hx(d)) if d in idx.receipts else None,
+                   lambda: _hit("batch", hx(d)) if d in idx.batches else None,
+                   lambda: next((_hit("batch", hx(b.batch_id)) for b in idx.batches.values()
+                                 if b.root == d), None)]
+    else:
+        raise InvalidRequestError(
+            "search takes a receipt id, batch id or root (0x + 64 hex), an address (0x + 40 "
+            "hex), a DA pointer (da://…), a challenge id (digits) or `claim N`", param="q")
+    with idx.lock:
+        for find in finders:
+            hit = find()
+            if hit is not None:
+                return hit
+    raise NotFoundError(f"nothing indexed matches {q[:100]}", param="q")
+
+
+def _hit(kind: str, ident: str) -> dict[str, Any]:
+    return {"kind": kind, "id": ident, "url": f"/{kind}/{ident}"}

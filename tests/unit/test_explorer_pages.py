@@ -1,0 +1,231 @@
+"""The explorer's pages and API over an index folded from synthetic events (no chain): every
+receipt field, the server-side signature and Merkle checks, strict ids (400) and unknown ids
+(404 pages, not tracebacks), search for each kind of id, the CSP, live-update markers, and a
+hostile manifest on a real local DA store that only labels its batch."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from fastapi.testclient import TestClient
+
+from verinfer.chain.bindings import BatchRegistryContract
+from verinfer.chain.deploy import Deployment
+from verinfer.chain.structs import ETHER, Role, Status
+from verinfer.da_client.factory import DARouter
+from verinfer.da_client.local import LocalDAClient
+from verinfer.da_client.manifest import ManifestEntry, build_manifest
+from verinfer.da_client.pointer import Pointer
+from verinfer.explorer.app import CSP, create_app
+from verinfer.explorer.follower import ChainFollower
+from verinfer.explorer.index import EventMeta, Index
+from verinfer.explorer.views import Context
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.signed import SignedReceipt
+
+CM = "0x" + "cd" * 20
+DOMAIN = Domain(31337, CM)
+OPERATOR = Account.from_key(b"\x01" * 32)
+MEMBERS = [Account.from_key(bytes([i + 2]) * 32).address for i in range(3)]
+
+
+def _meta(block: int, tx: bytes = b"") -> EventMeta:
+    return EventMeta(block, 1_700_000_000 + block, tx or secrets.token_bytes(32), 0)
+
+
+def _signed(i: int, da: LocalDAClient) -> tuple[SignedReceipt, Pointer]:
+    blob = f"ciphertext {i}".encode()
+    ptr = da.put(blob)
+    r = Receipt(operator=OPERATOR.address, chain_id=31337, model_id=b"\x11" * 32,
+                engine_fingerprint_hash=b"\x22" * 32, req_hash=i.to_bytes(32, "big"),
+                out_hash=b"\x33" * 32, key_epoch=1, ciphertext_hash=ptr.blob_sha256,
+                issued_at=1_700_000_000 + i)
+    return SignedReceipt.sign(r, DOMAIN, ReceiptSigner(OPERATOR.key)), ptr
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    tmp = tmp_path_factory.mktemp("explorer")
+    da = LocalDAClient(tmp / "da")
+    idx = Index()
+    idx.apply("Registered", {"account": OPERATOR.address, "role": int(Role.OPERATOR),
+                             "amount": 20 * ETHER}, _meta(1))
+    for m in MEMBERS:
+        idx.apply("Registered", {"account": m, "role": int(Role.VERIFIER), "amount": ETHER},
+                  _meta(2))
+    entries = [ManifestEntry(*_signed(i, da)) for i in range(5)]
+    manifest = build_manifest(entries)
+    mptr = str(da.put(manifest.to_bytes()))
+    idx.apply("BatchCommitted", {"operator": OPERATOR.address, "root": manifest.root,
+                                 "leafCount": 5, "daPointer": mptr}, _meta(3))
+    bid = BatchRegistryContract.batch_id(OPERATOR.address, manifest.root)
+    # a second batch whose "manifest" is a nesting bomb: the follower must only label it
+    bomb = da.put(b"[" * 100_000 + b"]" * 100_000)
+    bomb_root = b"\x44" * 32
+    idx.apply("BatchCommitted", {"operator": OPERATOR.address, "root": bomb_root,
+                                 "leafCount": 1, "daPointer": str(bomb)}, _meta(4))
+    dep = Deployment(31337, "0x" + "01" * 20, "0x" + "02" * 20, "0x" + "03" * 20, CM,
+                     "0x" + "05" * 20, 0)
+    router = DARouter([da])
+    follower = ChainFollower.__new__(ChainFollower)  # only its DA side: no chain here
+    follower.index, follower.da, follower.domain, follower._retry_at = idx, router, DOMAIN, {}
+    follower._read_manifests()
+    # a challenge on receipt 2: drawn, committed, revealed, slashed
+    target = entries[2].signed
+    idx.apply("ChallengeOpened", {"id": 7, "receiptDigest": target.digest,
+                                  "operator": OPERATOR.address, "challenger": MEMBERS[0],
+                                  "batchId": bid, "bond": ETHER // 10, "targetBlock": 7},
+              _meta(5))
+    idx.apply("CommitteeDrawn", {"id": 7, "members": MEMBERS, "weights": [ETHER] * 3,
+                                 "commitDeadline": 1_700_000_400,
+                                 "revealDeadline": 1_700_000_700}, _meta(8))
+    for m in MEMBERS:
+        idx.apply("VoteCommitted", {"id": 7, "voter": m, "commitment": b"\x55" * 32}, _meta(9))
+        idx.apply("VoteRevealed", {"id": 7, "voter": m, "outHash": b"\x66" * 32}, _meta(10))
+    resolve_tx = b"\x77" * 32
+    idx.apply("OperatorSlashed", {"operator": OPERATOR.address,
+                                  "receiptDigest": target.digest, "fault": 0,
+                                  "amount": ETHER, "disputeId": 7}, _meta(11, resolve_tx))
+    idx.apply("Credited", {"account": MEMBERS[1], "amount": 3 * ETHER // 10},
+              _meta(11, resolve_tx))
+    idx.apply("ChallengeResolved", {"id": 7, "status": int(Status.SLASHED),
+                                    "majorityOutHash": b"\x66" * 32, "slashed": ETHER},
+              _meta(11, resolve_tx))
+    idx.apply("Slashed", {"account": OPERATOR.address, "amount": ETHER,
+                          "newStake": 19 * ETHER}, _meta(11, resolve_tx))
+    idx.apply("ClaimOpened", {"id": 3, "receiptDigest": entries[4].signed.digest,
+                              "operator": OPERATOR.address, "claimant": MEMBERS[2],
+                              "publishBy": 1_700_000_600, "responseDeadline": 1_700_001_200},
+              _meta(12))
+    idx.head_block = idx.indexed_block = 12
+    ctx = Context(idx, DOMAIN, None, router, "http://127.0.0.1:8545", "/d/deployment.json",
+                  ("--da-store", "/d/da"))
+    _ = dep
+    return {"client": TestClient(create_app(ctx)), "entries": entries, "batch_id": bid,
+            "bomb_id": BatchRegistryContract.batch_id(OPERATOR.address, bomb_root),
+            "manifest_pointer": mptr, "index": idx}
+
+
+def _get(world: dict[str, object], path: str) -> object:
+    client = world["client"]
+    assert isinstance(client, TestClient)
+    return client.get(path, follow_redirects=False)
+
+
+def test_overview_lists_the_operator_with_stake_and_state(world: dict[str, object]) -> None:
+    r = _get(world, "/")
+    assert r.status_code == 200
+    assert r.headers["content-security-policy"] == CSP
+    assert "'unsafe-inline'" not in CSP
+    assert OPERATOR.address in r.text and "19 ETH" in r.text and "active" in r.text
+    assert "<svg" in r.text and "<script src=\"/static/live.js\"" in r.text
+    assert "<script>" not in r.text and "style=" not in r.text  # nothing inline for the CSP
+    api = _get(world, "/api/overview").json()
+    assert api["operators"][0]["address"] == OPERATOR.address
+    assert api["totals"] == {"batches": 2, "receipts": 6, "challenges": 1,
+                             "open_challenges": 0, "slashes": 1, "claims": 1,
+                             "slashed": "1 ETH"}
+
+
+def test_receipt_page_shows_every_field_signature_and_inclusion(
+        world: dict[str, object]) -> None:
+    e = world["entries"][1]  # type: ignore[index]
+    rid = "0x" + e.signed.digest.hex()
+    r = _get(world, f"/receipt/{rid}")
+    assert r.status_code == 200
+    assert "signature ✓" in r.text and "in batch ✓" in r.text
+    for name in ("version", "operator", "chainId", "modelId", "engineFingerprintHash",
+                 "reqHash", "outHash", "keyEpoch", "ciphertextHash", "issuedAt"):
+        assert f"<td>{name}</td>" in r.text
+    api = _get(world, f"/api/receipt/{rid}").json()
+    assert api["signature_ok"] and api["in_batch"] and api["signer"] == OPERATOR.address
+    assert api["da_availability"] == "available"
+    assert api["challenge_command"] == (f"verinfer challenge {rid} --rpc-url "
+                                        "http://127.0.0.1:8545 --deployment "
+                                        "/d/deployment.json --da-store /d/da")
+    assert api["proof"]["index"] == 1 and api["proof"]["leafCount"] == 5
+
+
+def test_challenge_page_timeline_committee_and_slash(world: dict[str, object]) -> None:
+    r = _get(world, "/challenge/7")
+    assert r.status_code == 200 and 'data-phase="verdict"' in r.text
+    api = _get(world, "/api/challenge/7").json()
+    assert [t["phase"] for t in api["timeline"] if t["done"]] == \
+        ["opened", "drawn", "commits", "reveals", "verdict"]
+    assert api["challenge"]["status"] == "slashed" and api["slashed"] == "1 ETH"
+    assert [m["agrees"] for m in api["committee"]] == [False] * 3
+    assert api["committee"][1]["payout"] == "0.3 ETH"
+    op = _get(world, f"/api/operator/{OPERATOR.address}").json()
+    assert op["slashes"][0]["dispute"] == 7 and op["account"]["stake"] == "19 ETH"
+    assert "reexecution" in _get(world, f"/operator/{OPERATOR.address}").text
+
+
+def test_hostile_manifest_only_labels_its_batch(world: dict[str, object]) -> None:
+    bomb = "0x" + world["bomb_id"].hex()  # type: ignore[attr-defined]
+    r = _get(world, f"/batch/{bomb}")
+    assert r.status_code == 200 and "invalid" in r.text
+    assert _get(world, f"/api/batch/{bomb}").json()["batch"]["manifest"] == "invalid"
+    good = "0x" + world["batch_id"].hex()  # type: ignore[attr-defined]
+    assert _get(world, f"/api/batch/{good}").json()["batch"]["manifest"] == "ok"
+
+
+@pytest.mark.parametrize("path", [
+    "/receipt/0x" + "ab" * 32, "/batch/0x" + "ab" * 32, "/challenge/999", "/claim/999",
+    "/operator/0x" + "ab" * 20, "/no/such/page", "/search?q=0x" + "ab" * 32,
+    "/search?q=12345", "/search?q=da://local/0x" + "ab" * 32])
+def test_unknown_ids_give_a_404_page(world: dict[str, object], path: str) -> None:
+    r = _get(world, path)
+    assert r.status_code == 404, r.text[:300]
+    assert 'id="error"' in r.text and "Traceback" not in r.text
+    api = _get(world, "/api" + path if not path.startswith("/search") else
+               path.replace("/search", "/api/search"))
+    assert api.status_code == 404 and "error" in api.json()
+
+
+@pytest.mark.parametrize("path", [
+    "/receipt/abc", "/receipt/0x" + "ab" * 31, "/receipt/0x" + "zz" * 32, "/challenge/-1",
+    "/challenge/1e3", "/challenge/%EF%BC%91", "/operator/0x" + "aB" * 20, "/batch/0X" + "ab" * 32,
+    "/search?q=hello", "/search?q=da://nowhere/0x00", "/batch/0x" + "ab" * 32 + "?page=x"])
+def test_malformed_ids_give_a_400_page(world: dict[str, object], path: str) -> None:
+    r = _get(world, path)
+    assert r.status_code == 400, (path, r.status_code, r.text[:300])
+    assert 'id="error"' in r.text and "Traceback" not in r.text
+
+
+def test_search_finds_each_kind_of_id(world: dict[str, object]) -> None:
+    e = world["entries"][0]  # type: ignore[index]
+    rid = "0x" + e.signed.digest.hex()
+    bid = "0x" + world["batch_id"].hex()  # type: ignore[attr-defined]
+    cases = {rid: f"/receipt/{rid}", bid: f"/batch/{bid}",
+             OPERATOR.address.lower(): f"/operator/{OPERATOR.address}",
+             str(world["manifest_pointer"]): f"/batch/{bid}",
+             str(e.ciphertext): f"/receipt/{rid}", "7": "/challenge/7",
+             "claim 3": "/claim/3", f"  {rid.upper().replace('0X', '0x')} ": f"/receipt/{rid}"}
+    for q, url in cases.items():
+        r = _get(world, f"/search?q={q}")
+        assert r.status_code == 303 and r.headers["location"] == url, (q, r.text[:200])
+        assert _get(world, f"/api/search?q={q}").json()["url"] == url
+
+
+def test_status_version_moves_when_the_index_changes(world: dict[str, object]) -> None:
+    v0 = _get(world, "/api/status").json()["version"]
+    idx = world["index"]
+    assert isinstance(idx, Index)
+    with idx.lock:
+        idx.apply("Bonded", {"account": OPERATOR.address, "amount": ETHER,
+                             "newStake": 20 * ETHER}, _meta(13))
+    v1 = _get(world, "/api/status").json()["version"]
+    assert v1 > v0
+    # the page carries the version it was rendered at: live.js compares it with /api/status
+    assert f'<meta name="vi-live" content="{v1}">' in _get(world, "/").text
+
+
+def test_static_files_are_vendored() -> None:
+    static = Path(__file__).resolve().parents[2] / "src/verinfer/explorer/static"
+    js = (static / "live.js").read_text()
+    assert "http://" not in js and "https://" not in js
+    css = (static / "explorer.css").read_text()
+    assert "@import" not in css and "url(" not in css

@@ -134,11 +134,15 @@ def permute_for_gguf(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch.Tensor],
-                      seed: int = 0) -> Path:
-    """Write ``state`` as llama.cpp's converter writes an HF checkpoint of ``spec.family``."""
+                      seed: int = 0, *, arch: str | None = None,
+                      extra_metadata: dict[str, Any] | None = None,
+                      extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
+    """Write ``state`` as llama.cpp's converter writes an HF checkpoint of ``spec.family``.
+    ``arch``, ``extra_metadata`` (full keys, written as given) and ``extra_tensors`` build the
+    files a refusal test needs (another architecture, a rope type the engine refuses …)."""
     import gguf
 
-    arch, _ = FAMILY_ARCH[spec.family]
+    arch = arch or FAMILY_ARCH[spec.family][0]
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(out), arch)
@@ -164,6 +168,13 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
     if spec.rope_scaling is not None and spec.rope_scaling.kind == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(spec.rope_scaling.factor)
+    for key, value in (extra_metadata or {}).items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_uint32(key, int(value))
     add_tiny_tokenizer(w)
 
     permuted = arch == "llama"
@@ -182,6 +193,8 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
         # LlamaModel.generate_extra_tensors: the rule baked into per-frequency divisors
         w.add_tensor("rope_freqs.weight",
                      rope_divisors(spec.rope_scaling, spec.head_dim, spec.rope_theta).numpy())
+    for name, a in (extra_tensors or {}).items():
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

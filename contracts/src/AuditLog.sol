@@ -1,32 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
-import {StakeRegistry} from "./StakeRegistry.sol";
+import {IAuditLog} from "./interfaces/IAuditLog.sol";
+import {IStakeRegistry} from "./interfaces/IStakeRegistry.sol";
 
 /// @title AuditLog
-/// @notice Light audits: a registered verifier records the result of an off-chain re-execution.
-///         Event only, no slashing; the transaction signature is the auditor's signature.
-contract AuditLog {
-    StakeRegistry public immutable stakes;
-
-    /// @notice An audit result. `reportHash` commits to the auditor's full report (off chain).
-    event AuditRecorded(
-        bytes32 indexed receiptDigest, address indexed auditor, bytes32 observedOutHash, bool matches, bytes32 reportHash
-    );
-
-    /// @notice Only registered verifiers record audits.
-    error NotVerifier(address caller);
+/// @notice The implementation of IAuditLog: an event per light audit, recorded only by
+///         registered verifiers.
+contract AuditLog is IAuditLog {
+    /// @inheritdoc IAuditLog
+    IStakeRegistry public immutable stakes;
 
     /// @param stakes_ Source of verifier status.
-    constructor(StakeRegistry stakes_) {
+    constructor(IStakeRegistry stakes_) {
         stakes = stakes_;
     }
 
-    /// @notice Records a light-audit result for a receipt.
-    /// @param receiptDigest The audited receipt's EIP-712 digest.
-    /// @param observedOutHash The outHash the auditor obtained by re-execution.
-    /// @param matches Whether it equals the receipt's outHash.
-    /// @param reportHash Hash of the auditor's report (e.g. sha256 of its JSON).
+    /// @inheritdoc IAuditLog
     function recordAudit(bytes32 receiptDigest, bytes32 observedOutHash, bool matches, bytes32 reportHash) external {
         if (!stakes.isVerifier(msg.sender)) revert NotVerifier(msg.sender);
         emit AuditRecorded(receiptDigest, msg.sender, observedOutHash, matches, reportHash);

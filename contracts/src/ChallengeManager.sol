@@ -5,147 +5,45 @@ import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
-import {ProtocolConfig} from "./ProtocolConfig.sol";
-import {StakeRegistry} from "./StakeRegistry.sol";
-import {BatchRegistry} from "./BatchRegistry.sol";
+import {IChallengeManager} from "./interfaces/IChallengeManager.sol";
+import {IProtocolConfig} from "./interfaces/IProtocolConfig.sol";
+import {IStakeRegistry} from "./interfaces/IStakeRegistry.sol";
+import {IBatchRegistry} from "./interfaces/IBatchRegistry.sol";
+import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
+import {IBatchRegistryTypes} from "./types/BatchRegistryTypes.sol";
 import {ReceiptLib} from "./lib/ReceiptLib.sol";
 import {BatchMerkle} from "./lib/BatchMerkle.sol";
 
 /// @title ChallengeManager
-/// @notice Disputes about operator receipts and their settlement:
-///         - full challenges: receipt + signature + Merkle proof into a committed batch + bond,
-///           a stake-weighted committee drawn from a later block hash, commit-reveal votes,
-///           resolution by stake quorum τ (dismiss / slash / inconclusive);
-///         - invalid receipts (model, engine fingerprint or key epoch not approved when issued):
-///           slashed at once when challenged, no committee needed;
-///         - withholding claims: a signed receipt not shown to be in a batch committed by its
-///           publication deadline; the operator must answer with an inclusion proof in time.
-///         It is the EIP-712 verifying contract of receipts (domain "verinfer", version "1").
-///         Payouts are credits withdrawn by their owners (pull payments). Burnt ETH stays in this
-///         contract forever, counted in `totalBurnt`; no function can move it.
-contract ChallengeManager is EIP712, ReentrancyGuard {
+/// @notice The implementation of IChallengeManager (the dispute rules are stated there, function
+///         by function). Invariants the code keeps are marked `INVARIANT:` where they are kept.
+contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
     using SafeCast for uint256;
-
-    /// @notice Life cycle of a full challenge.
-    enum Status {
-        None,
-        AwaitingDraw,
-        Voting,
-        Dismissed,
-        Slashed,
-        Inconclusive
-    }
-
-    /// @notice A committee member's progress in one challenge.
-    enum VoteState {
-        None,
-        Member,
-        Committed,
-        Revealed
-    }
-
-    /// @notice Why an operator was slashed.
-    enum Fault {
-        Reexecution,
-        InvalidReceipt,
-        Withholding
-    }
-
-    /// @notice Life cycle of a withholding claim.
-    enum ClaimStatus {
-        None,
-        Open,
-        Answered,
-        Slashed
-    }
-
-    /// @notice One full challenge. Deadlines are unix seconds; targetBlock is the block whose
-    ///         hash seeds the committee draw.
-    struct Challenge {
-        bytes32 receiptDigest;
-        bytes32 receiptOutHash;
-        bytes32 majorityOutHash; // set when resolved by quorum
-        address operator;
-        uint40 openedAt;
-        Status status;
-        uint40 targetBlock;
-        address challenger;
-        uint96 bond;
-        uint64 commitDeadline;
-        uint64 revealDeadline;
-        uint16 members;
-        uint16 commits;
-        uint16 reveals;
-        uint96 lockedStake; // the operator's liability for this challenge (slashAmount at open)
-        uint112 totalWeight; // committee stake weight
-        uint48 snapshotBlock; // the open block: the draw uses verifier weights as of its end
-        uint128 memberPenalty; // non-reveal penalty locked on each member at the draw
-    }
-
-    /// @notice A committee seat: the verifier and its stake weight at the draw.
-    struct Member {
-        address account;
-        uint96 weight;
-    }
-
-    /// @notice A member's vote: the commitment, replaced by the revealed outHash on reveal.
-    struct Vote {
-        bytes32 value;
-        VoteState state;
-    }
-
-    /// @notice One withholding claim.
-    struct Claim {
-        bytes32 receiptDigest;
-        address operator;
-        uint64 responseDeadline;
-        ClaimStatus status;
-        address claimant;
-        uint96 bond;
-        uint64 publishBy; // issuedAt + publicationDeadline
-        uint128 lockedStake;
-    }
-
-    /// @notice Per receipt: the live challenge and the live claim (0 = none; they are
-    ///         independent, so neither can hold off the other), whether stake was ever taken for
-    ///         its content (re-execution fault or invalid receipt: `slashed`) and whether stake
-    ///         was ever taken for withholding it (`withholdingSlashed`). A flag is set only when
-    ///         stake was actually taken.
-    struct ReceiptState {
-        uint64 liveChallenge;
-        uint64 liveClaim;
-        bool slashed;
-        bool withholdingSlashed;
-    }
 
     uint256 internal constant BPS = 10_000;
 
-    /// @notice The vote a committee member reveals when the operator-provided evidence (DA
-    ///         payload, decryption, request) cannot be obtained or does not match the receipt:
-    ///         the operator is responsible for evidence availability, so this counts as a
-    ///         revealed vote against the receipt (it adds to the best other outHash for the
-    ///         slashing quorum) and is never a non-reveal. A receipt whose own outHash equals it
-    ///         is invalid (slashed at open).
+    /// @inheritdoc IChallengeManager
     bytes32 public constant INVALID_EVIDENCE = keccak256("verinfer.vote.invalid-evidence");
 
-    /// @notice How far in the future (beyond the chain's clock) a receipt's issuedAt may be.
-    ///         A receipt dated later than its batch's commit time + this, or later than now +
-    ///         this when claimed, is itself invalid and is slashed at once.
+    /// @inheritdoc IChallengeManager
     uint64 public constant MAX_CLOCK_SKEW = 5 minutes;
 
-    ProtocolConfig public immutable config;
-    StakeRegistry public immutable stakes;
-    BatchRegistry public immutable batches;
+    /// @inheritdoc IChallengeManager
+    IProtocolConfig public immutable config;
+    /// @inheritdoc IChallengeManager
+    IStakeRegistry public immutable stakes;
+    /// @inheritdoc IChallengeManager
+    IBatchRegistry public immutable batches;
 
-    /// @notice Number of challenges opened (ids are 1..challengeCount).
+    /// @inheritdoc IChallengeManager
     uint256 public challengeCount;
-    /// @notice Number of withholding claims opened (ids are 1..claimCount).
+    /// @inheritdoc IChallengeManager
     uint256 public claimCount;
-    /// @notice Unclaimed payouts per account.
+    /// @inheritdoc IChallengeManager
     mapping(address => uint256) public credits;
-    /// @notice Sum of `credits`.
+    /// @inheritdoc IChallengeManager
     uint256 public totalCredits;
-    /// @notice Slashed ETH not paid out to anyone; held here forever.
+    /// @inheritdoc IChallengeManager
     uint256 public totalBurnt;
 
     mapping(uint256 => Challenge) internal _challenges;
@@ -155,130 +53,10 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     mapping(uint256 => Claim) internal _claims;
     mapping(bytes32 => ReceiptState) internal _receipts;
 
-    // ---- events -------------------------------------------------------------------------
-
-    /// @notice A full challenge was opened; the committee is drawn from blockhash(targetBlock).
-    event ChallengeOpened(
-        uint256 indexed id,
-        bytes32 indexed receiptDigest,
-        address indexed operator,
-        address challenger,
-        bytes32 batchId,
-        uint256 bond,
-        uint40 targetBlock
-    );
-    /// @notice The target block hash was out of reach (>256 blocks); a new target was set.
-    event DrawRearmed(uint256 indexed id, uint40 oldTargetBlock, uint40 newTargetBlock);
-    /// @notice The committee was drawn.
-    event CommitteeDrawn(
-        uint256 indexed id, address[] members, uint256[] weights, uint64 commitDeadline, uint64 revealDeadline
-    );
-    /// @notice A member committed to a vote.
-    event VoteCommitted(uint256 indexed id, address indexed voter, bytes32 commitment);
-    /// @notice A member revealed its vote (its own outHash).
-    event VoteRevealed(uint256 indexed id, address indexed voter, bytes32 outHash);
-    /// @notice A challenge ended.
-    event ChallengeResolved(uint256 indexed id, Status status, bytes32 majorityOutHash, uint256 slashed);
-    /// @notice An operator was slashed for a receipt.
-    event OperatorSlashed(
-        address indexed operator, bytes32 indexed receiptDigest, Fault fault, uint256 amount, uint256 disputeId
-    );
-    /// @notice A committee member did not reveal and was penalized.
-    event MemberPenalized(uint256 indexed id, address indexed member, uint256 amount);
-    /// @notice A withholding claim was opened.
-    event ClaimOpened(
-        uint256 indexed id,
-        bytes32 indexed receiptDigest,
-        address indexed operator,
-        address claimant,
-        uint64 publishBy,
-        uint64 responseDeadline
-    );
-    /// @notice The operator proved timely inclusion; the claim is dismissed.
-    event ClaimAnswered(uint256 indexed id, bytes32 batchId);
-    /// @notice Nobody proved timely inclusion; the operator was slashed.
-    event ClaimUpheld(uint256 indexed id, uint256 slashed);
-    /// @notice A payout was credited.
-    event Credited(address indexed account, uint256 amount);
-    /// @notice Credits were withdrawn.
-    event CreditWithdrawn(address indexed account, uint256 amount);
-    /// @notice ETH was burnt (kept here forever).
-    event Burnt(uint256 amount);
-
-    // ---- errors -------------------------------------------------------------------------
-
-    /// @notice Receipt version is not 1.
-    error UnsupportedReceiptVersion(uint16 version);
-    /// @notice The receipt names another chain.
-    error WrongChainId(uint256 receiptChainId, uint256 chainId);
-    /// @notice The signature does not parse or has a high s.
-    error InvalidSignature(bytes32 receiptDigest);
-    /// @notice The signature is valid but not by the receipt's operator.
-    error SignerMismatch(address operator, address recovered);
-    /// @notice The receipt's operator is not registered as an operator.
-    error NotOperator(address account);
-    /// @notice msg.value differs from the challenge bond.
-    error WrongBond(uint256 sent, uint256 required);
-    /// @notice No batch of this operator has this root.
-    error BatchNotFound(address operator, bytes32 root);
-    /// @notice The Merkle proof does not place the receipt in the batch.
-    error InvalidMerkleProof(bytes32 batchId, bytes32 receiptDigest, uint256 leafIndex);
-    /// @notice The batch's challenge window has passed.
-    error ChallengeWindowClosed(bytes32 batchId, uint256 deadline, uint256 nowTs);
-    /// @notice Stake was already taken once for this receipt (for this kind of fault).
-    error ReceiptAlreadySlashed(bytes32 receiptDigest);
-    /// @notice A challenge (for openChallenge) or a claim (for claimUnpublished) about this
-    ///         receipt is still live.
-    error DisputeAlreadyLive(bytes32 receiptDigest, uint64 challengeId, uint64 claimId);
-    /// @notice No such challenge.
-    error UnknownChallenge(uint256 id);
-    /// @notice The challenge is not in the status this call needs.
-    error WrongStatus(uint256 id, Status status, Status expected);
-    /// @notice The randomness block has not been mined yet.
-    error DrawTooEarly(uint256 id, uint40 targetBlock, uint256 blockNumber);
-    /// @notice The draw period ended; resolve the challenge as inconclusive.
-    error DrawPeriodOver(uint256 id, uint256 deadline, uint256 nowTs);
-    /// @notice The caller is not on the committee.
-    error NotCommitteeMember(uint256 id, address caller);
-    /// @notice The member already committed.
-    error AlreadyCommitted(uint256 id, address voter);
-    /// @notice Commitments cannot be zero.
-    error ZeroCommitment();
-    /// @notice Commit phase is over.
-    error CommitPhaseOver(uint256 id, uint64 deadline, uint256 nowTs);
-    /// @notice Reveals open after the commit deadline or once every member committed.
-    error RevealPhaseNotOpen(uint256 id, uint64 commitDeadline, uint256 nowTs);
-    /// @notice Reveal phase is over.
-    error RevealPhaseOver(uint256 id, uint64 deadline, uint256 nowTs);
-    /// @notice The member never committed.
-    error NotCommitted(uint256 id, address voter);
-    /// @notice The member already revealed.
-    error AlreadyRevealed(uint256 id, address voter);
-    /// @notice keccak256(abi.encode(id, voter, outHash, salt)) differs from the commitment.
-    error RevealMismatch(uint256 id, address voter, bytes32 commitment, bytes32 computed);
-    /// @notice The challenge cannot be resolved yet.
-    error TooEarlyToResolve(uint256 id, uint256 deadline, uint256 nowTs);
-    /// @notice The receipt's publication deadline has not passed yet.
-    error PublicationDeadlineNotPassed(bytes32 receiptDigest, uint256 publishBy, uint256 nowTs);
-    /// @notice No such claim, or not open.
-    error ClaimNotOpen(uint256 id, ClaimStatus status);
-    /// @notice The operator's response period is over.
-    error ResponsePeriodOver(uint256 id, uint64 deadline, uint256 nowTs);
-    /// @notice The operator's response period is still running.
-    error ResponsePeriodNotOver(uint256 id, uint64 deadline, uint256 nowTs);
-    /// @notice The batch was committed after the receipt's publication deadline.
-    error BatchCommittedLate(bytes32 batchId, uint64 committedAt, uint64 publishBy);
-    /// @notice ETH arrived from somewhere other than the StakeRegistry.
-    error UnexpectedEther(address from);
-    /// @notice No credits to withdraw.
-    error NoCredits(address account);
-    /// @notice An ETH transfer failed.
-    error TransferFailed(address to, uint256 amount);
-
     /// @param config_ Parameters and allowlists.
     /// @param stakes_ The stake registry (this contract must be its challengeManager).
     /// @param batches_ The batch registry.
-    constructor(ProtocolConfig config_, StakeRegistry stakes_, BatchRegistry batches_) EIP712("verinfer", "1") {
+    constructor(IProtocolConfig config_, IStakeRegistry stakes_, IBatchRegistry batches_) EIP712("verinfer", "1") {
         config = config_;
         stakes = stakes_;
         batches = batches_;
@@ -291,17 +69,17 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
 
     // ---- receipts -----------------------------------------------------------------------
 
-    /// @notice The EIP-712 domain separator of receipts (this contract is verifyingContract).
+    /// @inheritdoc IChallengeManager
     function domainSeparator() external view returns (bytes32) {
         return _domainSeparatorV4();
     }
 
-    /// @notice The receipt id: the EIP-712 signing digest of `r`.
+    /// @inheritdoc IChallengeManager
     function receiptDigest(ReceiptLib.Receipt calldata r) public view returns (bytes32) {
         return _hashTypedDataV4(ReceiptLib.structHash(r));
     }
 
-    /// @notice The dispute state of a receipt.
+    /// @inheritdoc IChallengeManager
     function receiptState(bytes32 digest) external view returns (ReceiptState memory) {
         return _receipts[digest];
     }
@@ -324,7 +102,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     }
 
     /// @dev At most one live challenge per receipt, and none once stake was taken for its
-    ///      content. A live withholding claim does not hold a challenge off.
+    ///      content. A live unpublished claim does not hold a challenge off.
     function _checkChallengeable(bytes32 digest) internal view returns (ReceiptState storage rs) {
         rs = _receipts[digest];
         // INVARIANT: no receipt is slashed twice for its content.
@@ -334,15 +112,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
 
     // ---- full challenges ----------------------------------------------------------------
 
-    /// @notice Opens a full challenge against a receipt in a committed batch. msg.value must be
-    ///         the challenge bond. A receipt whose model, engine fingerprint or key epoch was not
-    ///         approved when issued is slashed at once (Fault.InvalidReceipt).
-    /// @param r The receipt as signed.
-    /// @param signature 65-byte r||s||v operator signature over the EIP-712 digest.
-    /// @param batchRoot Root of the operator's batch holding the receipt.
-    /// @param leafIndex Position of the receipt in the batch.
-    /// @param siblings Merkle siblings bottom-up.
-    /// @return id The challenge id.
+    /// @inheritdoc IChallengeManager
     function openChallenge(
         ReceiptLib.Receipt calldata r,
         bytes calldata signature,
@@ -354,7 +124,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         // committing a batch required an active operator.
         bytes32 digest = _verifyReceipt(r, signature, false);
         ReceiptState storage rs = _checkChallengeable(digest);
-        ProtocolConfig.OpenParams memory p = config.openParams();
+        IProtocolConfigTypes.OpenParams memory p = config.openParams();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
         (bytes32 bid, uint64 committedAt) =
             _checkInclusion(r.operator, digest, batchRoot, leafIndex, siblings, p.challengeWindow);
@@ -382,7 +152,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         ReceiptLib.Receipt calldata r,
         bytes32 digest,
         bytes32 bid,
-        ProtocolConfig.OpenParams memory p
+        IProtocolConfigTypes.OpenParams memory p
     ) internal returns (uint256 id) {
         id = ++challengeCount;
         Challenge storage c = _challenges[id];
@@ -422,7 +192,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         uint64 window
     ) internal view returns (bytes32 bid, uint64 committedAt) {
         bid = keccak256(abi.encode(operator, root)); // == BatchRegistry.batchId
-        BatchRegistry.Batch memory b = batches.batch(bid);
+        IBatchRegistryTypes.Batch memory b = batches.batch(bid);
         committedAt = b.committedAt;
         if (b.committedAt == 0) revert BatchNotFound(operator, root);
         // INVARIANT: a challenge opens only inside the batch's window.
@@ -433,16 +203,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
     }
 
-    /// @notice Draws the committee from blockhash(targetBlock), weighted by the verifiers' draw
-    ///         weights as of the end of the challenge's open block (fixed before the randomness
-    ///         existed: stake changes after the open cannot move the committee). Callable by
-    ///         anyone once targetBlock is mined. If that hash is out of reach (older than 256
-    ///         blocks) the target moves to a new future block instead.
-    /// @param id The challenge.
+    /// @inheritdoc IChallengeManager
     function drawCommittee(uint256 id) external {
         Challenge storage c = _challenge(id);
         if (c.status != Status.AwaitingDraw) revert WrongStatus(id, c.status, Status.AwaitingDraw);
-        ProtocolConfig.Params memory p = config.params();
+        IProtocolConfigTypes.Params memory p = config.params();
         uint256 drawDeadline = uint256(c.openedAt) + p.drawPeriod;
         if (block.timestamp > drawDeadline) revert DrawPeriodOver(id, drawDeadline, block.timestamp);
         // INVARIANT: randomness comes from a block mined after the challenge was opened.
@@ -476,10 +241,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit CommitteeDrawn(id, chosen, weights, c.commitDeadline, c.revealDeadline);
     }
 
-    /// @notice Commits a vote: keccak256(abi.encode(id, voter, outHash, salt)). Binding the voter
-    ///         and the challenge id keeps anyone from copying another member's commitment.
-    /// @param id The challenge.
-    /// @param commitment The vote commitment.
+    /// @inheritdoc IChallengeManager
     function commitVote(uint256 id, bytes32 commitment) external {
         Challenge storage c = _challenge(id);
         if (c.status != Status.Voting) revert WrongStatus(id, c.status, Status.Voting);
@@ -495,11 +257,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit VoteCommitted(id, msg.sender, commitment);
     }
 
-    /// @notice Reveals a committed vote. Opens after the commit deadline, or as soon as every
-    ///         member has committed.
-    /// @param id The challenge.
-    /// @param outHash The outHash the member computed by re-execution.
-    /// @param salt The salt used in the commitment.
+    /// @inheritdoc IChallengeManager
     function revealVote(uint256 id, bytes32 outHash, bytes32 salt) external {
         Challenge storage c = _challenge(id);
         if (c.status != Status.Voting) revert WrongStatus(id, c.status, Status.Voting);
@@ -520,7 +278,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit VoteRevealed(id, msg.sender, outHash);
     }
 
-    /// @notice The commitment a member submits for `outHash` with `salt`.
+    /// @inheritdoc IChallengeManager
     function voteCommitment(uint256 id, address voter, bytes32 outHash, bytes32 salt)
         public
         pure
@@ -529,12 +287,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         return keccak256(abi.encode(id, voter, outHash, salt));
     }
 
-    /// @notice Settles a challenge: after the reveal deadline (or once all members revealed);
-    ///         or, if no committee was drawn within the draw period, as inconclusive.
-    ///         Stake >= τ on the receipt's outHash dismisses (bond to that majority); stake >= τ on
-    ///         another value slashes (α to the challenger with the bond back, β to that majority,
-    ///         the rest burnt); otherwise inconclusive (bond back). Non-revealers lose the penalty.
-    /// @param id The challenge.
+    /// @inheritdoc IChallengeManager
     function resolve(uint256 id) external nonReentrant {
         Challenge storage c = _challenge(id);
         if (c.status == Status.AwaitingDraw) {
@@ -547,7 +300,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         if (block.timestamp <= c.revealDeadline && c.reveals < c.members) {
             revert TooEarlyToResolve(id, c.revealDeadline, block.timestamp);
         }
-        ProtocolConfig.Params memory p = config.params();
+        IProtocolConfigTypes.Params memory p = config.params();
         (uint256 receiptWeight, bytes32 alt, uint256 altWeight, uint256 invalidWeight) = _tally(id, c.receiptOutHash);
         _settleMembers(id, c.memberPenalty);
 
@@ -655,17 +408,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit ChallengeResolved(id, Status.Inconclusive, bytes32(0), 0);
     }
 
-    // ---- withholding claims -------------------------------------------------------------
+    // ---- unpublished claims -------------------------------------------------------------
 
-    /// @notice Claims that a signed receipt was not published in time. Opens after
-    ///         issuedAt + publicationDeadline; msg.value must be the challenge bond. The operator
-    ///         then has responsePeriod to prove inclusion in a batch committed by that deadline.
-    ///         A live challenge on the same receipt does not hold a claim off (nor the reverse).
-    ///         A receipt dated more than MAX_CLOCK_SKEW after now is invalid on its face (its
-    ///         deadline would be out of reach): it is slashed at once (Fault.InvalidReceipt).
-    /// @param r The receipt as signed.
-    /// @param signature The operator's signature.
-    /// @return id The claim id.
+    /// @inheritdoc IChallengeManager
     function claimUnpublished(ReceiptLib.Receipt calldata r, bytes calldata signature)
         external
         payable
@@ -674,14 +419,14 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
     {
         bytes32 digest = _verifyReceipt(r, signature, true);
         ReceiptState storage rs = _receipts[digest];
-        ProtocolConfig.Params memory p = config.params();
+        IProtocolConfigTypes.Params memory p = config.params();
         if (msg.value != p.challengeBond) revert WrongBond(msg.value, p.challengeBond);
         // All in uint256: issuedAt = 2^64 - 1 cannot overflow anything.
         bool futureDated = uint256(r.issuedAt) > block.timestamp + MAX_CLOCK_SKEW;
         if (futureDated) {
             if (rs.slashed) revert ReceiptAlreadySlashed(digest);
         } else {
-            if (rs.withholdingSlashed) revert ReceiptAlreadySlashed(digest);
+            if (rs.unpublishedSlashed) revert ReceiptAlreadySlashed(digest);
             if (rs.liveClaim != 0) revert DisputeAlreadyLive(digest, rs.liveChallenge, rs.liveClaim);
         }
         uint256 publishBy = futureDated ? block.timestamp : uint256(r.issuedAt) + p.publicationDeadline;
@@ -712,12 +457,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         }
     }
 
-    /// @notice Answers a withholding claim with an inclusion proof into a batch of the operator
-    ///         committed no later than the publication deadline. The bond goes to the operator.
-    /// @param id The claim.
-    /// @param batchRoot Root of the batch holding the receipt.
-    /// @param leafIndex Position of the receipt.
-    /// @param siblings Merkle siblings bottom-up.
+    /// @inheritdoc IChallengeManager
     function answerUnpublished(uint256 id, bytes32 batchRoot, uint256 leafIndex, bytes32[] calldata siblings)
         external
     {
@@ -727,7 +467,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
             revert ResponsePeriodOver(id, cl.responseDeadline, block.timestamp);
         }
         bytes32 bid = batches.batchId(cl.operator, batchRoot);
-        BatchRegistry.Batch memory b = batches.batch(bid);
+        IBatchRegistryTypes.Batch memory b = batches.batch(bid);
         if (b.committedAt == 0) revert BatchNotFound(cl.operator, batchRoot);
         // INVARIANT: only publication by the deadline answers the claim.
         if (b.committedAt > cl.publishBy) revert BatchCommittedLate(bid, b.committedAt, cl.publishBy);
@@ -741,9 +481,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit ClaimAnswered(id, bid);
     }
 
-    /// @notice Upholds an unanswered withholding claim after the response period: the operator
-    ///         is slashed (α to the claimant with the bond back, the rest burnt).
-    /// @param id The claim.
+    /// @inheritdoc IChallengeManager
     function resolveUnpublished(uint256 id) external nonReentrant {
         Claim storage cl = _claims[id];
         if (cl.status != ClaimStatus.Open) revert ClaimNotOpen(id, cl.status);
@@ -753,9 +491,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         cl.status = ClaimStatus.Slashed;
         ReceiptState storage rs = _receipts[cl.receiptDigest];
         rs.liveClaim = 0;
-        uint256 slashed = _slashOperator(cl.operator, cl.lockedStake, cl.receiptDigest, Fault.Withholding, id);
+        uint256 slashed = _slashOperator(cl.operator, cl.lockedStake, cl.receiptDigest, Fault.Unpublished, id);
         // INVARIANT: a receipt is marked slashed only when stake was taken.
-        if (slashed != 0) rs.withholdingSlashed = true;
+        if (slashed != 0) rs.unpublishedSlashed = true;
         uint256 toClaimant = _payChallenger(cl.claimant, cl.bond, slashed, config.params().challengerRewardBps);
         _burn(slashed - toClaimant);
         emit ClaimUpheld(id, slashed);
@@ -795,8 +533,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         emit Burnt(amount);
     }
 
-    /// @notice Sends the caller all its credits.
-    /// @return amount Wei sent.
+    /// @inheritdoc IChallengeManager
     function withdrawCredits() external nonReentrant returns (uint256 amount) {
         amount = credits[msg.sender];
         if (amount == 0) revert NoCredits(msg.sender);
@@ -809,7 +546,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
 
     // ---- views --------------------------------------------------------------------------
 
-    /// @notice Bonds of live challenges and claims: balance - credits - burnt.
+    /// @inheritdoc IChallengeManager
     function bondsHeld() external view returns (uint256) {
         return address(this).balance - totalCredits - totalBurnt;
     }
@@ -819,22 +556,22 @@ contract ChallengeManager is EIP712, ReentrancyGuard {
         if (c.status == Status.None) revert UnknownChallenge(id);
     }
 
-    /// @notice The full challenge record.
+    /// @inheritdoc IChallengeManager
     function challenge(uint256 id) external view returns (Challenge memory) {
         return _challenges[id];
     }
 
-    /// @notice The committee of a challenge.
+    /// @inheritdoc IChallengeManager
     function committee(uint256 id) external view returns (Member[] memory) {
         return _members[id];
     }
 
-    /// @notice A member's vote record (value = commitment until revealed, then the outHash).
+    /// @inheritdoc IChallengeManager
     function vote(uint256 id, address voter) external view returns (Vote memory) {
         return _votes[id][voter];
     }
 
-    /// @notice The full withholding-claim record.
+    /// @inheritdoc IChallengeManager
     function claim(uint256 id) external view returns (Claim memory) {
         return _claims[id];
     }

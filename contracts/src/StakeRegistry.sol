@@ -3,18 +3,13 @@ pragma solidity ^0.8.24;
 
 import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
-import {ProtocolConfig} from "./ProtocolConfig.sol";
+import {IProtocolConfig} from "./interfaces/IProtocolConfig.sol";
+import {IStakeRegistry} from "./interfaces/IStakeRegistry.sol";
+import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
 
 /// @title StakeRegistry
-/// @notice Operators and verifiers bond native ETH here. Stake leaves only through
-///         requestUnbond -> (unbondingPeriod) -> withdraw, and never while live disputes hold
-///         liabilities against it. Only the ChallengeManager locks, unlocks and slashes.
-///
-///         Disputes add *liabilities* (`locked`): every dispute records its full amount, whatever
-///         other disputes exist, so opening a dispute can never be blocked and never shrinks the
-///         amount another dispute can take. A slash takes min(liability, stake) at resolution:
-///         a dispute that ends without a slash (answered, dismissed, inconclusive) takes nothing
-///         from anyone. Stake above the liabilities may be withdrawn after unbonding.
+/// @notice The implementation of IStakeRegistry (the staking and liability rules are stated
+///         there).
 ///
 ///         Verifier draw weights (active stake, or 0 below the minimum) live in a Fenwick (binary
 ///         indexed) tree over at most MAX_VERIFIERS slots whose every node keeps a checkpoint per
@@ -22,30 +17,8 @@ import {ProtocolConfig} from "./ProtocolConfig.sol";
 ///         block (the challenge's open block) in O(log MAX_VERIFIERS) reads per seat, whatever the
 ///         number of verifiers. A verifier holds a slot only while its weight is > 0; slots freed
 ///         by leaving verifiers are reused.
-contract StakeRegistry is Ownable {
+contract StakeRegistry is Ownable, IStakeRegistry {
     using SafeCast for uint256;
-
-    error AmountTooLarge(uint256 amount);
-
-    /// @notice What an address is registered as (one role per address).
-    enum Role {
-        None,
-        Operator,
-        Verifier
-    }
-
-    /// @notice One staker. `stake` includes `unbonding`; `locked` is the sum of the liabilities of
-    ///         live disputes (it may exceed `stake`; a slash takes at most `stake`). Active
-    ///         (voting / serving) stake = stake - unbonding. `slot` is the verifier's draw-tree
-    ///         slot (0 = none).
-    struct Account {
-        uint112 stake;
-        uint112 unbonding;
-        Role role; // same slot as stake: one read answers isActiveOperator
-        uint128 locked;
-        uint64 unbondReadyAt;
-        uint24 slot;
-    }
 
     /// @notice A value as of the end of block `blockNumber` (until the next checkpoint).
     struct Checkpoint {
@@ -65,17 +38,15 @@ contract StakeRegistry is Ownable {
     ///         grows with TREE_DEPTH, not with the number of verifiers.
     uint256 public constant MAX_VERIFIERS = 1 << TREE_DEPTH;
 
-    ProtocolConfig public immutable config;
-    /// @notice The only address allowed to lock, unlock and slash (set once by governance).
+    /// @inheritdoc IStakeRegistry
+    IProtocolConfig public immutable config;
+    /// @inheritdoc IStakeRegistry
     address public challengeManager;
-    /// @notice ProtocolConfig.minOperatorStake, cached next to `challengeManager` so that a batch
-    ///         commit does not call the config. Refreshed by `syncParams` (anyone may call it).
+    /// @inheritdoc IStakeRegistry
     uint96 public minOperatorStake;
-    /// @notice Sum of all accounts' stake; equals this contract's balance.
+    /// @inheritdoc IStakeRegistry
     uint256 public totalStake;
-    /// @notice ProtocolConfig.minVerifierStake as cached by `syncParams`: a verifier's draw
-    ///         weight is its active stake if at least this, else 0. After changing the minimum,
-    ///         call `syncParams` and `syncWeight(account)` for the accounts it affects.
+    /// @inheritdoc IStakeRegistry
     uint128 public minVerifierStake;
     /// @notice Highest slot ever assigned.
     uint256 public slotsUsed;
@@ -92,56 +63,6 @@ contract StakeRegistry is Ownable {
     /// @dev Slots released by verifiers (reused last in, first out).
     uint256[] internal _freeSlots;
 
-    /// @notice `account` registered as `role` with an initial bond.
-    event Registered(address indexed account, Role role, uint256 amount);
-    /// @notice Stake added.
-    event Bonded(address indexed account, uint256 amount, uint256 newStake);
-    /// @notice Unbonding requested; withdrawable from `readyAt`.
-    event UnbondRequested(address indexed account, uint256 amount, uint256 totalUnbonding, uint64 readyAt);
-    /// @notice Unbonded stake paid out.
-    event Withdrawn(address indexed account, uint256 amount);
-    /// @notice A dispute added a liability.
-    event Locked(address indexed account, uint256 amount, uint256 totalLocked);
-    /// @notice A dispute released its liability.
-    event Unlocked(address indexed account, uint256 amount, uint256 totalLocked);
-    /// @notice Stake was slashed and sent to the ChallengeManager for distribution.
-    event Slashed(address indexed account, uint256 amount, uint256 newStake);
-    /// @notice The cached minimum stakes were refreshed.
-    event ParamsSynced(uint256 minOperatorStake);
-    /// @notice The ChallengeManager address was fixed.
-    event ChallengeManagerSet(address challengeManager);
-    /// @notice A verifier's draw weight changed (from the end of this block).
-    event WeightChanged(address indexed account, uint256 slot, uint256 weight);
-
-    /// @notice The address is already registered.
-    error AlreadyRegistered(address account, Role role);
-    /// @notice Role None cannot be registered.
-    error InvalidRole(Role role);
-    /// @notice The bond is below the role's minimum.
-    error StakeBelowMinimum(Role role, uint256 amount, uint256 minimum);
-    /// @notice The address is not registered.
-    error NotRegistered(address account);
-    /// @notice Zero amount.
-    error ZeroAmount();
-    /// @notice More than the bonded, not yet unbonding stake was asked for.
-    error UnbondExceedsStake(address account, uint256 requested, uint256 available);
-    /// @notice Unbonding has not matured.
-    error UnbondingNotReady(address account, uint64 readyAt, uint256 nowTs);
-    /// @notice Nothing can be withdrawn (nothing unbonding, or all of it held by liabilities).
-    error NothingToWithdraw(address account, uint256 unbonding, uint256 locked);
-    /// @notice Caller is not the ChallengeManager.
-    error NotChallengeManager(address caller);
-    /// @notice The ChallengeManager is already set.
-    error ChallengeManagerAlreadySet(address current);
-    /// @notice Unlock or slash of more than is locked.
-    error ExceedsLocked(address account, uint256 amount, uint256 locked);
-    /// @notice Every draw-tree slot is held by a verifier with weight > 0.
-    error TooManyVerifiers(uint256 max);
-    /// @notice A draw may only read a block that is already final (before the current one).
-    error SnapshotNotFinal(uint256 snapshotBlock, uint256 blockNumber);
-    /// @notice An ETH transfer failed.
-    error TransferFailed(address to, uint256 amount);
-
     function _u112(uint256 x) private pure returns (uint112) {
         if (x > type(uint112).max) revert AmountTooLarge(x);
         return uint112(x);
@@ -154,31 +75,29 @@ contract StakeRegistry is Ownable {
 
     /// @param governance May set the ChallengeManager once.
     /// @param config_ Source of the minimum stakes and the unbonding period.
-    constructor(address governance, ProtocolConfig config_) Ownable(governance) {
+    constructor(address governance, IProtocolConfig config_) Ownable(governance) {
         config = config_;
         _syncParams();
     }
 
-    /// @notice Copies the minimum stakes from the ProtocolConfig (call after setParams).
+    /// @inheritdoc IStakeRegistry
     function syncParams() external {
         _syncParams();
     }
 
     function _syncParams() internal {
-        ProtocolConfig.Params memory p = config.params();
+        IProtocolConfigTypes.Params memory p = config.params();
         minOperatorStake = uint256(p.minOperatorStake).toUint96();
         minVerifierStake = p.minVerifierStake;
         emit ParamsSynced(p.minOperatorStake);
     }
 
-    /// @notice Re-evaluates `account`'s draw weight against the cached minimum (anyone may call;
-    ///         needed only after governance changed minVerifierStake).
+    /// @inheritdoc IStakeRegistry
     function syncWeight(address account) external {
         _syncWeight(account, _accounts[account]);
     }
 
-    /// @notice Fixes the ChallengeManager (once).
-    /// @param cm The ChallengeManager contract.
+    /// @inheritdoc IStakeRegistry
     function setChallengeManager(address cm) external onlyOwner {
         if (challengeManager != address(0)) revert ChallengeManagerAlreadySet(challengeManager);
         challengeManager = cm;
@@ -187,13 +106,12 @@ contract StakeRegistry is Ownable {
 
     // ---- stakers ------------------------------------------------------------------------
 
-    /// @notice Registers the caller as operator or verifier, bonding msg.value.
-    /// @param role Operator or Verifier.
+    /// @inheritdoc IStakeRegistry
     function register(Role role) external payable {
         Account storage a = _accounts[msg.sender];
         if (a.role != Role.None) revert AlreadyRegistered(msg.sender, a.role);
         if (role == Role.None) revert InvalidRole(role);
-        ProtocolConfig.Params memory p = config.params();
+        IProtocolConfigTypes.Params memory p = config.params();
         uint256 minimum = role == Role.Operator ? p.minOperatorStake : p.minVerifierStake;
         if (msg.value < minimum) revert StakeBelowMinimum(role, msg.value, minimum);
         a.role = role;
@@ -207,7 +125,7 @@ contract StakeRegistry is Ownable {
         _syncWeight(msg.sender, a);
     }
 
-    /// @notice Adds msg.value to the caller's stake.
+    /// @inheritdoc IStakeRegistry
     function bond() external payable {
         Account storage a = _accounts[msg.sender];
         if (a.role == Role.None) revert NotRegistered(msg.sender);
@@ -218,11 +136,7 @@ contract StakeRegistry is Ownable {
         _syncWeight(msg.sender, a);
     }
 
-    /// @notice Starts unbonding `amount`; the whole unbonding amount matures unbondingPeriod from
-    ///         now (a new request restarts the clock). Unbonding stake no longer counts as active
-    ///         (from the end of this block for committee draws: draws read the weights of the
-    ///         challenge's open block, so this never moves a committee of an open challenge).
-    /// @param amount Wei to unbond.
+    /// @inheritdoc IStakeRegistry
     function requestUnbond(uint128 amount) external {
         Account storage a = _accounts[msg.sender];
         if (a.role == Role.None) revert NotRegistered(msg.sender);
@@ -235,8 +149,7 @@ contract StakeRegistry is Ownable {
         _syncWeight(msg.sender, a);
     }
 
-    /// @notice Pays out matured unbonding stake not held by the liabilities of live disputes.
-    /// @return amount Wei sent to the caller.
+    /// @inheritdoc IStakeRegistry
     function withdraw() external returns (uint256 amount) {
         Account storage a = _accounts[msg.sender];
         if (a.unbonding == 0) revert NothingToWithdraw(msg.sender, 0, a.locked);
@@ -258,9 +171,7 @@ contract StakeRegistry is Ownable {
 
     // ---- ChallengeManager hooks ---------------------------------------------------------
 
-    /// @notice Records a dispute's liability of `amount` on `account`, in full, whatever other
-    ///         disputes hold: opening a dispute never fails for lack of free stake and never
-    ///         reduces what another dispute can take.
+    /// @inheritdoc IStakeRegistry
     function lock(address account, uint256 amount) external onlyChallengeManager {
         if (amount == 0) return;
         Account storage a = _accounts[account];
@@ -268,7 +179,7 @@ contract StakeRegistry is Ownable {
         emit Locked(account, amount, a.locked);
     }
 
-    /// @notice Releases a liability recorded by `lock`.
+    /// @inheritdoc IStakeRegistry
     function unlock(address account, uint256 amount) external onlyChallengeManager {
         if (amount == 0) return;
         Account storage a = _accounts[account];
@@ -277,11 +188,7 @@ contract StakeRegistry is Ownable {
         emit Unlocked(account, amount, a.locked);
     }
 
-    /// @notice Settles a liability of `amount` as a slash: takes min(amount, stake) and sends it
-    ///         to the ChallengeManager. Less than `amount` is taken only when the account's whole
-    ///         stake is gone (earlier slashes); answered, dismissed or inconclusive disputes never
-    ///         take anything.
-    /// @return taken Wei actually taken.
+    /// @inheritdoc IStakeRegistry
     function slashLocked(address account, uint256 amount) external onlyChallengeManager returns (uint256 taken) {
         if (amount == 0) return 0;
         Account storage a = _accounts[account];
@@ -378,14 +285,7 @@ contract StakeRegistry is Ownable {
         return n == 0 ? address(0) : h[n - 1].owner;
     }
 
-    /// @notice Draws up to `size` distinct verifiers by their draw weights as of the end of block
-    ///         `snapshotBlock` (which must be final), without replacement, skipping `exclude`.
-    ///         Seat j uses keccak256(seed, j') for successive j'; x = that % remaining weight picks
-    ///         the slot whose weight range (slots in order) holds x. Independent of anything that
-    ///         happened after `snapshotBlock`. Cost O(size * TREE_DEPTH) storage reads.
-    /// @return members Chosen verifiers (fewer than `size` if fewer had weight).
-    /// @return weights Their draw weights at the snapshot.
-    /// @return total Sum of `weights`.
+    /// @inheritdoc IStakeRegistry
     function drawCommittee(bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
         external
         view
@@ -448,58 +348,56 @@ contract StakeRegistry is Ownable {
 
     // ---- views --------------------------------------------------------------------------
 
-    /// @notice The full account record.
+    /// @inheritdoc IStakeRegistry
     function accountOf(address who) external view returns (Account memory) {
         return _accounts[who];
     }
 
-    /// @notice Stake that counts for serving and voting: stake - unbonding.
+    /// @inheritdoc IStakeRegistry
     function activeStake(address who) public view returns (uint256) {
         Account storage a = _accounts[who];
         return a.stake - a.unbonding;
     }
 
-    /// @notice Stake not held by live liabilities: max(stake - locked, 0).
+    /// @inheritdoc IStakeRegistry
     function freeStake(address who) public view returns (uint256) {
         Account storage a = _accounts[who];
         return a.stake > a.locked ? a.stake - a.locked : 0;
     }
 
-    /// @notice `who`'s draw weight now (0 if not a verifier or below the minimum).
+    /// @inheritdoc IStakeRegistry
     function weightOf(address who) external view returns (uint256) {
         uint256 slot = _accounts[who].slot;
         return slot == 0 ? 0 : _latest(_leaf[slot]);
     }
 
-    /// @notice Sum of all draw weights as of the end of block `blk` (the current state if
-    ///         `blk` >= block.number).
+    /// @inheritdoc IStakeRegistry
     function totalWeightAt(uint256 blk) external view returns (uint256) {
         return _at(_tree[MAX_VERIFIERS], blk);
     }
 
-    /// @notice Holder and weight of draw-tree `slot` as of the end of block `blk`.
+    /// @inheritdoc IStakeRegistry
     function slotAt(uint256 slot, uint256 blk) external view returns (address owner, uint256 weight) {
         return (_ownerAt(slot, blk), _at(_leaf[slot], blk));
     }
 
-    /// @notice True iff `who` is an operator with at least the minimum active stake.
+    /// @inheritdoc IStakeRegistry
     function isActiveOperator(address who) external view returns (bool) {
         Account storage a = _accounts[who];
         return a.role == Role.Operator && a.stake - a.unbonding >= minOperatorStake;
     }
 
-    /// @notice True iff `who` is registered as an operator (whatever its stake).
+    /// @inheritdoc IStakeRegistry
     function isOperator(address who) external view returns (bool) {
         return _accounts[who].role == Role.Operator;
     }
 
-    /// @notice True iff `who` is registered as a verifier.
+    /// @inheritdoc IStakeRegistry
     function isVerifier(address who) external view returns (bool) {
         return _accounts[who].role == Role.Verifier;
     }
 
-    /// @notice Every verifier holding a draw slot now, with its active and free stake (off-chain
-    ///         tooling; walks all slots ever used).
+    /// @inheritdoc IStakeRegistry
     function verifierStakes()
         external
         view

@@ -7,6 +7,9 @@ import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {BatchRegistry} from "../src/BatchRegistry.sol";
 import {ChallengeManager} from "../src/ChallengeManager.sol";
 import {ReceiptLib} from "../src/lib/ReceiptLib.sol";
+import {IChallengeManagerErrors} from "../src/errors/ChallengeManagerErrors.sol";
+import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
+import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 
 contract ChallengeManagerTest is Fixture {
     // ---- openChallenge ------------------------------------------------------------------
@@ -14,8 +17,8 @@ contract ChallengeManagerTest is Fixture {
     function test_openChallenge_validReceipt_succeeds() public {
         Posted memory p = postBatch(HONEST_OUT, 5, 3);
         uint256 id = open(p);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.AwaitingDraw));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
         vm.assertEq(c.receiptDigest, digestOf(p.receipt));
         vm.assertEq(c.operator, operator);
         vm.assertEq(c.challenger, challenger);
@@ -29,7 +32,7 @@ contract ChallengeManagerTest is Fixture {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         p.signature = signReceipt(0xBAD, p.receipt);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.SignerMismatch.selector, operator, vm.addr(0xBAD)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.SignerMismatch.selector, operator, vm.addr(0xBAD)));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
@@ -38,7 +41,7 @@ contract ChallengeManagerTest is Fixture {
         p.receipt.chainId = 1;
         p.signature = signReceipt(OPERATOR_KEY, p.receipt);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.WrongChainId.selector, 1, block.chainid));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.WrongChainId.selector, 1, block.chainid));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
@@ -61,7 +64,7 @@ contract ChallengeManagerTest is Fixture {
         bytes32 bid = batches.batchId(operator, b.root);
         vm.prank(challenger);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.InvalidMerkleProof.selector, bid, digestOf(a.receipt), 1)
+            abi.encodeWithSelector(IChallengeManagerErrors.InvalidMerkleProof.selector, bid, digestOf(a.receipt), 1)
         );
         cm.openChallenge{value: 1 ether}(a.receipt, a.signature, b.root, a.index, a.proof);
     }
@@ -70,14 +73,14 @@ contract ChallengeManagerTest is Fixture {
         Posted memory p = postBatch(HONEST_OUT, 4, 1);
         bytes32 bid = batches.batchId(operator, p.root);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.InvalidMerkleProof.selector, bid, digestOf(p.receipt), 2));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.InvalidMerkleProof.selector, bid, digestOf(p.receipt), 2));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, 2, p.proof);
     }
 
     function test_openChallenge_unknownBatch_reverts() public {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.BatchNotFound.selector, operator, bytes32(uint256(7))));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, operator, bytes32(uint256(7))));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, bytes32(uint256(7)), p.index, p.proof);
     }
 
@@ -88,7 +91,7 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.ChallengeWindowClosed.selector, batches.batchId(operator, p.root), deadline, deadline + 1
+                IChallengeManagerErrors.ChallengeWindowClosed.selector, batches.batchId(operator, p.root), deadline, deadline + 1
             )
         );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
@@ -103,7 +106,7 @@ contract ChallengeManagerTest is Fixture {
     function test_openChallenge_wrongBond_reverts() public {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.WrongBond.selector, 0.5 ether, 1 ether));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.WrongBond.selector, 0.5 ether, 1 ether));
         cm.openChallenge{value: 0.5 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
@@ -111,14 +114,14 @@ contract ChallengeManagerTest is Fixture {
         Posted memory p = postBatch(HONEST_OUT, 1, 0);
         p.receipt.version = 2;
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.UnsupportedReceiptVersion.selector, uint16(2)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.UnsupportedReceiptVersion.selector, uint16(2)));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
     function test_openChallenge_malformedSignature_reverts() public {
         Posted memory p = postBatch(HONEST_OUT, 1, 0);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.InvalidSignature.selector, digestOf(p.receipt)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.InvalidSignature.selector, digestOf(p.receipt)));
         cm.openChallenge{value: 1 ether}(p.receipt, hex"1234", p.root, p.index, p.proof);
     }
 
@@ -128,7 +131,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 n = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141;
         bytes memory malleable = abi.encodePacked(r, bytes32(n - uint256(s)), v == 27 ? uint8(28) : uint8(27));
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.InvalidSignature.selector, digestOf(p.receipt)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.InvalidSignature.selector, digestOf(p.receipt)));
         cm.openChallenge{value: 1 ether}(p.receipt, malleable, p.root, p.index, p.proof);
     }
 
@@ -139,7 +142,7 @@ contract ChallengeManagerTest is Fixture {
         r.operator = vm.addr(key);
         bytes memory sig = signReceipt(key, r);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.BatchNotFound.selector, vm.addr(key), bytes32(uint256(1))));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, vm.addr(key), bytes32(uint256(1))));
         cm.openChallenge{value: 1 ether}(r, sig, bytes32(uint256(1)), 0, new bytes32[](0));
     }
 
@@ -150,7 +153,7 @@ contract ChallengeManagerTest is Fixture {
         bytes memory sig = signReceipt(key, r);
         vm.warp(block.timestamp + 2 hours);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotOperator.selector, vm.addr(key)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.NotOperator.selector, vm.addr(key)));
         cm.claimUnpublished{value: 1 ether}(r, sig);
     }
 
@@ -159,7 +162,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(p);
         vm.prank(challenger);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.DisputeAlreadyLive.selector, digestOf(p.receipt), uint64(id), 0)
+            abi.encodeWithSelector(IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(p.receipt), uint64(id), 0)
         );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
@@ -170,17 +173,17 @@ contract ChallengeManagerTest is Fixture {
         commitAndReveal(id, draw(id), allSame(3, OTHER_OUT));
         cm.resolve(id);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.ReceiptAlreadySlashed.selector, digestOf(p.receipt)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.ReceiptAlreadySlashed.selector, digestOf(p.receipt)));
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
     function test_openChallenge_unapprovedModel_slashesAtOnce_succeeds() public {
-        config.revoke(ProtocolConfig.Kind.Model, MODEL);
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
         vm.warp(block.timestamp + 1);
         Posted memory p = postBatch(HONEST_OUT, 3, 2);
         uint256 before = stakes.accountOf(operator).stake;
         uint256 id = open(p);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(stakes.accountOf(operator).stake, before - 10 ether);
         vm.assertTrue(cm.receiptState(digestOf(p.receipt)).slashed, "receipt marked slashed");
         vm.assertEq(cm.credits(challenger), 1 ether + 2 ether, "bond + alpha");
@@ -190,9 +193,9 @@ contract ChallengeManagerTest is Fixture {
     function test_openChallenge_receiptBeforeRevocation_needsCommittee_succeeds() public {
         Posted memory p = postBatch(HONEST_OUT, 1, 0);
         vm.warp(block.timestamp + 5);
-        config.revoke(ProtocolConfig.Kind.Model, MODEL);
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
         uint256 id = open(p);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.AwaitingDraw));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
     }
 
     function test_openChallenge_retiredKeyEpoch_slashesAtOnce_succeeds() public {
@@ -200,14 +203,14 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(block.timestamp + 1);
         Posted memory p = postBatch(HONEST_OUT, 1, 0);
         uint256 id = open(p);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
     }
 
     // ---- drawCommittee ------------------------------------------------------------------
 
     function test_drawCommittee_afterTargetBlock_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         vm.assertEq(ms.length, 3);
         uint256 total = 0;
         for (uint256 i = 0; i < ms.length; i++) {
@@ -216,8 +219,8 @@ contract ChallengeManagerTest is Fixture {
             for (uint256 j = 0; j < i; j++) vm.assertTrue(ms[i].account != ms[j].account, "distinct members");
             total += ms[i].weight;
         }
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.Voting));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.Voting));
         vm.assertEq(uint256(c.totalWeight), total);
         vm.assertEq(uint256(c.commitDeadline), block.timestamp + 1 hours);
     }
@@ -226,7 +229,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         uint64 target = cm.challenge(id).targetBlock;
         vm.roll(target);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.DrawTooEarly.selector, id, target, target));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.DrawTooEarly.selector, id, target, target));
         cm.drawCommittee(id);
     }
 
@@ -235,19 +238,19 @@ contract ChallengeManagerTest is Fixture {
         uint64 target = cm.challenge(id).targetBlock;
         vm.roll(uint256(target) + 300);
         cm.drawCommittee(id);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.AwaitingDraw));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
         vm.assertEq(uint256(c.targetBlock), uint256(target) + 302);
         vm.roll(uint256(c.targetBlock) + 1);
         cm.drawCommittee(id);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Voting));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Voting));
     }
 
     function test_drawCommittee_excludesChallengerVerifier_succeeds() public {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(verifiers[0]);
         uint256 id = cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         for (uint256 i = 0; i < ms.length; i++) vm.assertTrue(ms[i].account != verifiers[0], "challenger excluded");
     }
 
@@ -256,7 +259,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 deadline = block.timestamp + 1 hours;
         vm.warp(deadline + 1);
         vm.roll(block.number + 10);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.DrawPeriodOver.selector, id, deadline, deadline + 1));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.DrawPeriodOver.selector, id, deadline, deadline + 1));
         cm.drawCommittee(id);
     }
 
@@ -265,14 +268,14 @@ contract ChallengeManagerTest is Fixture {
         draw(id);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.WrongStatus.selector, id, ChallengeManager.Status.Voting, ChallengeManager.Status.AwaitingDraw
+                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.Voting, IChallengeManagerTypes.Status.AwaitingDraw
             )
         );
         cm.drawCommittee(id);
     }
 
     function test_drawCommittee_unknownChallenge_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.UnknownChallenge.selector, 42));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.UnknownChallenge.selector, 42));
         cm.drawCommittee(42);
     }
 
@@ -280,21 +283,21 @@ contract ChallengeManagerTest is Fixture {
 
     function test_commitVote_member_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32 cmt = cm.voteCommitment(id, ms[0].account, HONEST_OUT, "salt");
         vm.prank(ms[0].account);
         cm.commitVote(id, cmt);
-        ChallengeManager.Vote memory v = cm.vote(id, ms[0].account);
+        IChallengeManagerTypes.Vote memory v = cm.vote(id, ms[0].account);
         vm.assertEq(v.value, cmt);
-        vm.assertEq(uint256(v.state), uint256(ChallengeManager.VoteState.Committed));
+        vm.assertEq(uint256(v.state), uint256(IChallengeManagerTypes.VoteState.Committed));
     }
 
     function test_commitVote_doubleVote_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         vm.startPrank(ms[0].account);
         cm.commitVote(id, bytes32(uint256(1)));
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.AlreadyCommitted.selector, id, ms[0].account));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.AlreadyCommitted.selector, id, ms[0].account));
         cm.commitVote(id, bytes32(uint256(2)));
         vm.stopPrank();
     }
@@ -303,27 +306,27 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         draw(id);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotCommitteeMember.selector, id, challenger));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.NotCommitteeMember.selector, id, challenger));
         cm.commitVote(id, bytes32(uint256(1)));
     }
 
     function test_commitVote_afterDeadline_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         uint64 deadline = cm.challenge(id).commitDeadline;
         vm.warp(uint256(deadline) + 1);
         vm.prank(ms[0].account);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.CommitPhaseOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(IChallengeManagerErrors.CommitPhaseOver.selector, id, deadline, uint256(deadline) + 1)
         );
         cm.commitVote(id, bytes32(uint256(1)));
     }
 
     function test_commitVote_zeroCommitment_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         vm.prank(ms[0].account);
-        vm.expectRevert(ChallengeManager.ZeroCommitment.selector);
+        vm.expectRevert(IChallengeManagerErrors.ZeroCommitment.selector);
         cm.commitVote(id, bytes32(0));
     }
 
@@ -332,7 +335,7 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(verifiers[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.WrongStatus.selector, id, ChallengeManager.Status.AwaitingDraw, ChallengeManager.Status.Voting
+                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.AwaitingDraw, IChallengeManagerTypes.Status.Voting
             )
         );
         cm.commitVote(id, bytes32(uint256(1)));
@@ -340,7 +343,7 @@ contract ChallengeManagerTest is Fixture {
 
     function test_revealVote_mismatch_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         address m = ms[0].account;
         bytes32 cmt = cm.voteCommitment(id, m, HONEST_OUT, "salt");
         vm.prank(m);
@@ -348,14 +351,14 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(cm.challenge(id).commitDeadline + 1);
         bytes32 computed = cm.voteCommitment(id, m, OTHER_OUT, "salt");
         vm.prank(m);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.RevealMismatch.selector, id, m, cmt, computed));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.RevealMismatch.selector, id, m, cmt, computed));
         cm.revealVote(id, OTHER_OUT, "salt");
     }
 
     function test_revealVote_copiedCommitment_reverts() public {
         // A member copying another's commitment cannot open it: the voter is bound in.
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32 cmt = cm.voteCommitment(id, ms[0].account, HONEST_OUT, "salt");
         vm.prank(ms[0].account);
         cm.commitVote(id, cmt);
@@ -364,27 +367,27 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(cm.challenge(id).commitDeadline + 1);
         bytes32 computed = cm.voteCommitment(id, ms[1].account, HONEST_OUT, "salt");
         vm.prank(ms[1].account);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.RevealMismatch.selector, id, ms[1].account, cmt, computed));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.RevealMismatch.selector, id, ms[1].account, cmt, computed));
         cm.revealVote(id, HONEST_OUT, "salt");
     }
 
     function test_revealVote_beforeCommitPhaseEnds_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32 cmt = cm.voteCommitment(id, ms[0].account, HONEST_OUT, "s");
         vm.prank(ms[0].account);
         cm.commitVote(id, cmt);
         uint64 deadline = cm.challenge(id).commitDeadline;
         vm.prank(ms[0].account);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.RevealPhaseNotOpen.selector, id, deadline, block.timestamp)
+            abi.encodeWithSelector(IChallengeManagerErrors.RevealPhaseNotOpen.selector, id, deadline, block.timestamp)
         );
         cm.revealVote(id, HONEST_OUT, "s");
     }
 
     function test_revealVote_allCommitted_opensEarly_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         for (uint256 i = 0; i < ms.length; i++) {
             bytes32 cmt = cm.voteCommitment(id, ms[i].account, HONEST_OUT, "s");
             vm.prank(ms[i].account);
@@ -392,24 +395,24 @@ contract ChallengeManagerTest is Fixture {
         }
         vm.prank(ms[0].account);
         cm.revealVote(id, HONEST_OUT, "s");
-        vm.assertEq(uint256(cm.vote(id, ms[0].account).state), uint256(ChallengeManager.VoteState.Revealed));
+        vm.assertEq(uint256(cm.vote(id, ms[0].account).state), uint256(IChallengeManagerTypes.VoteState.Revealed));
     }
 
     function test_revealVote_twice_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         commitAndReveal(id, ms, allSame(3, HONEST_OUT));
         vm.prank(ms[0].account);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.AlreadyRevealed.selector, id, ms[0].account));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.AlreadyRevealed.selector, id, ms[0].account));
         cm.revealVote(id, HONEST_OUT, bytes32(uint256(1)));
     }
 
     function test_revealVote_withoutCommit_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         vm.warp(cm.challenge(id).commitDeadline + 1);
         vm.prank(ms[0].account);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotCommitted.selector, id, ms[0].account));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.NotCommitted.selector, id, ms[0].account));
         cm.revealVote(id, HONEST_OUT, "s");
     }
 
@@ -418,13 +421,13 @@ contract ChallengeManagerTest is Fixture {
         draw(id);
         vm.warp(cm.challenge(id).commitDeadline + 1);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NotCommitteeMember.selector, id, challenger));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.NotCommitteeMember.selector, id, challenger));
         cm.revealVote(id, HONEST_OUT, "s");
     }
 
     function test_revealVote_afterDeadline_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32 cmt = cm.voteCommitment(id, ms[0].account, HONEST_OUT, "s");
         vm.prank(ms[0].account);
         cm.commitVote(id, cmt);
@@ -432,7 +435,7 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(uint256(deadline) + 1);
         vm.prank(ms[0].account);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.RevealPhaseOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(IChallengeManagerErrors.RevealPhaseOver.selector, id, deadline, uint256(deadline) + 1)
         );
         cm.revealVote(id, HONEST_OUT, "s");
     }
@@ -441,11 +444,11 @@ contract ChallengeManagerTest is Fixture {
 
     function test_resolve_matchingVotes_dismisses_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         commitAndReveal(id, ms, allSame(3, HONEST_OUT));
         cm.resolve(id);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.Dismissed));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.Dismissed));
         vm.assertEq(c.majorityOutHash, HONEST_OUT);
         vm.assertEq(stakes.accountOf(operator).stake, 20 ether, "operator untouched");
         vm.assertEq(stakes.accountOf(operator).locked, 0, "operator unlocked");
@@ -461,11 +464,11 @@ contract ChallengeManagerTest is Fixture {
 
     function test_resolve_mismatchingVotes_slashes_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         commitAndReveal(id, ms, allSame(3, OTHER_OUT));
         cm.resolve(id);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.Slashed));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(c.majorityOutHash, OTHER_OUT);
         vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
         vm.assertEq(cm.credits(challenger), 1 ether + 2 ether, "bond back + alpha");
@@ -478,28 +481,28 @@ contract ChallengeManagerTest is Fixture {
 
     function test_resolve_splitVote_inconclusive_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32[] memory outs = new bytes32[](3);
         outs[0] = HONEST_OUT;
         outs[1] = OTHER_OUT;
         outs[2] = keccak256("third");
         commitAndReveal(id, ms, outs);
         cm.resolve(id);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Inconclusive));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(cm.credits(challenger), 1 ether, "bond back");
         vm.assertEq(stakes.accountOf(operator).locked, 0);
     }
 
     function test_resolve_nonRevealerPenalized_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32[] memory outs = allSame(3, HONEST_OUT);
         outs[2] = bytes32(0); // member 2 never votes
         commitAndReveal(id, ms, outs);
         vm.warp(cm.challenge(id).revealDeadline + 1);
         cm.resolve(id);
         // 2 of 3 equal weights = 6667 bps >= quorum 6667? 2/3*10000 = 6666.67 < 6667: inconclusive.
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Inconclusive));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(stakes.accountOf(ms[2].account).stake, 4.5 ether, "penalty slashed");
         vm.assertEq(stakes.accountOf(ms[2].account).locked, 0);
         vm.assertEq(cm.totalBurnt(), 0.5 ether);
@@ -509,7 +512,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         draw(id);
         uint64 deadline = cm.challenge(id).revealDeadline;
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.TooEarlyToResolve.selector, id, deadline, block.timestamp));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp));
         cm.resolve(id);
     }
 
@@ -517,7 +520,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         vm.warp(block.timestamp + 1 hours + 1);
         cm.resolve(id);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Inconclusive));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(cm.credits(challenger), 1 ether);
         vm.assertEq(stakes.accountOf(operator).locked, 0);
     }
@@ -525,7 +528,7 @@ contract ChallengeManagerTest is Fixture {
     function test_resolve_awaitingDrawTooEarly_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         uint256 deadline = block.timestamp + 1 hours;
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.TooEarlyToResolve.selector, id, deadline, block.timestamp));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp));
         cm.resolve(id);
     }
 
@@ -535,7 +538,7 @@ contract ChallengeManagerTest is Fixture {
         cm.resolve(id);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.WrongStatus.selector, id, ChallengeManager.Status.Dismissed, ChallengeManager.Status.Voting
+                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.Dismissed, IChallengeManagerTypes.Status.Voting
             )
         );
         cm.resolve(id);
@@ -558,7 +561,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         vm.roll(cm.challenge(id).targetBlock + 1);
         cm.drawCommittee(id);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Inconclusive));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(cm.credits(challenger), 1 ether);
     }
 
@@ -570,8 +573,8 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(uint256(r.issuedAt) + 1 hours + 1);
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
-        ChallengeManager.Claim memory cl = cm.claim(id);
-        vm.assertEq(uint256(cl.status), uint256(ChallengeManager.ClaimStatus.Open));
+        IChallengeManagerTypes.Claim memory cl = cm.claim(id);
+        vm.assertEq(uint256(cl.status), uint256(IChallengeManagerTypes.ClaimStatus.Open));
         vm.assertEq(uint256(cl.lockedStake), 10 ether);
     }
 
@@ -582,7 +585,7 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.PublicationDeadlineNotPassed.selector, digestOf(r), publishBy, block.timestamp
+                IChallengeManagerErrors.PublicationDeadlineNotPassed.selector, digestOf(r), publishBy, block.timestamp
             )
         );
         cm.claimUnpublished{value: 1 ether}(r, sig);
@@ -596,11 +599,11 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
         vm.warp(block.timestamp + 1 hours + 1);
         cm.resolveUnpublished(id);
-        vm.assertEq(uint256(cm.claim(id).status), uint256(ChallengeManager.ClaimStatus.Slashed));
+        vm.assertEq(uint256(cm.claim(id).status), uint256(IChallengeManagerTypes.ClaimStatus.Slashed));
         vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
         vm.assertEq(cm.credits(challenger), 3 ether);
         vm.assertEq(cm.totalBurnt(), 8 ether);
-        vm.assertTrue(cm.receiptState(digestOf(r)).withholdingSlashed, "slashed for withholding");
+        vm.assertTrue(cm.receiptState(digestOf(r)).unpublishedSlashed, "slashed for withholding");
         vm.assertFalse(cm.receiptState(digestOf(r)).slashed, "content fault still open");
     }
 
@@ -612,7 +615,7 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
         uint64 deadline = cm.claim(id).responseDeadline;
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.ResponsePeriodNotOver.selector, id, deadline, block.timestamp)
+            abi.encodeWithSelector(IChallengeManagerErrors.ResponsePeriodNotOver.selector, id, deadline, block.timestamp)
         );
         cm.resolveUnpublished(id);
     }
@@ -623,7 +626,7 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(p.receipt, p.signature);
         cm.answerUnpublished(id, p.root, p.index, p.proof);
-        vm.assertEq(uint256(cm.claim(id).status), uint256(ChallengeManager.ClaimStatus.Answered));
+        vm.assertEq(uint256(cm.claim(id).status), uint256(IChallengeManagerTypes.ClaimStatus.Answered));
         vm.assertEq(cm.credits(operator), 1 ether, "bond to the operator");
         vm.assertEq(stakes.accountOf(operator).locked, 0);
     }
@@ -641,7 +644,7 @@ contract ChallengeManagerTest is Fixture {
         batches.commitBatch(root, 1, "da://local/0x01");
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.BatchCommittedLate.selector,
+                IChallengeManagerErrors.BatchCommittedLate.selector,
                 batches.batchId(operator, root),
                 uint64(block.timestamp),
                 r.issuedAt + 1 hours
@@ -658,7 +661,7 @@ contract ChallengeManagerTest is Fixture {
         uint64 deadline = cm.claim(id).responseDeadline;
         vm.warp(uint256(deadline) + 1);
         vm.expectRevert(
-            abi.encodeWithSelector(ChallengeManager.ResponsePeriodOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(IChallengeManagerErrors.ResponsePeriodOver.selector, id, deadline, uint256(deadline) + 1)
         );
         cm.answerUnpublished(id, p.root, p.index, p.proof);
     }
@@ -671,7 +674,7 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(uint256(p.receipt.issuedAt) + 1 hours + 1);
         vm.prank(challenger);
         uint256 cid = cm.claimUnpublished{value: 1 ether}(p.receipt, p.signature);
-        ChallengeManager.ReceiptState memory rs = cm.receiptState(digestOf(p.receipt));
+        IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(digestOf(p.receipt));
         vm.assertEq(uint256(rs.liveChallenge), id);
         vm.assertEq(uint256(rs.liveClaim), cid);
         vm.assertEq(uint256(stakes.accountOf(operator).locked), 20 ether, "two full liabilities");
@@ -684,7 +687,7 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.DisputeAlreadyLive.selector, digestOf(r), 0, uint64(id)));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(r), 0, uint64(id)));
         cm.claimUnpublished{value: 1 ether}(r, sig);
     }
 
@@ -703,7 +706,7 @@ contract ChallengeManagerTest is Fixture {
 
     function test_withdrawCredits_none_reverts() public {
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(ChallengeManager.NoCredits.selector, challenger));
+        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.NoCredits.selector, challenger));
         cm.withdrawCredits();
     }
 

@@ -5,6 +5,8 @@ import {Fixture} from "./utils/Fixture.sol";
 import {BatchMerkle} from "../src/lib/BatchMerkle.sol";
 import {ChallengeManager} from "../src/ChallengeManager.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
+import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
+import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
 
 contract FuzzTest is Fixture {
     function _digests(uint256 seed, uint256 n) internal pure returns (bytes32[] memory d) {
@@ -52,13 +54,13 @@ contract FuzzTest is Fixture {
         n = bound(n, 1, 40);
         index = bound(index, 0, n - 1);
         uint256 id = open(postBatch(HONEST_OUT, n, index));
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.AwaitingDraw));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
     }
 
     /// Any vote pattern: stake is conserved and the outcome follows the quorum rule.
     function testFuzz_resolve_anyVotes_followsQuorum_succeeds(uint8 pattern) public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32[] memory outs = new bytes32[](ms.length);
         uint256 honestW;
         uint256 otherW;
@@ -73,10 +75,10 @@ contract FuzzTest is Fixture {
         vm.warp(cm.challenge(id).revealDeadline + 1);
         cm.resolve(id);
         uint256 total = cm.challenge(id).totalWeight;
-        ChallengeManager.Status s = cm.challenge(id).status;
-        if (honestW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(ChallengeManager.Status.Dismissed));
-        else if (otherW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(ChallengeManager.Status.Slashed));
-        else vm.assertEq(uint256(s), uint256(ChallengeManager.Status.Inconclusive));
+        IChallengeManagerTypes.Status s = cm.challenge(id).status;
+        if (honestW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Dismissed));
+        else if (otherW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Slashed));
+        else vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(address(stakes).balance + address(cm).balance, ethBefore, "no ETH created or lost");
         vm.assertEq(address(cm).balance, cm.totalCredits() + cm.totalBurnt(), "no bond left behind");
     }
@@ -93,7 +95,7 @@ contract FuzzTest is Fixture {
         vm.prank(operator);
         stakes.requestUnbond(unbond);
         vm.warp(block.timestamp + 2 days);
-        StakeRegistry.Account memory a = stakes.accountOf(operator);
+        IStakeRegistryTypes.Account memory a = stakes.accountOf(operator);
         uint256 free = a.stake - a.locked;
         if (free == 0) return;
         vm.prank(operator);

@@ -7,6 +7,10 @@ import {Vm} from "./utils/Test.sol";
 import {ChallengeManager} from "../src/ChallengeManager.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {ReceiptLib} from "../src/lib/ReceiptLib.sol";
+import {IChallengeManager} from "../src/interfaces/IChallengeManager.sol";
+import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
+import {IStakeRegistry} from "../src/interfaces/IStakeRegistry.sol";
+import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
 
 /// @dev Drives the whole protocol with random but well-formed steps. In honest mode the operator
 ///      publishes every receipt in time and every revealing member reports the receipt's outHash;
@@ -109,7 +113,7 @@ contract ProtocolHandler is Fixture {
         if (posted.length == 0) return;
         Posted memory p = posted[seed % posted.length];
         bytes32 d = digestOf(p.receipt);
-        ChallengeManager.ReceiptState memory rs = cm.receiptState(d);
+        IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(d);
         // A live claim on the receipt does not hold a challenge off.
         if (rs.slashed || rs.liveChallenge != 0) return;
         if (block.timestamp > batches.batchOf(operator, p.root).committedAt + 1 days) return;
@@ -117,7 +121,7 @@ contract ProtocolHandler is Fixture {
         vm.recordLogs();
         uint256 id = open(p);
         _countSlashes();
-        if (cm.challenge(id).status == ChallengeManager.Status.AwaitingDraw) {
+        if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) {
             liveChallenges.push(id);
             for (uint256 i = 0; i < verifiers.length; i++) {
                 uint256 slot = stakes.accountOf(verifiers[i]).slot;
@@ -134,7 +138,7 @@ contract ProtocolHandler is Fixture {
         calls++;
         if (posted.length == 0) return;
         Posted memory p = posted[seed % posted.length];
-        ChallengeManager.ReceiptState memory rs = cm.receiptState(digestOf(p.receipt));
+        IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(digestOf(p.receipt));
         if (rs.liveClaim != 0 || OPERATOR_ALT.balance < 1 ether) return;
         if (block.timestamp <= uint256(p.receipt.issuedAt) + 1 hours) return;
         vm.prank(OPERATOR_ALT);
@@ -150,7 +154,7 @@ contract ProtocolHandler is Fixture {
     /// @dev The operator answers its own claim (always before its deadline: see _warp).
     function _answerSelfClaim(uint256 k) internal {
         uint256 id = selfClaims[k];
-        ChallengeManager.Claim memory cl = cm.claim(id);
+        IChallengeManagerTypes.Claim memory cl = cm.claim(id);
         for (uint256 i = 0; i < posted.length; i++) {
             if (digestOf(posted[i].receipt) != cl.receiptDigest) continue;
             vm.prank(operator);
@@ -183,13 +187,13 @@ contract ProtocolHandler is Fixture {
         calls++;
         if (liveChallenges.length == 0) return;
         uint256 id = liveChallenges[seed % liveChallenges.length];
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        if (c.status != ChallengeManager.Status.AwaitingDraw) return;
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        if (c.status != IChallengeManagerTypes.Status.AwaitingDraw) return;
         if (block.timestamp > c.openedAt + 1 hours) return;
         if (block.number <= c.targetBlock) vm.roll(c.targetBlock + 1); // block numbers only grow
         cm.drawCommittee(id);
         _checkDraw(id, c.targetBlock, c.challenger);
-        if (cm.challenge(id).status != ChallengeManager.Status.Voting && cm.challenge(id).status != ChallengeManager.Status.AwaitingDraw) {
+        if (cm.challenge(id).status != IChallengeManagerTypes.Status.Voting && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw) {
             _dropChallenge(id);
         }
     }
@@ -198,9 +202,9 @@ contract ProtocolHandler is Fixture {
         calls++;
         if (liveChallenges.length == 0) return;
         uint256 id = liveChallenges[seed % liveChallenges.length];
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        if (c.status != ChallengeManager.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) return;
-        ChallengeManager.Member[] memory ms = cm.committee(id);
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        if (c.status != IChallengeManagerTypes.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) return;
+        IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         bytes32[] memory outs = new bytes32[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) {
             uint256 r = uint256(keccak256(abi.encode(seed, i))) % 8;
@@ -226,8 +230,8 @@ contract ProtocolHandler is Fixture {
         calls++;
         if (liveChallenges.length == 0) return;
         uint256 id = liveChallenges[seed % liveChallenges.length];
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        if (c.status == ChallengeManager.Status.AwaitingDraw) {
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        if (c.status == IChallengeManagerTypes.Status.AwaitingDraw) {
             if (block.timestamp <= c.openedAt + 1 hours) _warp(c.openedAt + 1 hours + 1);
         } else if (c.reveals < c.members && block.timestamp <= c.revealDeadline) {
             _warp(c.revealDeadline + 1);
@@ -244,8 +248,8 @@ contract ProtocolHandler is Fixture {
         ReceiptLib.Receipt memory r = makeReceipt(HONEST_OUT, seed);
         r.issuedAt = uint64(block.timestamp - 2 hours);
         bytes memory sig = signReceipt(OPERATOR_KEY, r);
-        ChallengeManager.ReceiptState memory rs = cm.receiptState(digestOf(r));
-        if (rs.withholdingSlashed || rs.liveClaim != 0 || challenger.balance < 1 ether) return;
+        IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(digestOf(r));
+        if (rs.unpublishedSlashed || rs.liveClaim != 0 || challenger.balance < 1 ether) return;
         vm.prank(challenger);
         liveClaims.push(cm.claimUnpublished{value: 1 ether}(r, sig));
         allDigests.push(digestOf(r));
@@ -256,7 +260,7 @@ contract ProtocolHandler is Fixture {
         if (liveClaims.length == 0) return;
         uint256 k = seed % liveClaims.length;
         uint256 id = liveClaims[k];
-        ChallengeManager.Claim memory cl = cm.claim(id);
+        IChallengeManagerTypes.Claim memory cl = cm.claim(id);
         if (block.timestamp <= cl.responseDeadline) _warp(cl.responseDeadline + 1);
         vm.recordLogs();
         cm.resolveUnpublished(id);
@@ -286,7 +290,7 @@ contract ProtocolHandler is Fixture {
         calls++;
         address[] memory a = actors();
         address x = a[who % a.length];
-        StakeRegistry.Account memory acc = stakes.accountOf(x);
+        IStakeRegistryTypes.Account memory acc = stakes.accountOf(x);
         if (acc.unbonding == 0 || block.timestamp < acc.unbondReadyAt || acc.stake == acc.locked) return;
         uint256 before = x.balance;
         vm.prank(x);
@@ -311,17 +315,17 @@ contract ProtocolHandler is Fixture {
     function _countSlashes() internal {
         Vm.Log[] memory logs = vm.getRecordedLogs();
         for (uint256 i = 0; i < logs.length; i++) {
-            if (logs[i].emitter == address(cm) && logs[i].topics[0] == ChallengeManager.OperatorSlashed.selector) {
+            if (logs[i].emitter == address(cm) && logs[i].topics[0] == IChallengeManager.OperatorSlashed.selector) {
                 bytes32 d = logs[i].topics[2];
-                (ChallengeManager.Fault fault, uint256 amount,) = abi.decode(logs[i].data, (ChallengeManager.Fault, uint256, uint256));
+                (IChallengeManagerTypes.Fault fault, uint256 amount,) = abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
                 if (amount == 0) continue;
-                bytes32 key = keccak256(abi.encode(d, fault == ChallengeManager.Fault.Withholding ? 1 : 0));
+                bytes32 key = keccak256(abi.encode(d, fault == IChallengeManagerTypes.Fault.Unpublished ? 1 : 0));
                 if (++slashCount[key] > 1) doubleSlash = true;
                 if (takenFor[d] == 0) slashedDigests.push(d);
                 takenFor[d] += amount;
             }
             if (
-                logs[i].emitter == address(stakes) && logs[i].topics[0] == StakeRegistry.Slashed.selector
+                logs[i].emitter == address(stakes) && logs[i].topics[0] == IStakeRegistry.Slashed.selector
                     && address(uint160(uint256(logs[i].topics[1]))) == operator
             ) {
                 (uint256 amount, uint256 newStake) = abi.decode(logs[i].data, (uint256, uint256));
@@ -336,8 +340,8 @@ contract ProtocolHandler is Fixture {
     /// @dev Recomputes the draw from the weights recorded at open (slot order, same seat rule)
     ///      and compares it with the members the contract chose.
     function _checkDraw(uint256 id, uint40 target, address excluded) internal {
-        ChallengeManager.Member[] memory ms = cm.committee(id);
-        if (cm.challenge(id).status == ChallengeManager.Status.AwaitingDraw) return; // re-armed
+        IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
+        if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) return; // re-armed
         Seat[] memory seats = seatsAtOpen[id];
         // Sort by slot (insertion sort; a handful of verifiers).
         for (uint256 i = 1; i < seats.length; i++) {
@@ -454,13 +458,13 @@ abstract contract ProtocolInvariants is Test {
         (, ChallengeManager cm,,) = handler.systems();
         bytes32[] memory ds = handler.slashedReceipts();
         for (uint256 i = 0; i < ds.length; i++) {
-            ChallengeManager.ReceiptState memory rs = cm.receiptState(ds[i]);
-            vm.assertTrue(rs.slashed || rs.withholdingSlashed, "stake taken but receipt not marked");
+            IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(ds[i]);
+            vm.assertTrue(rs.slashed || rs.unpublishedSlashed, "stake taken but receipt not marked");
         }
         ds = handler.disputedReceipts();
         for (uint256 i = 0; i < ds.length; i++) {
-            ChallengeManager.ReceiptState memory rs = cm.receiptState(ds[i]);
-            if (rs.slashed || rs.withholdingSlashed) {
+            IChallengeManagerTypes.ReceiptState memory rs = cm.receiptState(ds[i]);
+            if (rs.slashed || rs.unpublishedSlashed) {
                 vm.assertGe(handler.takenFor(ds[i]), 1, "marked slashed without stake taken");
             }
         }
@@ -476,7 +480,7 @@ abstract contract ProtocolInvariants is Test {
     /// verifiers' stake never drops below their locked penalties by withdrawal.
     function invariant_lockedStakeStays() public view {
         (StakeRegistry stakes, ChallengeManager cm, address op, address[] memory vs) = handler.systems();
-        StakeRegistry.Account memory a = stakes.accountOf(op);
+        IStakeRegistryTypes.Account memory a = stakes.accountOf(op);
         uint256 reserved = 0;
         uint256[] memory ids = handler.liveChallengeIds();
         for (uint256 i = 0; i < ids.length; i++) reserved += cm.challenge(ids[i]).lockedStake;

@@ -4,88 +4,90 @@ pragma solidity ^0.8.24;
 import {Fixture} from "./utils/Fixture.sol";
 import {ProtocolConfig} from "../src/ProtocolConfig.sol";
 import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
+import {IProtocolConfigErrors} from "../src/errors/ProtocolConfigErrors.sol";
+import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 
 contract ProtocolConfigTest is Fixture {
     function test_setParams_owner_succeeds() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.committeeSize = 5;
         config.setParams(p);
         vm.assertEq(uint256(config.params().committeeSize), 5);
     }
 
     function test_setParams_stranger_reverts() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         vm.prank(challenger);
         vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, challenger));
         config.setParams(p);
     }
 
     function test_setParams_shortUnbonding_reverts() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.unbondingPeriod = uint64(config.maxDisputeSpan(p));
         vm.expectRevert(
-            abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "unbondingPeriod <= window + adjudication")
+            abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "unbondingPeriod <= window + adjudication")
         );
         config.setParams(p);
     }
 
     function test_setParams_quorumAtHalf_reverts() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.quorumBps = 5000;
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "quorumBps not in (5000, 10000]"));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "quorumBps not in (5000, 10000]"));
         config.setParams(p);
     }
 
     function test_setParams_rewardsOver100Percent_reverts() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.challengerRewardBps = 6000;
         p.majorityRewardBps = 4001;
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "alpha + beta > 10000"));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "alpha + beta > 10000"));
         config.setParams(p);
     }
 
     function test_setParams_slashAboveMinStake_reverts() public {
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.slashAmount = p.minOperatorStake + 1;
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidParams.selector, "minOperatorStake < slashAmount"));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "minOperatorStake < slashAmount"));
         config.setParams(p);
     }
 
     function test_approve_newEntry_succeeds() public {
         bytes32 id = keccak256("new model");
-        config.approve(ProtocolConfig.Kind.Model, id);
-        vm.assertTrue(config.isApproved(ProtocolConfig.Kind.Model, id), "approved");
-        vm.assertFalse(config.isApproved(ProtocolConfig.Kind.EngineFingerprint, id), "other list untouched");
+        config.approve(IProtocolConfigTypes.Kind.Model, id);
+        vm.assertTrue(config.isApproved(IProtocolConfigTypes.Kind.Model, id), "approved");
+        vm.assertFalse(config.isApproved(IProtocolConfigTypes.Kind.EngineFingerprint, id), "other list untouched");
     }
 
     function test_approve_twice_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.AlreadyApproved.selector, ProtocolConfig.Kind.Model, MODEL));
-        config.approve(ProtocolConfig.Kind.Model, MODEL);
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.AlreadyApproved.selector, IProtocolConfigTypes.Kind.Model, MODEL));
+        config.approve(IProtocolConfigTypes.Kind.Model, MODEL);
     }
 
     function test_approve_stranger_reverts() public {
         vm.prank(challenger);
         vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, challenger));
-        config.approve(ProtocolConfig.Kind.Model, keccak256("x"));
+        config.approve(IProtocolConfigTypes.Kind.Model, keccak256("x"));
     }
 
     function test_revoke_keepsEarlierReceiptsValid_succeeds() public {
         uint64 before = uint64(block.timestamp);
         vm.warp(block.timestamp + 100);
-        config.revoke(ProtocolConfig.Kind.Model, MODEL);
-        vm.assertTrue(config.isApprovedAt(ProtocolConfig.Kind.Model, MODEL, before), "valid before");
-        vm.assertFalse(config.isApprovedAt(ProtocolConfig.Kind.Model, MODEL, uint64(block.timestamp)), "not after");
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
+        vm.assertTrue(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, before), "valid before");
+        vm.assertFalse(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, uint64(block.timestamp)), "not after");
     }
 
     function test_revoke_notApproved_reverts() public {
         bytes32 id = keccak256("never");
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.NotApproved.selector, ProtocolConfig.Kind.Model, id));
-        config.revoke(ProtocolConfig.Kind.Model, id);
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.NotApproved.selector, IProtocolConfigTypes.Kind.Model, id));
+        config.revoke(IProtocolConfigTypes.Kind.Model, id);
     }
 
     function test_registerKeyEpoch_valid_succeeds() public {
         config.registerKeyEpoch(7, hex"0102", bytes32(uint256(3)), 3, 5);
-        ProtocolConfig.KeyEpoch memory e = config.keyEpoch(7);
+        IProtocolConfigTypes.KeyEpoch memory e = config.keyEpoch(7);
         vm.assertEq(uint256(e.threshold), 3);
         vm.assertEq(uint256(e.shardCount), 5);
         vm.assertEq(keccak256(e.publicKey), keccak256(hex"0102"));
@@ -93,17 +95,17 @@ contract ProtocolConfigTest is Fixture {
     }
 
     function test_registerKeyEpoch_duplicate_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.KeyEpochExists.selector, EPOCH));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.KeyEpochExists.selector, EPOCH));
         config.registerKeyEpoch(EPOCH, hex"01", bytes32(0), 1, 1);
     }
 
     function test_registerKeyEpoch_thresholdAboveShards_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.InvalidThreshold.selector, 4, 3));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.InvalidThreshold.selector, 4, 3));
         config.registerKeyEpoch(9, hex"01", bytes32(0), 4, 3);
     }
 
     function test_registerKeyEpoch_emptyKey_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.EmptyPublicKey.selector, 9));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.EmptyPublicKey.selector, 9));
         config.registerKeyEpoch(9, "", bytes32(0), 1, 1);
     }
 
@@ -116,13 +118,13 @@ contract ProtocolConfigTest is Fixture {
     function test_retireKeyEpoch_twice_reverts() public {
         config.retireKeyEpoch(EPOCH);
         vm.expectRevert(
-            abi.encodeWithSelector(ProtocolConfig.KeyEpochAlreadyRetired.selector, EPOCH, uint64(block.timestamp))
+            abi.encodeWithSelector(IProtocolConfigErrors.KeyEpochAlreadyRetired.selector, EPOCH, uint64(block.timestamp))
         );
         config.retireKeyEpoch(EPOCH);
     }
 
     function test_retireKeyEpoch_unknown_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(ProtocolConfig.UnknownKeyEpoch.selector, 99));
+        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.UnknownKeyEpoch.selector, 99));
         config.retireKeyEpoch(99);
     }
 }

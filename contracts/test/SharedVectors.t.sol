@@ -9,6 +9,7 @@ import {ProtocolConfig} from "../src/ProtocolConfig.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {BatchRegistry} from "../src/BatchRegistry.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 
 /// @dev Exposes the calldata struct hash so the vectors exercise the exact on-chain code path.
 contract ReceiptHasher {
@@ -101,7 +102,7 @@ contract SharedVectorsTest is Test {
     ///      verifyingContract on the vector's chain.
     function test_challengeManagerDigest_matchesVectors_succeeds() public {
         uint256 n = vm.parseJsonUint(receiptsJson, ".count");
-        ProtocolConfig.Params memory p; // unused by receiptDigest; constructor needs valid params
+        IProtocolConfigTypes.Params memory p; // unused by receiptDigest; constructor needs valid params
         p.challengeWindow = 1;
         p.publicationDeadline = 1;
         p.responsePeriod = 1;

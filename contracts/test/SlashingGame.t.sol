@@ -5,6 +5,9 @@ import {Fixture} from "./utils/Fixture.sol";
 import {ChallengeManager} from "../src/ChallengeManager.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {ReceiptLib} from "../src/lib/ReceiptLib.sol";
+import {IChallengeManagerErrors} from "../src/errors/ChallengeManagerErrors.sol";
+import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
+import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
 
 /// @dev Issue 13 ("Soundness of the slashing game"): each attack, replayed step by step against
 ///      the real contracts, must no longer work. Fixture: operator stake 20, slashAmount 10,
@@ -20,7 +23,7 @@ contract SlashingGameTest is Fixture {
 
     function _fraud(Posted memory p) internal returns (uint256 id) {
         id = open(p);
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         commitAndReveal(id, ms, allSame(ms.length, OTHER_OUT));
         cm.resolve(id);
     }
@@ -51,10 +54,10 @@ contract SlashingGameTest is Fixture {
         cm.answerUnpublished(c2, other.root, other.index, other.proof);
         vm.stopPrank();
 
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         commitAndReveal(id, ms, allSame(ms.length, OTHER_OUT));
         cm.resolve(id);
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether, "fraud cost exactly slashAmount");
         vm.assertEq(cm.credits(challenger), 1 ether + 2 ether, "bond + alpha of 10");
         vm.assertTrue(cm.receiptState(digestOf(fraud.receipt)).slashed, "marked: stake taken");
@@ -69,7 +72,7 @@ contract SlashingGameTest is Fixture {
         uint256 id = open(fraud);
         vm.prank(OPERATOR_ALT);
         uint256 c1 = cm.claimUnpublished{value: 1 ether}(fraud.receipt, fraud.signature);
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         // Everyone commits, so reveals open at once; all revealed, so resolve at once.
         for (uint256 i = 0; i < ms.length; i++) {
             bytes32 commitment = cm.voteCommitment(id, ms[i].account, OTHER_OUT, bytes32(i + 1));
@@ -99,9 +102,9 @@ contract SlashingGameTest is Fixture {
         uint256 a = _fraud(first);
         uint256 b = _fraud(second);
         uint256 c = _fraud(third);
-        vm.assertEq(uint256(cm.challenge(a).status), uint256(ChallengeManager.Status.Slashed));
-        vm.assertEq(uint256(cm.challenge(b).status), uint256(ChallengeManager.Status.Slashed));
-        vm.assertEq(uint256(cm.challenge(c).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(a).status), uint256(IChallengeManagerTypes.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(b).status), uint256(IChallengeManagerTypes.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(c).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 0);
         vm.assertFalse(cm.receiptState(digestOf(third.receipt)).slashed, "nothing taken: not marked");
         vm.prank(operator);
@@ -125,7 +128,7 @@ contract SlashingGameTest is Fixture {
             coalition[i] = address(uint160(0xBAD000 + i));
             vm.deal(coalition[i], 10 ether);
             vm.prank(coalition[i]);
-            stakes.register{value: 5 ether}(StakeRegistry.Role.Verifier);
+            stakes.register{value: 5 ether}(IStakeRegistryTypes.Role.Verifier);
         }
         vm.roll(block.number + 1);
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
@@ -159,7 +162,7 @@ contract SlashingGameTest is Fixture {
 
     function _members(uint256 id, address[] memory, uint256) internal returns (address[] memory out) {
         cm.drawCommittee(id);
-        ChallengeManager.Member[] memory ms = cm.committee(id);
+        IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         out = new address[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) out[i] = ms[i].account;
     }
@@ -208,13 +211,13 @@ contract SlashingGameTest is Fixture {
         address newcomer = address(0xD00D);
         vm.deal(newcomer, 9 ether);
         vm.prank(newcomer);
-        stakes.register{value: 9 ether}(StakeRegistry.Role.Verifier); // takes the freed slot
+        stakes.register{value: 9 ether}(IStakeRegistryTypes.Role.Verifier); // takes the freed slot
         vm.assertEq(uint256(stakes.accountOf(newcomer).slot), slot0);
         (address owner, uint256 w) = stakes.slotAt(slot0, openBlock);
         vm.assertEq(owner, verifiers[0]);
         vm.assertEq(w, 5 ether);
         vm.assertEq(stakes.totalWeightAt(openBlock), 20 ether);
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         for (uint256 i = 0; i < ms.length; i++) {
             vm.assertTrue(ms[i].account != newcomer, "registered after open: not drawable");
             vm.assertEq(uint256(ms[i].weight), 5 ether);
@@ -230,7 +233,7 @@ contract SlashingGameTest is Fixture {
             address t = address(uint160(0x7000000 + i));
             vm.deal(t, 1 ether);
             vm.startPrank(t);
-            stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+            stakes.register{value: 1 ether}(IStakeRegistryTypes.Role.Verifier);
             stakes.requestUnbond(1 ether);
             vm.stopPrank();
         }
@@ -242,7 +245,7 @@ contract SlashingGameTest is Fixture {
         address honest = address(0xD00D);
         vm.deal(honest, 1 ether);
         vm.prank(honest);
-        stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+        stakes.register{value: 1 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.assertEq(stakes.verifierCount(), 5);
     }
 
@@ -254,7 +257,7 @@ contract SlashingGameTest is Fixture {
             address t = address(uint160(0x8000000 + i));
             vm.deal(t, 1 ether);
             vm.prank(t);
-            stakes.register{value: 1 ether}(StakeRegistry.Role.Verifier);
+            stakes.register{value: 1 ether}(IStakeRegistryTypes.Role.Verifier);
         }
         vm.assertEq(stakes.verifierCount(), 1000);
         vm.roll(block.number + 1);
@@ -279,7 +282,7 @@ contract SlashingGameTest is Fixture {
         bytes memory sig = signReceipt(OPERATOR_KEY, r);
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
-        vm.assertEq(uint256(cm.claim(id).status), uint256(ChallengeManager.ClaimStatus.Slashed));
+        vm.assertEq(uint256(cm.claim(id).status), uint256(IChallengeManagerTypes.ClaimStatus.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether);
         vm.assertEq(cm.credits(challenger), 3 ether);
         vm.assertTrue(cm.receiptState(digestOf(r)).slashed, "marked");
@@ -292,7 +295,7 @@ contract SlashingGameTest is Fixture {
         bytes memory sig = signReceipt(OPERATOR_KEY, r);
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
-        vm.assertEq(uint256(cm.claim(id).status), uint256(ChallengeManager.ClaimStatus.Slashed));
+        vm.assertEq(uint256(cm.claim(id).status), uint256(IChallengeManagerTypes.ClaimStatus.Slashed));
     }
 
     /// Within the skew a receipt is ordinary: the publication deadline runs from issuedAt.
@@ -303,7 +306,7 @@ contract SlashingGameTest is Fixture {
         vm.prank(challenger);
         vm.expectRevert(
             abi.encodeWithSelector(
-                ChallengeManager.PublicationDeadlineNotPassed.selector,
+                IChallengeManagerErrors.PublicationDeadlineNotPassed.selector,
                 digestOf(r),
                 uint256(r.issuedAt) + 1 hours,
                 block.timestamp
@@ -322,7 +325,7 @@ contract SlashingGameTest is Fixture {
         batches.commitBatch(merkleRoot(ds), 1, "da://local/0x00");
         vm.prank(challenger);
         uint256 id = cm.openChallenge{value: 1 ether}(r, signReceipt(OPERATOR_KEY, r), merkleRoot(ds), 0, new bytes32[](0));
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether);
     }
 
@@ -332,13 +335,13 @@ contract SlashingGameTest is Fixture {
     /// a reveal (no penalty) and, at quorum, slashes the operator.
     function test_attack6_invalidEvidenceVotes_slashOperator_noPenalty_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         uint256[] memory before = new uint256[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) before[i] = stakes.accountOf(ms[i].account).stake;
         commitAndReveal(id, ms, allSame(ms.length, cm.INVALID_EVIDENCE()));
         cm.resolve(id);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.Slashed));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(c.majorityOutHash, cm.INVALID_EVIDENCE());
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether);
         for (uint256 i = 0; i < ms.length; i++) {
@@ -352,13 +355,13 @@ contract SlashingGameTest is Fixture {
     /// together against the receipt.
     function test_attack6_mixedAltAndInvalidEvidence_slashes_succeeds() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
-        ChallengeManager.Member[] memory ms = draw(id);
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
         bytes32[] memory outs = allSame(ms.length, OTHER_OUT);
         outs[0] = cm.INVALID_EVIDENCE();
         commitAndReveal(id, ms, outs);
         cm.resolve(id);
-        ChallengeManager.Challenge memory c = cm.challenge(id);
-        vm.assertEq(uint256(c.status), uint256(ChallengeManager.Status.Slashed));
+        IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
+        vm.assertEq(uint256(c.status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(c.majorityOutHash, OTHER_OUT);
     }
 
@@ -366,7 +369,7 @@ contract SlashingGameTest is Fixture {
     /// into dismissals: it is invalid and slashed at open.
     function test_attack6_receiptClaimingInvalidEvidence_slashedAtOpen_succeeds() public {
         uint256 id = open(postBatch(cm.INVALID_EVIDENCE(), 2, 0));
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(ChallengeManager.Status.Slashed));
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether);
     }
 

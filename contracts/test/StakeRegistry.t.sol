@@ -4,6 +4,9 @@ pragma solidity ^0.8.24;
 import {Fixture} from "./utils/Fixture.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {ProtocolConfig} from "../src/ProtocolConfig.sol";
+import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
+import {IStakeRegistryErrors} from "../src/errors/StakeRegistryErrors.sol";
+import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
 
 contract StakeRegistryTest is Fixture {
     address internal newcomer = address(0xD00D);
@@ -11,7 +14,7 @@ contract StakeRegistryTest is Fixture {
     function test_register_verifier_succeeds() public {
         vm.deal(newcomer, 2 ether);
         vm.prank(newcomer);
-        stakes.register{value: 2 ether}(StakeRegistry.Role.Verifier);
+        stakes.register{value: 2 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.assertEq(stakes.accountOf(newcomer).stake, 2 ether);
         vm.assertTrue(stakes.isVerifier(newcomer), "verifier");
         vm.assertEq(stakes.verifierCount(), 5);
@@ -22,23 +25,23 @@ contract StakeRegistryTest is Fixture {
         vm.deal(newcomer, 20 ether);
         vm.prank(newcomer);
         vm.expectRevert(
-            abi.encodeWithSelector(StakeRegistry.StakeBelowMinimum.selector, StakeRegistry.Role.Operator, 9 ether, 10 ether)
+            abi.encodeWithSelector(IStakeRegistryErrors.StakeBelowMinimum.selector, IStakeRegistryTypes.Role.Operator, 9 ether, 10 ether)
         );
-        stakes.register{value: 9 ether}(StakeRegistry.Role.Operator);
+        stakes.register{value: 9 ether}(IStakeRegistryTypes.Role.Operator);
     }
 
     function test_register_twice_reverts() public {
         vm.prank(operator);
         vm.expectRevert(
-            abi.encodeWithSelector(StakeRegistry.AlreadyRegistered.selector, operator, StakeRegistry.Role.Operator)
+            abi.encodeWithSelector(IStakeRegistryErrors.AlreadyRegistered.selector, operator, IStakeRegistryTypes.Role.Operator)
         );
-        stakes.register{value: 10 ether}(StakeRegistry.Role.Verifier);
+        stakes.register{value: 10 ether}(IStakeRegistryTypes.Role.Verifier);
     }
 
     function test_register_roleNone_reverts() public {
         vm.prank(newcomer);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.InvalidRole.selector, StakeRegistry.Role.None));
-        stakes.register(StakeRegistry.Role.None);
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.InvalidRole.selector, IStakeRegistryTypes.Role.None));
+        stakes.register(IStakeRegistryTypes.Role.None);
     }
 
     function test_bond_registered_succeeds() public {
@@ -50,13 +53,13 @@ contract StakeRegistryTest is Fixture {
     function test_bond_unregistered_reverts() public {
         vm.deal(newcomer, 1 ether);
         vm.prank(newcomer);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotRegistered.selector, newcomer));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotRegistered.selector, newcomer));
         stakes.bond{value: 1 ether}();
     }
 
     function test_requestUnbond_tooMuch_reverts() public {
         vm.prank(operator);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.UnbondExceedsStake.selector, operator, 21 ether, 20 ether));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.UnbondExceedsStake.selector, operator, 21 ether, 20 ether));
         stakes.requestUnbond(21 ether);
     }
 
@@ -86,7 +89,7 @@ contract StakeRegistryTest is Fixture {
         vm.warp(block.timestamp + 2 days - 1);
         vm.prank(operator);
         vm.expectRevert(
-            abi.encodeWithSelector(StakeRegistry.UnbondingNotReady.selector, operator, ready, block.timestamp)
+            abi.encodeWithSelector(IStakeRegistryErrors.UnbondingNotReady.selector, operator, ready, block.timestamp)
         );
         stakes.withdraw();
     }
@@ -101,34 +104,34 @@ contract StakeRegistryTest is Fixture {
         stakes.withdraw(); // only the free 10 ether leave
         vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
         vm.prank(operator);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NothingToWithdraw.selector, operator, 10 ether, 10 ether));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NothingToWithdraw.selector, operator, 10 ether, 10 ether));
         stakes.withdraw();
     }
 
     function test_withdraw_nothingUnbonding_reverts() public {
         vm.prank(operator);
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NothingToWithdraw.selector, operator, 0, 0));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NothingToWithdraw.selector, operator, 0, 0));
         stakes.withdraw();
     }
 
     function test_lock_notChallengeManager_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotChallengeManager.selector, address(this)));
         stakes.lock(operator, 1);
     }
 
     function test_unlock_notChallengeManager_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotChallengeManager.selector, address(this)));
         stakes.unlock(operator, 1);
     }
 
     function test_slashLocked_notChallengeManager_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.NotChallengeManager.selector, address(this)));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotChallengeManager.selector, address(this)));
         stakes.slashLocked(operator, 1);
     }
 
     function test_slashLocked_moreThanLocked_reverts() public {
         vm.prank(address(cm));
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.ExceedsLocked.selector, operator, 1, 0));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.ExceedsLocked.selector, operator, 1, 0));
         stakes.slashLocked(operator, 1);
     }
 
@@ -148,7 +151,7 @@ contract StakeRegistryTest is Fixture {
     function test_syncParams_newMinimum_succeeds() public {
         vm.assertEq(uint256(stakes.minOperatorStake()), 10 ether);
         vm.assertTrue(stakes.isActiveOperator(operator), "active at 20 ether");
-        ProtocolConfig.Params memory p = defaultParams();
+        IProtocolConfigTypes.Params memory p = defaultParams();
         p.minOperatorStake = 25 ether;
         config.setParams(p);
         stakes.syncParams();
@@ -157,7 +160,7 @@ contract StakeRegistryTest is Fixture {
     }
 
     function test_setChallengeManager_twice_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(StakeRegistry.ChallengeManagerAlreadySet.selector, address(cm)));
+        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.ChallengeManagerAlreadySet.selector, address(cm)));
         stakes.setChallengeManager(address(1));
     }
 
@@ -165,7 +168,7 @@ contract StakeRegistryTest is Fixture {
         uint256 count = stakes.verifierCount();
         vm.deal(newcomer, 2 ether);
         vm.prank(newcomer);
-        stakes.register{value: 2 ether}(StakeRegistry.Role.Verifier);
+        stakes.register{value: 2 ether}(IStakeRegistryTypes.Role.Verifier);
         uint256 slot = stakes.accountOf(newcomer).slot;
         vm.assertTrue(slot != 0, "slot taken");
         vm.assertEq(stakes.verifierCount(), count + 1);

@@ -1,6 +1,6 @@
 """Issue 24.7: a lying EigenDA proxy (certifies a blob, then cannot serve it, or serves other
 bytes) must not make the operator commit a batch naming that pointer — it would be liable for
-withholding. The publisher reads every EigenDA put back; the lie is an error, logged and
+an unpublished receipt. The publisher reads every EigenDA put back; the lie is an error, logged and
 retried, and the batch is committed only once its manifest really is retrievable."""
 
 from __future__ import annotations

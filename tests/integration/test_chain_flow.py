@@ -244,7 +244,7 @@ def test_chain_self_claim_does_not_shield_fraud(net: Net) -> None:
 
 def test_chain_far_future_receipt_claim_slashes_at_once(net: Net) -> None:
     """Issue 13 attack 4: issuedAt = 2^64 - 1 (formerly unclaimable, overflowing) is invalid on
-    its face: the withholding claim slashes at once."""
+    its face: the unpublished claim slashes at once."""
     p = default_params()
     view = net.d.bind(net.w3)
     domain = Domain(chain_id=net.d.chain_id, verifying_contract=net.d.challenge_manager)

@@ -1,7 +1,7 @@
 """Committee nodes against the real stack: anvil + contracts, 5 KMS shard processes (t = 3)
 that read committees from the chain, the local DA store, the tiny engine; 4 VerifierNodes
 (threads, in-process SoftwareEnclave). Honest receipts are dismissed, cheats slashed,
-withholding upheld; an offline member does not block a verdict; revealing without a
+unpublished claim upheld; an offline member does not block a verdict; revealing without a
 commitment, or copying one, gains nothing."""
 
 from __future__ import annotations

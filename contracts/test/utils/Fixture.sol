@@ -9,6 +9,9 @@ import {ChallengeManager} from "../../src/ChallengeManager.sol";
 import {AuditLog} from "../../src/AuditLog.sol";
 import {ReceiptLib} from "../../src/lib/ReceiptLib.sol";
 import {BatchMerkle} from "../../src/lib/BatchMerkle.sol";
+import {IChallengeManagerTypes} from "../../src/types/ChallengeManagerTypes.sol";
+import {IProtocolConfigTypes} from "../../src/types/ProtocolConfigTypes.sol";
+import {IStakeRegistryTypes} from "../../src/types/StakeRegistryTypes.sol";
 
 /// @dev Deploys the whole system with small test parameters and offers the protocol steps as
 ///      helpers (sign a receipt, commit a batch, open, draw, vote, resolve).
@@ -33,7 +36,7 @@ abstract contract Fixture is Test {
 
     uint256 internal constant T0 = 1_767_225_600;
 
-    function defaultParams() internal pure returns (ProtocolConfig.Params memory p) {
+    function defaultParams() internal pure returns (IProtocolConfigTypes.Params memory p) {
         p.challengeWindow = 1 days;
         p.publicationDeadline = 1 hours;
         p.responsePeriod = 1 hours;
@@ -62,21 +65,21 @@ abstract contract Fixture is Test {
         cm = new ChallengeManager(config, stakes, batches);
         audits = new AuditLog(stakes);
         stakes.setChallengeManager(address(cm));
-        config.approve(ProtocolConfig.Kind.Model, MODEL);
-        config.approve(ProtocolConfig.Kind.EngineFingerprint, FINGERPRINT);
-        config.approve(ProtocolConfig.Kind.EnclaveMeasurement, MEASUREMENT);
+        config.approve(IProtocolConfigTypes.Kind.Model, MODEL);
+        config.approve(IProtocolConfigTypes.Kind.EngineFingerprint, FINGERPRINT);
+        config.approve(IProtocolConfigTypes.Kind.EnclaveMeasurement, MEASUREMENT);
         config.registerKeyEpoch(EPOCH, hex"04aabb", keccak256("commitments"), 2, 3);
         operator = vm.addr(OPERATOR_KEY);
         vm.deal(operator, 100 ether);
         vm.prank(operator);
-        stakes.register{value: 20 ether}(StakeRegistry.Role.Operator);
+        stakes.register{value: 20 ether}(IStakeRegistryTypes.Role.Operator);
         vm.deal(challenger, 100 ether);
         for (uint256 i = 0; i < 4; i++) {
             address v = address(uint160(0xBEEF00 + i));
             verifiers.push(v);
             vm.deal(v, 100 ether);
             vm.prank(v);
-            stakes.register{value: 5 ether}(StakeRegistry.Role.Verifier);
+            stakes.register{value: 5 ether}(IStakeRegistryTypes.Role.Verifier);
         }
         vm.warp(T0 + 10);
     }
@@ -175,14 +178,14 @@ abstract contract Fixture is Test {
         id = cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
-    function draw(uint256 id) internal returns (ChallengeManager.Member[] memory) {
+    function draw(uint256 id) internal returns (IChallengeManagerTypes.Member[] memory) {
         uint256 target = cm.challenge(id).targetBlock;
         if (block.number <= target) vm.roll(target + 1); // block numbers only grow
         cm.drawCommittee(id);
         return cm.committee(id);
     }
 
-    function commitAndReveal(uint256 id, ChallengeManager.Member[] memory ms, bytes32[] memory outs) internal {
+    function commitAndReveal(uint256 id, IChallengeManagerTypes.Member[] memory ms, bytes32[] memory outs) internal {
         for (uint256 i = 0; i < ms.length; i++) {
             if (outs[i] == bytes32(0)) continue; // abstains
             bytes32 commitment = cm.voteCommitment(id, ms[i].account, outs[i], bytes32(i + 1));

@@ -46,7 +46,7 @@ class Kind(enum.IntEnum):
 
 
 class Status(enum.IntEnum):
-    """ChallengeManager.Status."""
+    """IChallengeManagerTypes.Status (contracts/src/types/ChallengeManagerTypes.sol)."""
 
     NONE = 0
     AWAITING_DRAW = 1
@@ -63,6 +63,14 @@ class VoteState(enum.IntEnum):
     REVEALED = 3
 
 
+class Fault(enum.IntEnum):
+    """IChallengeManagerTypes.Fault: why an operator was slashed (OperatorSlashed events)."""
+
+    REEXECUTION = 0
+    INVALID_RECEIPT = 1
+    UNPUBLISHED = 2
+
+
 class ClaimStatus(enum.IntEnum):
     NONE = 0
     OPEN = 1
@@ -72,7 +80,7 @@ class ClaimStatus(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Params:
-    """ProtocolConfig.Params, field for field (seconds, blocks, basis points, wei)."""
+    """IProtocolConfigTypes.Params, field for field (seconds, blocks, basis points, wei)."""
 
     challenge_window: int
     publication_deadline: int
@@ -116,7 +124,7 @@ def default_params() -> Params:
 
 @dataclass(frozen=True)
 class StakeAccount:
-    """StakeRegistry.Account. `locked` is the sum of live disputes' liabilities (it may exceed
+    """IStakeRegistryTypes.Account. `locked` is the sum of live disputes' liabilities (it may exceed
     `stake`); `slot` is the verifier's draw-tree slot (0 = none: weight 0)."""
 
     stake: int
@@ -171,13 +179,14 @@ class ChallengeInfo:
 
 @dataclass(frozen=True)
 class ReceiptState:
-    """ChallengeManager.ReceiptState: live challenge / claim ids (independent of each other) and
-    whether stake was taken for the receipt's content (`slashed`) or for withholding it."""
+    """IChallengeManagerTypes.ReceiptState: live challenge / claim ids (independent of each
+    other) and whether stake was taken for the receipt's content (`slashed`) or because it was
+    unpublished (`unpublished_slashed`)."""
 
     live_challenge: int
     live_claim: int
     slashed: bool
-    withholding_slashed: bool
+    unpublished_slashed: bool
 
     @classmethod
     def from_tuple(cls, t: Any) -> ReceiptState:

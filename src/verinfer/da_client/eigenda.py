@@ -12,8 +12,9 @@ second, independent layer). The proxy has no HEAD route: ``exists`` downloads th
 ``put`` does not trust the certificate: it reads the blob back through the proxy and checks
 its sha256 before returning the pointer (``read_back``). A proxy that certifies a blob it
 cannot serve would otherwise make the operator commit a batch naming an unfetchable pointer
--- and the operator, not the proxy, is slashed for withholding. A failed read-back is an error
-of that put (logged; the publisher retries the entry or batch with backoff), never a pointer.
+-- and the operator, not the proxy, is slashed for an unpublished receipt. A failed read-back
+is an error of that put (logged; the publisher retries the entry or batch with backoff), never
+a pointer.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ class _DefaultToOpen(TyperGroup):
         return super().resolve_command(ctx, args)
 
 
-app = typer.Typer(help="Open a full challenge (or a withholding claim) and follow it.",
+app = typer.Typer(help="Open a full challenge (or an unpublished claim) and follow it.",
                   cls=_DefaultToOpen, no_args_is_help=True)
 console = Console(stderr=True)
 
@@ -53,7 +53,7 @@ def status(
     ident: Annotated[int, typer.Argument(help="Challenge (or, with --claim, claim) id.")],
     rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
     deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
-    claim: Annotated[bool, typer.Option(help="A withholding claim id.")] = False,
+    claim: Annotated[bool, typer.Option(help="An unpublished claim id.")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Show a challenge's (or claim's) status."""

@@ -1,4 +1,4 @@
-"""Opening disputes: a full challenge for a receipt in a committed batch, or a withholding
+"""Opening disputes: a full challenge for a receipt in a committed batch, or an unpublished
 claim for a signed receipt that no batch committed by its publication deadline contains.
 
 A receipt reference is a receipt id (0x + 64 hex: the EIP-712 digest), a DA pointer (of the

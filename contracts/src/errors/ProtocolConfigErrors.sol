@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {IProtocolConfigTypes} from "../types/ProtocolConfigTypes.sol";
+
+/// @title IProtocolConfigErrors
+/// @notice The custom errors ProtocolConfig reverts with (verinfer.chain.artifacts decodes them
+///         from the ABI by selector).
+interface IProtocolConfigErrors {
+    /// @notice A parameter set breaks a protocol rule; `reason` names the rule.
+    error InvalidParams(string reason);
+    /// @notice The entry is already approved.
+    error AlreadyApproved(IProtocolConfigTypes.Kind kind, bytes32 id);
+    /// @notice The entry is not currently approved.
+    error NotApproved(IProtocolConfigTypes.Kind kind, bytes32 id);
+    /// @notice The epoch number is already taken.
+    error KeyEpochExists(uint64 epoch);
+    /// @notice The epoch was never registered.
+    error UnknownKeyEpoch(uint64 epoch);
+    /// @notice The epoch is already retired.
+    error KeyEpochAlreadyRetired(uint64 epoch, uint64 retiredAt);
+    /// @notice Threshold/shard count out of range (need 1 <= t <= n).
+    error InvalidThreshold(uint16 threshold, uint16 shardCount);
+    /// @notice The epoch public key is empty.
+    error EmptyPublicKey(uint64 epoch);
+}

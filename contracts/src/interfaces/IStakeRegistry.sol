@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {IStakeRegistryTypes} from "../types/StakeRegistryTypes.sol";
+import {IStakeRegistryErrors} from "../errors/StakeRegistryErrors.sol";
+import {IProtocolConfig} from "./IProtocolConfig.sol";
+
+/// @title IStakeRegistry
+/// @notice Operators and verifiers bond native ETH here. Stake leaves only through
+///         requestUnbond -> (unbondingPeriod) -> withdraw, and never while live disputes hold
+///         liabilities against it. Only the ChallengeManager locks, unlocks and slashes.
+///
+///         Disputes add *liabilities* (`locked`): every dispute records its full amount, whatever
+///         other disputes exist, so opening a dispute can never be blocked and never shrinks the
+///         amount another dispute can take. A slash takes min(liability, stake) at resolution:
+///         a dispute that ends without a slash (answered, dismissed, inconclusive) takes nothing
+///         from anyone. Stake above the liabilities may be withdrawn after unbonding.
+///
+///         Verifiers are drawn into committees by their draw weight (active stake, or 0 below
+///         the minimum) as it was at the end of a past block.
+interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
+    /// @notice `account` registered as `role` with an initial bond.
+    event Registered(address indexed account, Role role, uint256 amount);
+    /// @notice Stake added.
+    event Bonded(address indexed account, uint256 amount, uint256 newStake);
+    /// @notice Unbonding requested; withdrawable from `readyAt`.
+    event UnbondRequested(address indexed account, uint256 amount, uint256 totalUnbonding, uint64 readyAt);
+    /// @notice Unbonded stake paid out.
+    event Withdrawn(address indexed account, uint256 amount);
+    /// @notice A dispute added a liability.
+    event Locked(address indexed account, uint256 amount, uint256 totalLocked);
+    /// @notice A dispute released its liability.
+    event Unlocked(address indexed account, uint256 amount, uint256 totalLocked);
+    /// @notice Stake was slashed and sent to the ChallengeManager for distribution.
+    event Slashed(address indexed account, uint256 amount, uint256 newStake);
+    /// @notice The cached minimum stakes were refreshed.
+    event ParamsSynced(uint256 minOperatorStake);
+    /// @notice The ChallengeManager address was fixed.
+    event ChallengeManagerSet(address challengeManager);
+    /// @notice A verifier's draw weight changed (from the end of this block).
+    event WeightChanged(address indexed account, uint256 slot, uint256 weight);
+
+    /// @notice Source of the minimum stakes and the unbonding period.
+    function config() external view returns (IProtocolConfig);
+
+    /// @notice The only address allowed to lock, unlock and slash (set once by governance).
+    function challengeManager() external view returns (address);
+
+    /// @notice ProtocolConfig.minOperatorStake, cached next to `challengeManager` so that a batch
+    ///         commit does not call the config. Refreshed by `syncParams` (anyone may call it).
+    function minOperatorStake() external view returns (uint96);
+
+    /// @notice ProtocolConfig.minVerifierStake as cached by `syncParams`: a verifier's draw
+    ///         weight is its active stake if at least this, else 0. After changing the minimum,
+    ///         call `syncParams` and `syncWeight(account)` for the accounts it affects.
+    function minVerifierStake() external view returns (uint128);
+
+    /// @notice Sum of all accounts' stake; equals this contract's balance.
+    function totalStake() external view returns (uint256);
+
+    /// @notice Copies the minimum stakes from the ProtocolConfig (call after setParams).
+    function syncParams() external;
+
+    /// @notice Re-evaluates `account`'s draw weight against the cached minimum (anyone may call;
+    ///         needed only after governance changed minVerifierStake).
+    function syncWeight(address account) external;
+
+    /// @notice Fixes the ChallengeManager (once).
+    /// @param cm The ChallengeManager contract.
+    function setChallengeManager(address cm) external;
+
+    // ---- stakers ------------------------------------------------------------------------
+
+    /// @notice Registers the caller as operator or verifier, bonding msg.value.
+    /// @param role Operator or Verifier.
+    function register(Role role) external payable;
+
+    /// @notice Adds msg.value to the caller's stake.
+    function bond() external payable;
+
+    /// @notice Starts unbonding `amount`; the whole unbonding amount matures unbondingPeriod from
+    ///         now (a new request restarts the clock). Unbonding stake no longer counts as active
+    ///         (from the end of this block for committee draws: draws read the weights of the
+    ///         challenge's open block, so this never moves a committee of an open challenge).
+    /// @param amount Wei to unbond.
+    function requestUnbond(uint128 amount) external;
+
+    /// @notice Pays out matured unbonding stake not held by the liabilities of live disputes.
+    /// @return amount Wei sent to the caller.
+    function withdraw() external returns (uint256 amount);
+
+    // ---- ChallengeManager hooks ---------------------------------------------------------
+
+    /// @notice Records a dispute's liability of `amount` on `account`, in full, whatever other
+    ///         disputes hold: opening a dispute never fails for lack of free stake and never
+    ///         reduces what another dispute can take.
+    function lock(address account, uint256 amount) external;
+
+    /// @notice Releases a liability recorded by `lock`.
+    function unlock(address account, uint256 amount) external;
+
+    /// @notice Settles a liability of `amount` as a slash: takes min(amount, stake) and sends it
+    ///         to the ChallengeManager. Less than `amount` is taken only when the account's whole
+    ///         stake is gone (earlier slashes); answered, dismissed or inconclusive disputes never
+    ///         take anything.
+    /// @return taken Wei actually taken.
+    function slashLocked(address account, uint256 amount) external returns (uint256 taken);
+
+    // ---- committee draw -----------------------------------------------------------------
+
+    /// @notice Draws up to `size` distinct verifiers by their draw weights as of the end of block
+    ///         `snapshotBlock` (which must be final), without replacement, skipping `exclude`.
+    ///         Seat j uses keccak256(seed, j') for successive j'; x = that % remaining weight picks
+    ///         the slot whose weight range (slots in order) holds x. Independent of anything that
+    ///         happened after `snapshotBlock`. Cost O(size * TREE_DEPTH) storage reads.
+    /// @return members Chosen verifiers (fewer than `size` if fewer had weight).
+    /// @return weights Their draw weights at the snapshot.
+    /// @return total Sum of `weights`.
+    function drawCommittee(bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
+        external
+        view
+        returns (address[] memory members, uint256[] memory weights, uint256 total);
+
+    // ---- views --------------------------------------------------------------------------
+
+    /// @notice The full account record.
+    function accountOf(address who) external view returns (Account memory);
+
+    /// @notice Stake that counts for serving and voting: stake - unbonding.
+    function activeStake(address who) external view returns (uint256);
+
+    /// @notice Stake not held by live liabilities: max(stake - locked, 0).
+    function freeStake(address who) external view returns (uint256);
+
+    /// @notice `who`'s draw weight now (0 if not a verifier or below the minimum).
+    function weightOf(address who) external view returns (uint256);
+
+    /// @notice Sum of all draw weights as of the end of block `blk` (the current state if
+    ///         `blk` >= block.number).
+    function totalWeightAt(uint256 blk) external view returns (uint256);
+
+    /// @notice Holder and weight of draw-tree `slot` as of the end of block `blk`.
+    function slotAt(uint256 slot, uint256 blk) external view returns (address owner, uint256 weight);
+
+    /// @notice True iff `who` is an operator with at least the minimum active stake.
+    function isActiveOperator(address who) external view returns (bool);
+
+    /// @notice True iff `who` is registered as an operator (whatever its stake).
+    function isOperator(address who) external view returns (bool);
+
+    /// @notice True iff `who` is registered as a verifier.
+    function isVerifier(address who) external view returns (bool);
+
+    /// @notice Every verifier holding a draw slot now, with its active and free stake (off-chain
+    ///         tooling; walks all slots ever used).
+    function verifierStakes()
+        external
+        view
+        returns (address[] memory accounts, uint256[] memory active, uint256[] memory free);
+}

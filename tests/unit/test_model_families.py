@@ -19,7 +19,9 @@ kernels the service runs:
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import shutil
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -154,6 +156,33 @@ def test_gguf_conventions_match_transformers_reader(fam: Family) -> None:
     assert set(got) == set(fam.state)
     for name, want in fam.state.items():
         assert torch.equal(torch.as_tensor(got[name]).float(), want), name
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny vocabulary as an HF tokenizer.json (every family shares it)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    spec = family_spec("llama")
+    path = write_family_gguf(tmp_path_factory.mktemp("tok") / "tok.gguf", spec,
+                             random_state(spec))
+    AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name).save_pretrained(
+        str(path.parent / "hf"))
+    return path.parent / "hf" / "tokenizer.json"
+
+
+def test_hf_safetensors_checkpoint_matches_hf(fam: Family, tokenizer_json: Path,
+                                             tmp_path: Path) -> None:
+    """The same family from HF's own files (save_pretrained: safetensors + config.json) loads
+    through config_from_hf and the HF→GGUF tensor names, unpermuted, and matches too."""
+    out = tmp_path / fam.name
+    fam.hf.save_pretrained(str(out))
+    shutil.copy(tokenizer_json, out / "tokenizer.json")
+    lm = load_model(out)
+    assert lm.config.arch == EXPECTED[fam.name][0] and not lm.config.rope_interleaved
+    diff = _max_diff(_logits(lm, fam.prompt), hf_logits(fam.hf, fam.prompt))
+    assert diff <= TOL, f"{fam.name} from safetensors: max |Δlogit| = {diff}"
 
 
 # ---- the HF comparison -------------------------------------------------------------------

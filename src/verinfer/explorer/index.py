@@ -19,8 +19,8 @@ from verinfer.da_client.manifest import BatchManifest
 from verinfer.receipts.merkle import MerkleTree, build_tree
 from verinfer.receipts.signed import SignedReceipt
 
-#: ChallengeManager.Fault, by value.
-FAULTS = ("reexecution", "invalid receipt", "withholding")
+#: ChallengeManager.Fault, by value (Unpublished: a withholding claim upheld).
+FAULTS = ("reexecution", "invalid receipt", "unpublished")
 
 
 @dataclass(frozen=True)

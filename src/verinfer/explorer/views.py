@@ -21,7 +21,7 @@ from verinfer.da_client.pointer import Pointer
 from verinfer.errors import InvalidRequestError, VerinferError
 from verinfer.explorer.charts import bar_chart
 from verinfer.explorer.errors import NotFoundError
-from verinfer.explorer.index import Account, Batch, Challenge, Claim, Index
+from verinfer.explorer.index import FAULTS, Account, Batch, Challenge, Claim, Index
 from verinfer.explorer.probes import Prober
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain, recover_signer
@@ -145,7 +145,7 @@ def _claim_row(c: Claim) -> dict[str, Any]:
 
 
 def _slash_row(idx: Index, s: Any) -> dict[str, Any]:
-    kind = "claim" if s.fault == "withholding" else "challenge"
+    kind = "claim" if s.fault == FAULTS[2] else "challenge"
     return {"operator": s.operator, "receipt": hx(s.receipt_digest), "fault": s.fault,
             "amount": eth(s.amount), "dispute": s.dispute_id, "dispute_kind": kind,
             "time": when(s.time), "block": s.block}

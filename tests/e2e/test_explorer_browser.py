@@ -1,0 +1,292 @@
+"""The explorer in a real browser (Debian's Chromium driven by Playwright) on one `verinfer
+devnet up` (which starts the explorer beside anvil, the shards, the operator and 4 verifiers):
+
+- the overview lists the operator;
+- a receipt answered through the openai SDK shows "signature ✓" and "in batch ✓" (also with
+  JavaScript off) and the exact `verinfer challenge` command;
+- while a challenge runs, its page walks through its phases without a reload and ends on the
+  verdict;
+- after a cheat (a tampered output signed with the operator's key), the slash appears on the
+  already-open operator page;
+- the search box finds a receipt id, a batch id, an address, both kinds of DA pointer and a
+  challenge id; unknown ids give a 404 page, not a traceback;
+- no request leaves 127.0.0.1 (every request the browser makes is recorded and anything else is
+  aborted).
+
+Skips with a pointer to scripts/ci-extras.d/20-browser when Chromium or Playwright is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from verinfer.chain.structs import Status
+from verinfer.devnet.harness import Devnet
+from verinfer.engine.engine import Engine
+from verinfer.testing.evidence import chat_body
+
+VI = [sys.executable, "-m", "verinfer"]
+MODEL = "verinfer-tiny-llama-seed0"
+CHROMIUM = "/usr/bin/chromium"
+INSTALL_HINT = "run scripts/ci-extras.d/20-browser (Debian chromium + pinned playwright)"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+try:
+    from playwright.sync_api import Playwright, Route, sync_playwright
+except ImportError:  # pragma: no cover - depends on the ci-extras script
+    sync_playwright = None  # type: ignore[assignment]
+
+pytestmark = pytest.mark.skipif(
+    sync_playwright is None or shutil.which(CHROMIUM) is None,
+    reason=f"Chromium or Playwright missing: {INSTALL_HINT}")
+
+
+@pytest.fixture(scope="module")
+def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
+    d = tmp_path_factory.mktemp("explorer-devnet") / "net"
+    up = subprocess.run([*VI, "devnet", "up", "--dir", str(d)], capture_output=True, text=True,
+                        timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        dn = Devnet(d)
+        dn.wait_ready()
+        yield dn
+    finally:
+        subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60)
+
+
+@pytest.fixture(scope="module")
+def explorer(devnet: Devnet) -> str:
+    url = devnet.state.get("explorer_url")
+    assert url, "devnet up recorded no explorer_url"
+    assert httpx.get(url + "/api/status", timeout=5).status_code == 200
+    return str(url)
+
+
+class Browser:
+    """One Chromium with a fresh profile; every request it makes is recorded, and any request
+    not for 127.0.0.1 is aborted (and still recorded, so the test fails on it)."""
+
+    def __init__(self, pw: Playwright, profile: Path, *, javascript: bool = True) -> None:
+        self.requests: list[str] = []
+        self.context = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            java_script_enabled=javascript, service_workers="block")
+        self.context.on("request", lambda req: self.requests.append(req.url))
+        self.context.route("**/*", self._route)
+        self.page = self.context.pages[0] if self.context.pages else self.context.new_page()
+
+    @staticmethod
+    def _route(route: Route) -> None:
+        if urlsplit(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            route.abort("blockedbyclient")
+
+    def foreign(self) -> list[str]:
+        return [u for u in self.requests if urlsplit(u).hostname != "127.0.0.1"]
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    assert sync_playwright is not None
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    b = Browser(playwright, tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.context.close()
+    assert b.requests, "the browser made no request"
+    assert b.foreign() == [], f"requests left 127.0.0.1: {b.foreign()[:5]}"
+
+
+def _wait_api(explorer: str, path: str, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Until the explorer's index holds ``path`` (the follower polls twice a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = httpx.get(explorer + path, timeout=5)
+        if r.status_code == 200:
+            return dict(r.json())
+        assert time.monotonic() < deadline, f"{path}: {r.status_code} {r.text[:300]}"
+        time.sleep(0.25)
+
+
+@pytest.fixture(scope="module")
+def answered(devnet: Devnet, explorer: str) -> dict[str, Any]:
+    """One chat answer through the openai SDK, its batch committed and indexed."""
+    client = OpenAI(base_url=devnet.operator_url + "/v1", api_key="unused", max_retries=0,
+                    timeout=120)
+    resp = client.chat.completions.create(
+        model=MODEL, max_tokens=6, seed=3,
+        messages=[{"role": "user", "content": "explorer: what is a lighthouse?"}])
+    v = dict((resp.model_extra or {})["verification"])
+    loc = devnet.wait_located(v["receipt_id"])
+    assert loc.batch is not None
+    api = _wait_api(explorer, f"/api/receipt/{v['receipt_id']}")
+    return {"verification": v, "located": loc, "api": api}
+
+
+def test_overview_lists_the_operator(browser: Browser, explorer: str, devnet: Devnet) -> None:
+    page = browser.page
+    page.goto(explorer + "/")
+    operator = devnet.state["accounts"]["operator"]
+    row = page.locator("#operators tbody tr").filter(
+        has=page.locator(f'a[href="/operator/{operator}"]'))
+    row.wait_for()
+    assert "active" in row.inner_text() and "20 ETH" in row.inner_text()
+    assert page.locator("#verifiers tbody tr").count() == 4
+    assert page.locator("svg.chart").count() == 2
+    assert page.locator("#live").inner_text() == "live"  # live.js ran under the CSP
+
+
+def test_receipt_page_shows_signature_and_inclusion(browser: Browser, explorer: str,
+                                                    answered: dict[str, Any],
+                                                    devnet: Devnet) -> None:
+    v = answered["verification"]
+    page = browser.page
+    resp = page.goto(f"{explorer}/receipt/{v['receipt_id']}")
+    assert resp is not None and resp.status == 200
+    assert page.locator("#sig-check").inner_text() == "signature ✓"
+    assert page.locator("#batch-check").inner_text() == "in batch ✓"
+    assert page.locator("#da-check").inner_text() == "ciphertext available"
+    assert v["operator"] in page.content()
+    cmd = page.locator("#challenge-command").inner_text()
+    assert cmd.startswith(f"verinfer challenge {v['receipt_id']} --rpc-url {devnet.rpc_url} "
+                          f"--deployment ")
+    assert f"--da-store {devnet.state['da_store']}" in cmd
+
+
+def test_receipt_page_works_with_javascript_off(playwright: Playwright, explorer: str,
+                                                answered: dict[str, Any],
+                                                tmp_path: Path) -> None:
+    b = Browser(playwright, tmp_path / "profile", javascript=False)
+    try:
+        b.page.goto(f"{explorer}/receipt/{answered['verification']['receipt_id']}")
+        assert b.page.locator("#sig-check").inner_text() == "signature ✓"
+        assert b.page.locator("#batch-check").inner_text() == "in batch ✓"
+        assert b.page.locator("#live").inner_text() == "static page"  # no script ran
+        assert b.foreign() == []
+    finally:
+        b.context.close()
+
+
+def _follow(devnet: Devnet, cid: int, out: dict[str, Any]) -> None:
+    try:
+        out["status"] = devnet.challenger().wait(cid, timeout_s=180, poll_s=0.3)
+    except Exception as e:  # surfaced by the test thread
+        out["error"] = e
+
+
+def test_challenge_page_moves_through_phases_without_reload(
+        browser: Browser, explorer: str, devnet: Devnet, answered: dict[str, Any]) -> None:
+    ch = devnet.challenger()
+    kind, cid = ch.open(answered["located"])
+    assert kind == "challenge"
+    _wait_api(explorer, f"/api/challenge/{cid}")
+    page = browser.page
+    page.goto(f"{explorer}/challenge/{cid}")
+    page.evaluate("window.__explorerProbe = 'same document'")
+    result: dict[str, Any] = {}
+    follower = threading.Thread(target=_follow, args=(devnet, cid, result))
+    follower.start()
+    phases: list[str] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        phase = page.evaluate(
+            "document.getElementById('timeline') ? "
+            "document.getElementById('timeline').dataset.phase : ''")
+        if phase and (not phases or phases[-1] != phase):
+            phases.append(phase)
+        if phase == "verdict":
+            break
+        time.sleep(0.1)
+    follower.join(timeout=200)
+    print(json.dumps({"challenge": cid, "phases_seen": phases}))
+    assert "error" not in result, result
+    assert result["status"] is Status.DISMISSED
+    order = ["opened", "drawn", "commits", "reveals", "verdict"]
+    assert phases and phases[-1] == "verdict", phases
+    assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases), phases
+    assert len(phases) >= 2, f"the page showed only {phases}: it never changed live"
+    assert page.evaluate("window.__explorerProbe") == "same document"  # never reloaded
+    assert "dismissed" in page.locator("#verdict").inner_text()
+    assert page.locator("table").first.locator("tbody tr").count() == 4  # the committee
+
+
+def test_slash_appears_on_operator_page_after_a_cheat(browser: Browser, explorer: str,
+                                                      devnet: Devnet) -> None:
+    operator = devnet.state["accounts"]["operator"]
+    page = browser.page
+    page.goto(f"{explorer}/operator/{operator}")
+    page.evaluate("window.__explorerProbe = 'operator page'")
+    assert page.locator("tr.slash-row").count() == 0
+    engine = Engine.from_path(Path(devnet.state["model"]))
+    try:
+        cheat = devnet.unsafe_operator_factory(engine).unsafe_tampered_text(
+            chat_body("explorer cheat", max_tokens=6, seed=11))
+    finally:
+        engine.close()
+    devnet.unsafe_publish_as_operator([cheat])
+    ch = devnet.challenger()
+    _, cid = ch.open(devnet.wait_located("0x" + cheat.digest.hex()))
+    assert ch.wait(cid, timeout_s=180, poll_s=0.3) is Status.SLASHED
+    row = page.locator("tr.slash-row")
+    row.first.wait_for(timeout=30_000)  # appears live, without a reload
+    assert page.evaluate("window.__explorerProbe") == "operator page"
+    text = row.first.inner_text()
+    assert "reexecution" in text and "1 ETH" in text and f"challenge {cid}" in text
+    assert page.locator("#stake").inner_text() == "19 ETH"
+
+
+def test_search_finds_each_kind_of_id(browser: Browser, explorer: str, devnet: Devnet,
+                                      answered: dict[str, Any]) -> None:
+    v = answered["verification"]
+    loc = answered["located"]
+    batch_id = "0x" + loc.batch.batch_id.hex()
+    challenges = _wait_api(explorer, "/api/challenges")["challenges"]
+    cid = str(challenges[-1]["id"])
+    cases = {
+        v["receipt_id"]: f"/receipt/{v['receipt_id']}",
+        batch_id: f"/batch/{batch_id}",
+        devnet.state["accounts"]["operator"]: f"/operator/{devnet.state['accounts']['operator']}",
+        v["da_pointer"]: f"/receipt/{v['receipt_id']}",
+        loc.batch.manifest_pointer: f"/batch/{batch_id}",
+        cid: f"/challenge/{cid}",
+    }
+    page = browser.page
+    for query, path in cases.items():
+        page.goto(explorer + "/")
+        box = page.locator("form.search input[name=q]")
+        box.fill(query)
+        with page.expect_navigation():
+            box.press("Enter")
+        assert urlsplit(page.url).path == path, (query, page.url)
+        assert page.locator("#error").count() == 0, (query, page.content()[:500])
+
+
+@pytest.mark.parametrize("path", ["/receipt/0x" + "ab" * 32, "/batch/0x" + "cd" * 32,
+                                  "/challenge/99999", "/operator/0x" + "ef" * 20,
+                                  "/search?q=0x" + "12" * 32, "/nowhere"])
+def test_unknown_ids_give_a_404_page(browser: Browser, explorer: str, path: str) -> None:
+    resp = browser.page.goto(explorer + path)
+    assert resp is not None and resp.status == 404
+    assert browser.page.locator("#error").count() == 1
+    assert "Traceback" not in browser.page.content()

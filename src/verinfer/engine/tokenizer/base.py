@@ -49,8 +49,12 @@ class Tokenizer(abc.ABC):
     def from_spec(spec: TokenizerSpec) -> Tokenizer:
         """The implementation ``spec.variant`` names."""
         if spec.variant in ("spm", "gemma"):
+            from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer, fast_spm_refusal
             from verinfer.engine.tokenizer.spm import SpmTokenizer
 
+            # the Rust fast path where it is proven equal to the reference, else the reference
+            if fast_spm_refusal(spec) is None:
+                return FastSpmTokenizer(spec)
             return SpmTokenizer(spec)
         if spec.variant == "bytelevel":
             from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer

@@ -98,8 +98,8 @@ class _Delegate(Tokenizer):
 
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
         backend = self._backend if parse_special else self._plain
-        try:
-            out.extend(backend.encode(text, add_special_tokens=False).ids)
+        try:  # the batch call skips offsets: faster than encode() on long text, same ids
+            out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
         except Exception as e:  # the Rust side raises a bare Exception
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
 

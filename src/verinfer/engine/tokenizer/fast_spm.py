@@ -1,0 +1,181 @@
+"""The fast path for SentencePiece BPE: the same tokenization as :class:`SpmTokenizer` (the
+pure-Python reference), computed by HF ``tokenizers``' Rust BPE.
+
+Why the two are equal (variant ``"gemma"``, the one Gemma files use):
+
+* The reference merges, repeatedly, the adjacent pair ``(l, r)`` whose concatenation is a
+  mergeable piece with the lowest priority ``id(l + r) * 2**20 - len(l)``, ties to the leftmost
+  pair. HF's BPE merges the adjacent pair with the lowest *rank* in its merge list, ties to the
+  leftmost pair. So the merge list here is every ``(l, r)`` with ``l``, ``r`` and ``l + r`` all
+  mergeable pieces, ranked by ``(id(l + r), -len(l))``: the same order, pair by pair. Both
+  discard a queued pair once either side has changed.
+* Speed (HF caches the merges of short words, not of long ones): the normalized text is cut
+  into words before each ``"▁"`` that follows another character, unless a piece could span the
+  cut (Gemma has one such piece, ``">▁</"``; :func:`_word_pattern` keeps every context in which
+  a piece spans ``"c▁"`` together). A pair across a cut never merges (its concatenation would be
+  a piece spanning the cut), so the words merge independently and their ids concatenate to the
+  reference's.
+* A character that is not a piece falls back to its UTF-8 byte tokens in both, and never merges:
+  no merge here has a byte token on either side (:func:`fast_spm_refusal` checks it).
+* Control/unknown tokens (when special parsing is on) and user-defined tokens (always) are cut
+  out of the raw text first, leftmost-longest, by HF's added-token matcher as by the reference's
+  trie; the text between them is normalized (``add_space_prefix``, ``" "`` -> ``"▁"``) and merged.
+  With special parsing off, a second backend treats control tokens as plain text
+  (``encode_special_tokens``), and no merge produces a control token, so none can come out.
+
+Not covered, and encoded by the reference instead: variant ``"spm"`` (llama.cpp's score order:
+two pairs of equal score go to the leftmost, which no fixed merge rank reproduces), vocabularies
+where the conditions above do not hold (:func:`fast_spm_refusal` says why), and any text holding
+a lone surrogate (Rust strings cannot carry one; the reference encodes it as its
+``surrogatepass`` bytes). tests/unit/test_tokenizer_fast.py and
+tests/slow/test_tokenizer_fast_gemma.py prove the equality on the corpus and on random text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from verinfer.engine.tokenizer.spec import (
+    SPACE,
+    TOKEN_BYTE,
+    TOKEN_CONTROL,
+    TOKEN_UNKNOWN,
+    TOKEN_USER_DEFINED,
+    TokenizerSpec,
+)
+from verinfer.engine.tokenizer.spm import SpmTokenizer
+from verinfer.errors import TokenizerError
+
+__all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
+
+
+def fast_spm_refusal(spec: TokenizerSpec) -> str | None:
+    """Why ``spec`` cannot take the fast path (None: it can). Cheap: no merge list is built."""
+    if spec.variant != "gemma":
+        return (f"variant {spec.variant!r}: score-ordered merges break ties by position, "
+                "which a merge rank cannot express")
+    present = set(spec.tokens)
+    if any(f"<0x{b:02X}>" not in present for b in range(256)):
+        return "the vocabulary lacks some of the 256 byte-fallback tokens"
+    types = spec.token_types or ()
+    for t, ty in zip(spec.tokens, types, strict=False):
+        if ty in (TOKEN_CONTROL, TOKEN_UNKNOWN) and len(t) == 1:
+            return f"single-character control token {t!r} (BPE would look it up as a character)"
+    if len(present) != len(spec.tokens):
+        return "the vocabulary spells two tokens the same"
+    return None
+
+
+class FastSpmTokenizer(SpmTokenizer):
+    """:class:`SpmTokenizer` whose encoding runs in HF ``tokenizers`` (see the module docstring).
+
+    Identity, decoding and the hash are the reference's (the spec is the same object); only
+    ``_encode_into`` differs. The two Rust backends are built on first use (about 2 s for
+    Gemma's 262k tokens), under a lock, and never reconfigured: safe to share across threads.
+    """
+
+    def __init__(self, spec: TokenizerSpec) -> None:
+        reason = fast_spm_refusal(spec)
+        if reason is not None:
+            raise TokenizerError(f"no fast SentencePiece path for this vocabulary: {reason}")
+        super().__init__(spec)
+        self._lock = threading.Lock()
+        self._backends: tuple[Any, Any] | None = None
+
+    def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
+        if not text:
+            return
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: Rust strings cannot hold it
+                super()._encode_into(text, parse_special, out)
+                return
+        special, plain = self._rust()
+        backend = special if parse_special else plain
+        try:  # the batch call without offsets: a third faster than encode() on long text
+            out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+        except Exception as e:  # the Rust side raises a bare Exception
+            raise TokenizerError(f"tokenizer failed on the input: {e}") from e
+
+    def _rust(self) -> tuple[Any, Any]:
+        backends = self._backends
+        if backends is None:
+            with self._lock:
+                if self._backends is None:
+                    merges = self._merge_list()
+                    self._backends = (self._build(merges, encode_special=False),
+                                      self._build(merges, encode_special=True))
+                backends = self._backends
+        return backends
+
+    def _merge_list(self) -> list[tuple[str, str]]:
+        pieces = self._piece_id
+        byte_tokens = {t for t, ty in zip(self.spec.tokens, self._types, strict=True)
+                       if ty == TOKEN_BYTE}
+        ranked: list[tuple[int, int, str, str]] = []
+        for p, pid in pieces.items():
+            for k in range(1, len(p)):
+                left, right = p[:k], p[k:]
+                if left in pieces and right in pieces:
+                    if left in byte_tokens or right in byte_tokens:
+                        # the reference never merges a fallback byte; a rank here would
+                        raise TokenizerError(f"merge {left!r} + {right!r} involves a byte token")
+                    ranked.append((pid, -k, left, right))
+        ranked.sort()
+        return [(left, right) for _, _, left, right in ranked]
+
+    def _build(self, merges: list[tuple[str, str]], *, encode_special: bool) -> Any:
+        import tokenizers
+        from tokenizers import AddedToken, models, normalizers, pre_tokenizers
+
+        spec, types = self.spec, self._types
+        vocab = dict(self._piece_id)
+        control: list[Any] = []
+        user: list[Any] = []
+        for i, t in enumerate(spec.tokens):
+            if not t:
+                continue
+            if types[i] in (TOKEN_CONTROL, TOKEN_UNKNOWN):
+                if vocab.setdefault(t, i) != i:  # for the added-token id; no merge makes it
+                    raise TokenizerError(f"control token {t!r} is also spelled as a piece")
+                control.append(AddedToken(t, normalized=False, special=True))
+            elif types[i] == TOKEN_USER_DEFINED and vocab.get(t) == i:
+                # (a Gemma all-space token is respelled "▁▁..." and merges instead: not here)
+                user.append(AddedToken(t, normalized=False, special=False))
+        model = models.BPE(vocab=vocab, merges=merges, dropout=None, byte_fallback=True,
+                           fuse_unk=False, continuing_subword_prefix="", end_of_word_suffix="")
+        backend = tokenizers.Tokenizer(model)
+        steps = [normalizers.Replace(" ", SPACE)]
+        if spec.add_space_prefix:
+            steps.insert(0, normalizers.Prepend(SPACE))
+        backend.normalizer = normalizers.Sequence(steps)
+        backend.pre_tokenizer = pre_tokenizers.Split(
+            tokenizers.Regex(_word_pattern(self._piece_id)), behavior="isolated")
+        backend.add_special_tokens(control)
+        backend.add_tokens(user)
+        if backend.get_vocab_size(with_added_tokens=True) != len(vocab):
+            raise TokenizerError("fast SentencePiece backend assigned ids outside the vocabulary")
+        backend.encode_special_tokens = encode_special
+        return backend
+
+
+def _word_pattern(pieces: Iterable[str]) -> str:
+    """The regex (Oniguruma) of one word: ``"▁"*`` then anything up to the next ``"▁"`` that
+    follows another character -- except where a piece spans that spot: for each piece ``A▁B``
+    (``A`` not ending in ``"▁"``), a ``"▁"`` run preceded by ``A`` and followed by ``▁B`` stays
+    inside the word."""
+
+    def lit(s: str) -> str:
+        return "".join(f"\\x{{{ord(c):X}}}" for c in s)
+
+    keep: set[tuple[str, str]] = set()
+    for p in pieces:
+        for i in range(1, len(p)):
+            if p[i] == SPACE and p[i - 1] != SPACE:
+                keep.add((p[:i], p[i:]))
+    sp = lit(SPACE)
+    inner = [f"[^{sp}]"] + [f"(?<={lit(a)})(?={lit(b)}){sp}+" for a, b in sorted(keep)]
+    return f"{sp}*(?:{'|'.join(inner)})+|{sp}+"

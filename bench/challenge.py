@@ -28,8 +28,8 @@ from verinfer.engine.fingerprint import cpu_description
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.receipts.canonical import ExecRequest
 from verinfer.receipts.eip712 import Receipt
+from verinfer.testing.evidence import chat_body, request_for_body
 from verinfer.verifier.challenger import locate
-from verinfer.verifier.evidence import chat_body, request_for_body
 from verinfer.verifier.node import JudgeFn
 from verinfer.verifier.votes import Verdict
 

@@ -17,7 +17,7 @@ import pytest
 from verinfer.engine.engine import Engine
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
 from verinfer.receipts.canonical import ExecRequest
-from verinfer.verifier.evidence import Evidence, EvidenceFactory, request_for_body
+from verinfer.testing.evidence import Evidence, EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import judge, verify_receipt_job
 from verinfer.verifier.votes import INVALID_EVIDENCE
 

@@ -35,7 +35,7 @@ from verinfer.protocol.request_rule import (
 )
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
 from verinfer.receipts.canonical import ExecRequest
-from verinfer.verifier.evidence import EvidenceFactory, request_for_body
+from verinfer.testing.evidence import EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import judge
 from verinfer.verifier.votes import INVALID_EVIDENCE
 

@@ -27,7 +27,7 @@ from verinfer.receipts.envelope import (
     ciphertext_hash,
     seal,
 )
-from verinfer.verifier.evidence import chat_body, request_for_body
+from verinfer.testing.evidence import chat_body, request_for_body
 from verinfer.verifier.reexec import judge
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 

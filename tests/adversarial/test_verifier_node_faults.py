@@ -44,10 +44,10 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.merkle import build_tree
+from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body
 from verinfer.verifier.audit_cli import report_problem
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
-from verinfer.verifier.evidence import Evidence, EvidenceFactory, chat_body
 from verinfer.verifier.node import NodeConfig, VerifierNode
 from verinfer.verifier.reports import AuditReport, SignedAuditReport
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict

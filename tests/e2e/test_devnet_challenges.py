@@ -65,8 +65,8 @@ from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.client_check import DuplicateChoiceError, check_choices
 from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import build_tree
+from verinfer.testing.evidence import Evidence, chat_body, request_for_body
 from verinfer.verifier.challenger import locate
-from verinfer.verifier.evidence import Evidence, chat_body, request_for_body
 
 VI = [sys.executable, "-m", "verinfer"]
 MODEL = "verinfer-tiny-llama-seed0"

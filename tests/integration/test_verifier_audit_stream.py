@@ -16,10 +16,10 @@ from eth_account import Account
 from verinfer.da_client.local import LocalDAClient
 from verinfer.engine.engine import Engine
 from verinfer.receipts import Domain, EnvelopeSuite, ReceiptSigner, derive_epoch_keypair
+from verinfer.testing.evidence import EvidenceFactory, chat_body
 from verinfer.verifier.audit_stream import GROUP, AuditJob, AuditQueue, AuditWorker, StreamKeys
 from verinfer.verifier.enclave_judge import fetch_blob
 from verinfer.verifier.errors import AuditJobError
-from verinfer.verifier.evidence import EvidenceFactory, chat_body
 from verinfer.verifier.reexec import judge
 from verinfer.verifier.reports import SignedAuditReport
 from verinfer.verifier.votes import Verdict

@@ -12,8 +12,8 @@ import pytest
 from verinfer.engine.engine import Engine
 from verinfer.operator.generation import ServingBase
 from verinfer.receipts.canonical import ExecRequest
+from verinfer.testing.evidence import request_for_body
 from verinfer.verifier.conformance import request_problems
-from verinfer.verifier.evidence import request_for_body
 
 
 def _served(engine: Engine, body: dict[str, object]) -> tuple[bytes, list[ExecRequest]]:

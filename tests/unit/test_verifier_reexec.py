@@ -12,8 +12,8 @@ import pytest
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
+from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body, request_for_body
 from verinfer.verifier.errors import CannotJudgeError
-from verinfer.verifier.evidence import Evidence, EvidenceFactory, chat_body, request_for_body
 from verinfer.verifier.reexec import judge, verify_receipt_job
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 

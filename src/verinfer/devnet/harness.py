@@ -28,10 +28,10 @@ from verinfer.engine.engine import Engine
 from verinfer.errors import ClientError
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.testing.evidence import Evidence, EvidenceFactory
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger, Located, locate
 from verinfer.verifier.errors import ReceiptRefError
-from verinfer.verifier.evidence import Evidence, EvidenceFactory
 
 STATE = "devnet.json"
 

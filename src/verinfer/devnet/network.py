@@ -28,7 +28,7 @@ from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.envelope import EnvelopeSuite, EpochPublicKey, load_public_key
-from verinfer.verifier.evidence import Evidence
+from verinfer.testing.evidence import Evidence
 
 CONTAINER_DIGEST = "sha256:" + "00" * 32  # devnet: no container image
 CODE_HASH = "verinfer-devnet"

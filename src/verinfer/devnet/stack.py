@@ -27,10 +27,10 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.testing.evidence import EvidenceFactory
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
-from verinfer.verifier.evidence import EvidenceFactory
 from verinfer.verifier.node import JudgeFn, NodeConfig, VerifierNode
 
 

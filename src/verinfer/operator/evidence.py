@@ -38,6 +38,46 @@ class Execution:
     result: GenerationResult
 
 
+class ReceiptIssuer:
+    """Seals and signs as one operator: the envelope of one choice to the epoch key, then the
+    EIP-712 receipt naming its ciphertext. The one home of that rule; the publish pipeline and
+    the test doubles (``verinfer.testing.evidence``) both go through it."""
+
+    def __init__(self, signer: ReceiptSigner, domain: Domain, key_epoch: int,
+                 epoch_key: EpochPublicKey, *, clock: Callable[[], float] = time.time) -> None:
+        self.signer, self.domain, self.key_epoch = signer, domain, key_epoch
+        self.epoch_key, self.clock = epoch_key, clock
+
+    @property
+    def operator(self) -> str:
+        return self.signer.address
+
+    def seal(self, request: ExecRequest, result: ExecResult, request_body: bytes,
+             response_body: bytes) -> bytes:
+        """The DA blob: the exchange sealed to the epoch key, bound to the receipt's fields."""
+        binding = EnvelopeBinding.for_execution(operator=self.operator,
+                                                chain_id=self.domain.chain_id,
+                                                key_epoch=self.key_epoch, request=request,
+                                                result=result)
+        return seal(EnvelopeContents(request, result, request_body, response_body), binding,
+                    self.epoch_key)
+
+    def sign(self, request: ExecRequest, result: ExecResult, blob: bytes) -> SignedReceipt:
+        """The signed receipt committing to ``request``, ``result`` and the blob's hash."""
+        receipt = Receipt.create(
+            operator=self.operator, chain_id=self.domain.chain_id, model_id=request.model_id,
+            engine_fingerprint_hash=request.engine_fingerprint_hash, req_hash=request.hash,
+            out_hash=result.hash, key_epoch=self.key_epoch,
+            ciphertext_hash=ciphertext_hash(blob), now=self.clock)
+        return SignedReceipt.sign(receipt, self.domain, self.signer)
+
+    def issue(self, request: ExecRequest, result: ExecResult, request_body: bytes,
+              response_body: bytes) -> tuple[SignedReceipt, bytes]:
+        """Seal, then sign: (signed receipt, DA blob)."""
+        blob = self.seal(request, result, request_body, response_body)
+        return self.sign(request, result, blob), blob
+
+
 class EvidencePipeline:
     def __init__(self, engine: Engine, signer: ReceiptSigner, domain: Domain, key_epoch: int,
                  epoch_key: EpochPublicKey, outbox: Outbox, da_backend: str, *,
@@ -50,6 +90,7 @@ class EvidencePipeline:
         self.engine, self.signer, self.domain = engine, signer, domain
         self.key_epoch, self.epoch_key, self.outbox = key_epoch, epoch_key, outbox
         self.da_backend, self.clock = da_backend, clock
+        self.issuer = ReceiptIssuer(signer, domain, key_epoch, epoch_key, clock=clock)
 
     @property
     def operator(self) -> str:
@@ -57,19 +98,9 @@ class EvidencePipeline:
 
     def seal_and_sign(self, ex: Execution, request_body: bytes, response_body: bytes
                       ) -> tuple[SignedReceipt, bytes, ExecRequest, ExecResult]:
-        req = ex.request
         res = ExecResult.from_generation(ex.result)
-        binding = EnvelopeBinding.for_execution(operator=self.operator,
-                                                chain_id=self.domain.chain_id,
-                                                key_epoch=self.key_epoch, request=req, result=res)
-        blob = seal(EnvelopeContents(req, res, request_body, response_body), binding,
-                    self.epoch_key)
-        receipt = Receipt.create(
-            operator=self.operator, chain_id=self.domain.chain_id, model_id=req.model_id,
-            engine_fingerprint_hash=req.engine_fingerprint_hash, req_hash=req.hash,
-            out_hash=res.hash, key_epoch=self.key_epoch, ciphertext_hash=ciphertext_hash(blob),
-            now=self.clock)
-        return SignedReceipt.sign(receipt, self.domain, self.signer), blob, req, res
+        signed, blob = self.issuer.issue(ex.request, res, request_body, response_body)
+        return signed, blob, ex.request, res
 
     def publish(self, executions: Sequence[Execution], request_body: bytes,
                 response_body: bytes, *, owner: bytes | None = None) -> dict[str, Any]:

@@ -54,6 +54,7 @@ __all__ = [
     "EpochPrivateKey",
     "EpochPublicKey",
     "derive_epoch_keypair",
+    "envelope_header",
     "load_public_key",
     "open_envelope",
     "open_envelope_with",
@@ -220,9 +221,13 @@ def seal(contents: EnvelopeContents, binding: EnvelopeBinding,
         raise ReceiptFormatError("envelope contents do not match the binding: "
                                  + "; ".join(problems))
     suite = public_key.suite
-    header = MAGIC + bytes([SUITE_CODES[suite]]) + binding.key_epoch.to_bytes(8, "big")
-    return header + suite.hpke.encrypt(contents.to_bytes(), public_key.hpke,
-                                       binding.info(suite))
+    return envelope_header(suite, binding.key_epoch) + suite.hpke.encrypt(
+        contents.to_bytes(), public_key.hpke, binding.info(suite))
+
+
+def envelope_header(suite: EnvelopeSuite, key_epoch: int) -> bytes:
+    """The blob's clear header: magic, suite code, key epoch (``HEADER_LEN`` bytes)."""
+    return MAGIC + bytes([SUITE_CODES[suite]]) + key_epoch.to_bytes(8, "big")
 
 
 def ciphertext_hash(blob: bytes) -> bytes:

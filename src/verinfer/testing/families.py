@@ -33,6 +33,7 @@ FAMILY_ARCH = {
     "qwen2": ("qwen2", "qwen2"),
     "qwen3": ("qwen3", "qwen3"),
     "phi3": ("phi3", "phi3"),
+    "gemma3": ("gemma3", "gemma3_text"),  # Gemma 3 4B+ style: linear rope scaling (global)
 }
 FAMILIES = tuple(FAMILY_ARCH)
 
@@ -76,6 +77,10 @@ def family_spec(family: str) -> FamilySpec:
         return replace(spec, head_dim=32, rope_theta=1_000_000.0)
     if family == "phi3":
         return replace(spec, sliding_window=12, n_kv_heads=4)
+    if family == "gemma3":  # 6 layers: 5 sliding + 1 global, as the pattern of 6 says
+        return replace(spec, n_layers=6, n_kv_heads=1, head_dim=32, sliding_window=8,
+                       tie_embeddings=True, rope_theta=1_000_000.0,
+                       rope_scaling=RopeScaling("linear", factor=8.0))
     return spec
 
 
@@ -91,8 +96,10 @@ def random_state(spec: FamilySpec, seed: int = 0) -> dict[str, torch.Tensor]:
     def rand(*shape: int, std: float = spec.weight_std) -> torch.Tensor:
         return t(rng.standard_normal(shape) * std)
 
-    def norm(n: int) -> torch.Tensor:
-        return t(1.0 + rng.standard_normal(n) * 0.1)
+    gemma = spec.family == "gemma3"
+
+    def norm(n: int) -> torch.Tensor:  # Gemma's HF norms hold w and multiply by (1 + w)
+        return t((0.0 if gemma else 1.0) + rng.standard_normal(n) * 0.1)
 
     s: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rand(vocab, d, std=1.0)}
     for i in range(spec.n_layers):
@@ -108,11 +115,14 @@ def random_state(spec: FamilySpec, seed: int = 0) -> dict[str, torch.Tensor]:
             s[p + "self_attn.q_proj.bias"] = rand(h * hd, std=0.5)
             s[p + "self_attn.k_proj.bias"] = rand(kv * hd, std=0.5)
             s[p + "self_attn.v_proj.bias"] = rand(kv * hd, std=0.5)
-        if spec.family == "qwen3":
+        if spec.family in ("qwen3", "gemma3"):
             s[p + "self_attn.q_norm.weight"] = norm(hd)
             s[p + "self_attn.k_norm.weight"] = norm(hd)
         s[p + "self_attn.o_proj.weight"] = rand(d, h * hd)
         s[p + "post_attention_layernorm.weight"] = norm(d)
+        if gemma:  # sandwich norms around the MLP
+            s[p + "pre_feedforward_layernorm.weight"] = norm(d)
+            s[p + "post_feedforward_layernorm.weight"] = norm(d)
         if spec.family == "phi3":
             s[p + "mlp.gate_up_proj.weight"] = rand(2 * f, d)
         else:
@@ -187,6 +197,8 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
             x = permute_for_gguf(x, spec.n_heads)
         elif permuted and name.endswith(("attn_k.weight", "attn_k.bias")):
             x = permute_for_gguf(x, spec.n_kv_heads)
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            x = x + 1.0  # Gemma's converter bakes HF's (1 + w) into the stored norm
         a = x.numpy()
         w.add_tensor(name, a.astype(np.float16) if a.ndim == 2 else a)  # 1-D stays F32
     if spec.rope_scaling is not None and spec.rope_scaling.kind == "llama3":
@@ -223,8 +235,12 @@ def hf_config(spec: FamilySpec) -> Any:
         rope_parameters=rope, tie_word_embeddings=spec.tie_embeddings,
         bos_token_id=2, eos_token_id=1, pad_token_id=0,
     )
-    if model_type in ("mistral", "phi3"):
+    if model_type in ("mistral", "phi3", "gemma3_text"):
         kwargs["sliding_window"] = spec.sliding_window
+    if model_type == "gemma3_text":  # one rope per attention type; scaling on the global one
+        kwargs["rope_parameters"] = {"full_attention": rope, "sliding_attention": {
+            "rope_type": "default", "rope_theta": 10_000.0}}
+        kwargs["query_pre_attn_scalar"] = spec.head_dim
     if model_type == "phi3":
         kwargs["original_max_position_embeddings"] = spec.context_length
         del kwargs["head_dim"]  # Phi3Config derives it (dim / heads)

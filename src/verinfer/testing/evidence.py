@@ -1,7 +1,11 @@
-"""Produce receipts and DA evidence with the library functions, honestly or (``unsafe_``)
-dishonestly: what the operator's publish pipeline does per response choice, plus the cheats
-a verifier must catch. Used by tests, the devnet checks and the challenge benchmark to stand in
-for an operator; the cheating variants exist only to prove that each cheat is slashed.
+"""Receipts and DA evidence made as an operator makes them, honestly or (``unsafe_``)
+dishonestly: a test double standing in for an operator in tests, the devnet checks and the
+challenge benchmark. The cheating variants exist only to prove that each cheat is slashed.
+
+Every receipt goes through the operator's own issuer (``operator.evidence.ReceiptIssuer``,
+the code ``EvidencePipeline.seal_and_sign`` runs): a cheat overrides one input — the result it
+claims, the request it ran, the blob it publishes — and never re-implements sealing or
+signing, so an honest receipt here is byte for byte what the operator would issue.
 """
 
 from __future__ import annotations
@@ -15,15 +19,15 @@ from typing import Any
 
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.engine.served import prompt_tokenizer, served_model
+from verinfer.operator.evidence import ReceiptIssuer
 from verinfer.protocol.request_rule import exec_requests
 from verinfer.receipts.canonical import ExecRequest, ExecResult
-from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.envelope import (
     EnvelopeBinding,
     EnvelopeContents,
     EpochPublicKey,
-    ciphertext_hash,
-    seal,
+    envelope_header,
 )
 from verinfer.receipts.signed import SignedReceipt
 
@@ -70,6 +74,7 @@ class EvidenceFactory:
                  now: Callable[[], float] = time.time) -> None:
         self.engine, self.signer, self.domain = engine, signer, domain
         self.key_epoch, self.epoch_public_key, self.now = key_epoch, epoch_public_key, now
+        self.issuer = ReceiptIssuer(signer, domain, key_epoch, epoch_public_key, clock=now)
 
     @property
     def operator(self) -> str:
@@ -82,20 +87,11 @@ class EvidenceFactory:
 
     def _finish(self, body: bytes, request: ExecRequest, result: ExecResult, text: str,
                 *, blob: bytes | None = None) -> Evidence:
-        """Seal (unless a blob is forced), sign, return."""
+        """The operator's seal (unless a blob is forced) and signature over what is claimed."""
         if blob is None:
-            binding = EnvelopeBinding.for_execution(
-                operator=self.operator, chain_id=self.domain.chain_id, key_epoch=self.key_epoch,
-                request=request, result=result)
             response = json.dumps({"choices": [{"message": {"content": text}}]}).encode()
-            blob = seal(EnvelopeContents(request, result, body, response), binding,
-                        self.epoch_public_key)
-        receipt = Receipt.create(
-            operator=self.operator, chain_id=self.domain.chain_id, model_id=request.model_id,
-            engine_fingerprint_hash=request.engine_fingerprint_hash, req_hash=request.hash,
-            out_hash=result.hash, key_epoch=self.key_epoch,
-            ciphertext_hash=ciphertext_hash(blob), now=lambda: int(self.now()))
-        return Evidence(SignedReceipt.sign(receipt, self.domain, self.signer), blob, body, text)
+            blob = self.issuer.seal(request, result, body, response)
+        return Evidence(self.issuer.sign(request, result, blob), blob, body, text)
 
     # ---- honest ------------------------------------------------------------------------------
     def honest(self, body: bytes) -> Evidence:
@@ -175,9 +171,7 @@ class EvidenceFactory:
     def unsafe_mismatched_contents(self, body: bytes) -> Evidence:
         """Seals, under this receipt's binding, an ExecResult other than the one the receipt
         commits to (only a dishonest sealer can: ``seal`` refuses it, so HPKE is called
-        directly). It opens, but does not hash to outHash."""
-        from verinfer.receipts.envelope import MAGIC, SUITE_CODES
-
+        directly behind the real header). It opens, but does not hash to outHash."""
         request = request_for_body(self.engine, body)
         gen = self._generate(request)
         claimed = ExecResult.from_generation(gen)
@@ -187,6 +181,6 @@ class EvidenceFactory:
             request=request, result=claimed)
         suite = self.epoch_public_key.suite
         plaintext = EnvelopeContents(request, other, body, b"{}").to_bytes()
-        blob = (MAGIC + bytes([SUITE_CODES[suite]]) + self.key_epoch.to_bytes(8, "big")
-                + suite.hpke.encrypt(plaintext, self.epoch_public_key.hpke, binding.info(suite)))
+        blob = envelope_header(suite, self.key_epoch) + suite.hpke.encrypt(
+            plaintext, self.epoch_public_key.hpke, binding.info(suite))
         return self._finish(body, request, claimed, gen.text, blob=blob)

@@ -1,6 +1,7 @@
 """Every llama-like family the engine runs, proven on seeded random weights.
 
-For each family (Llama, Llama 3.x rope scaling, Mistral, Qwen2, Qwen3, Phi-3) the same weights
+For each family (Llama, Llama 3.x rope scaling, Mistral, Qwen2, Qwen3, Phi-3, and Gemma 3 with
+the linear rope scaling of its 4B+ sizes) the same weights
 are written as a GGUF file the way llama.cpp's converter writes that family and loaded into the
 matching HF transformers model (src/verinfer/testing/families.py). Then, on the invariant
 kernels the service runs:
@@ -115,6 +116,7 @@ EXPECTED = {  # arch, rope rotates adjacent pairs (llama.cpp permuted q/k), wind
     "qwen2": ("qwen2", False, None),
     "qwen3": ("qwen3", False, None),
     "phi3": ("phi3", False, 12),
+    "gemma3": ("gemma3", False, 8),
 }
 
 
@@ -124,7 +126,12 @@ def test_config_is_read_from_the_gguf_metadata(fam: Family) -> None:
     assert (c.dim, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn_dim) == (
         fam.spec.dim, fam.spec.n_heads, fam.spec.n_kv_heads, fam.spec.head_dim, fam.spec.ffn_dim)
     assert c.rope_theta == fam.spec.rope_theta
-    assert all(c.is_sliding(i) for i in range(c.n_layers)) == (c.sliding_window is not None)
+    sliding = [c.is_sliding(i) for i in range(c.n_layers)]
+    if c.arch == "gemma3":  # five sliding layers, then a global one
+        assert sliding == [True] * 5 + [False]
+    else:  # Mistral, Phi-3: one window for every layer
+        assert sliding == [c.sliding_window is not None] * c.n_layers
+    assert c.rope_scaling == (None if fam.name == "llama3" else fam.spec.rope_scaling)
 
 
 def test_hf_config_json_gives_the_same_config(fam: Family) -> None:
@@ -155,7 +162,10 @@ def test_gguf_conventions_match_transformers_reader(fam: Family) -> None:
                                torch_dtype=torch.float32)["tensors"]
     assert set(got) == set(fam.state)
     for name, want in fam.state.items():
-        assert torch.equal(torch.as_tensor(got[name]).float(), want), name
+        # exact but for Gemma's norms, which it reads back as fp32 (1 + w) - 1
+        tol = 1e-7 if fam.name == "gemma3" and name.endswith("norm.weight") else 0.0
+        torch.testing.assert_close(torch.as_tensor(got[name]).float(), want, rtol=0, atol=tol,
+                                   msg=name)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +212,7 @@ def test_the_family_twist_is_what_makes_it_match(fam: Family) -> None:
     """Negative control: without its twist the family misses HF, so the match above is not
     luck (a random-weight model that ignored its biases or window would be caught)."""
     lm, cfg = fam.loaded, fam.loaded.config
-    if fam.name == "llama3":  # HF without the rope scaling vs our scaled engine
+    if fam.spec.rope_scaling is not None:  # HF without the rope scaling vs our scaled engine
         plain = hf_model(dataclasses.replace(fam.spec, rope_scaling=None), fam.state)
         diff = _max_diff(_logits(lm, fam.prompt), hf_logits(plain, fam.prompt))
     else:
@@ -338,3 +348,24 @@ def test_hf_configs_the_engine_cannot_run_are_refused(patch: dict[str, Any], mat
     cfg.update(patch)
     with pytest.raises(ModelLoadError, match=match):
         config_from_hf(cfg)
+
+
+def test_gemma3_27b_attention_scale_follows_llama_cpp() -> None:
+    """GGUF has no query_pre_attn_scalar: llama.cpp uses dim / heads for the 62-layer 27B
+    (HF config: 168 = 5376 / 32) and the head size (128) for the other sizes."""
+    f = _fields("gemma3", **{"{arch}.embedding_length": 5376, "{arch}.attention.head_count": 32,
+                             "{arch}.attention.key_length": 128, "{arch}.block_count": 62})
+    assert config_from_gguf(f, 10).attn_scale == 168.0 ** -0.5
+    f["gemma3.block_count"] = 34
+    assert config_from_gguf(f, 10).attn_scale == 128.0 ** -0.5
+
+
+def test_gemma3_hf_config_of_transformers_4_is_read() -> None:
+    """config.json files on the Hub (transformers 4): rope_scaling + rope_local_base_freq."""
+    cfg = hf_config(family_spec("gemma3")).to_dict()
+    del cfg["rope_parameters"]
+    cfg.update(rope_scaling={"rope_type": "linear", "factor": 8.0}, rope_theta=1e6,
+               rope_local_base_freq=10_000.0)
+    c = config_from_hf(cfg)
+    assert (c.rope_scaling, c.rope_theta, c.rope_local_theta) == (
+        RopeScaling("linear", 8.0), 1e6, 10_000.0)

@@ -8,7 +8,7 @@ Per layer (x: [T, dim]):
     x = x + post_attn_norm(o_proj(attn))
     x = x + post_ffw_norm(down(gelu_tanh(gate(norm(x))) * up(norm(x))))
 Sliding-window layers (5 of every 6) attend to the last `sliding_window` positions and use the
-local rope base; the others attend to the full prefix with the global base.
+local rope base; the others attend to the full prefix with the global base (and its scaling).
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import torch
 
 from verinfer.engine.config import ModelConfig
 from verinfer.engine.loader import Weights
-from verinfer.engine.models.common import Batch, RopeTable, embed_scale, rope_half
+from verinfer.engine.models.common import (
+    Batch,
+    RopeTable,
+    embed_scale,
+    rope_divisors,
+    rope_half,
+)
 from verinfer.engine.ops import Matrix, Ops
 
 
@@ -67,7 +73,10 @@ class Gemma3:
             )
             for i in range(cfg.n_layers)
         ]
-        self.rope_global = RopeTable(cfg.head_dim, cfg.rope_theta)
+        # rope scaling (Gemma 3 4B+: linear, factor 8) stretches the global layers only
+        scaling = cfg.rope_scaling
+        self.rope_global = RopeTable(cfg.head_dim, cfg.rope_theta, None if scaling is None else
+                                     rope_divisors(scaling, cfg.head_dim, cfg.rope_theta))
         self.rope_local = RopeTable(cfg.head_dim, cfg.rope_local_theta)
         self.scale = embed_scale(cfg.dim)
 

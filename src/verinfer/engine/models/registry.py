@@ -60,10 +60,17 @@ def config_from_gguf(f: Mapping[str, Any], n_vocab: int) -> ModelConfig:
     )
     window = f.get(f"{arch}.attention.sliding_window")
     if arch == "gemma3":
+        # GGUF has no key for the attention scale: llama.cpp takes dim / heads for the 62-layer
+        # Gemma 3 27B (HF query_pre_attn_scalar 168) and the head size for every other size.
+        n_layers = common["n_layers"]
+        scalar = dim / n_heads if n_layers == 62 else float(head_dim)
         return ModelConfig(
             arch="gemma3",
             sliding_window=int(window) if window else None,
-            query_pre_attn_scalar=float(head_dim),
+            query_pre_attn_scalar=scalar,
+            # Gemma 3 4B+: linear scaling on the global layers only (llama.cpp keeps the
+            # sliding layers' scale at 1, as HF's rope_parameters["sliding_attention"] does)
+            rope_scaling=_gguf_rope_scaling(f, arch, context),
             **common,
         )
     return ModelConfig(
@@ -114,8 +121,11 @@ def config_from_hf(hf_cfg: Mapping[str, Any]) -> ModelConfig:
                              f"gemma3, {', '.join(sorted(_HF_ARCH))}")
     dim, n_heads = int(hf_cfg["hidden_size"]), int(hf_cfg["num_attention_heads"])
     head_dim = int(hf_cfg.get("head_dim") or dim // n_heads)
-    # transformers 5 nests rope settings in rope_parameters; config.json files say rope_scaling
+    # transformers 5 nests rope settings in rope_parameters (Gemma 3: one dict per attention
+    # type); config.json files of transformers 4 say rope_scaling and rope_theta
     rope = dict(hf_cfg.get("rope_parameters") or hf_cfg.get("rope_scaling") or {})
+    local_rope = dict(rope.get("sliding_attention") or {})
+    rope = dict(rope.get("full_attention") or rope)
     if float(rope.get("partial_rotary_factor", hf_cfg.get("partial_rotary_factor", 1.0))) != 1:
         raise ModelLoadError(f"{model_type}: partial rotary is not supported")
     common: dict[str, Any] = dict(
@@ -136,7 +146,9 @@ def config_from_hf(hf_cfg: Mapping[str, Any]) -> ModelConfig:
             arch="gemma3",
             sliding_window=int(window) if window else None,
             query_pre_attn_scalar=float(hf_cfg.get("query_pre_attn_scalar", head_dim)),
-            rope_local_theta=float(hf_cfg.get("rope_local_base_freq", 10_000.0)),
+            rope_local_theta=float(local_rope.get("rope_theta",
+                                                  hf_cfg.get("rope_local_base_freq", 10_000.0))),
+            rope_scaling=_hf_rope_scaling(rope, model_type),
             **common,
         )
     for flag in ("attention_bias", "mlp_bias"):

@@ -21,7 +21,7 @@ from verinfer.errors import VerinferError
 
 app = typer.Typer(help="Reproduce a receipt on this machine (auditors).",
                   no_args_is_help=True)
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)  # commands stay copyable
 
 _MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[red]✗[/red]",
          "skip": "[dim]-[/dim]"}

@@ -156,7 +156,6 @@ def fetch_ciphertext(da: BlobSource, ciphertext_hash: bytes, pointers: list[str]
             continue
         if len(blob) > MAX_BLOB_BYTES:
             tried.append(f"{text[:90]}: {len(blob)} bytes, over the {MAX_BLOB_BYTES} cap")
-            wrong.append(text)
             continue
         if hashlib.sha256(blob).digest() != ciphertext_hash:
             tried.append(f"{text[:90]}: its bytes do not hash to the receipt's ciphertextHash")

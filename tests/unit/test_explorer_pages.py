@@ -229,3 +229,21 @@ def test_static_files_are_vendored() -> None:
     assert "http://" not in js and "https://" not in js
     css = (static / "explorer.css").read_text()
     assert "@import" not in css and "url(" not in css
+
+
+def test_claim_and_challenger_pages(world: dict[str, object]) -> None:
+    claim = _get(world, "/api/claim/3").json()["claim"]
+    assert claim["status"] == "open" and claim["claimant"] == MEMBERS[2]
+    page = _get(world, f"/operator/{MEMBERS[0]}").text
+    assert "Challenges it opened" in page and 'href="/challenge/7"' in page
+
+
+def test_slash_releases_the_locked_liability() -> None:
+    idx = Index()
+    who = OPERATOR.address
+    idx.apply("Registered", {"account": who, "role": int(Role.OPERATOR), "amount": 5 * ETHER},
+              _meta(1))
+    idx.apply("Locked", {"account": who, "amount": ETHER, "totalLocked": 2 * ETHER}, _meta(2))
+    idx.apply("Slashed", {"account": who, "amount": ETHER, "newStake": 4 * ETHER}, _meta(3))
+    assert (idx.accounts[who].stake, idx.accounts[who].locked) == (4 * ETHER, ETHER)
+    assert [p.what for p in idx.accounts[who].history] == ["registered", f"slashed {ETHER}"]

@@ -33,6 +33,9 @@ SECURITY_HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "n
                     "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
 
 
+_ROLE_TITLES = {"operator": "Operator", "verifier": "Verifier"}
+
+
 def short(value: object, head: int = 10, tail: int = 6) -> str:
     s = str(value)
     return s if len(s) <= head + tail + 1 else f"{s[:head]}…{s[-tail:]}"
@@ -98,7 +101,8 @@ def create_app(ctx: Context) -> FastAPI:
 
     page("/", "overview.html", lambda d: "Overview", views.overview)
     page("/operator/{address}", "operator.html",
-         lambda d: f"{d['account']['role'].capitalize()} {d['account']['address']}",
+         lambda d: f"{_ROLE_TITLES.get(d['account']['role'], 'Account')} "
+                   f"{d['account']['address']}",
          views.operator)
     page("/batch/{batch_id}", "batch.html", lambda d: f"Batch {short(d['batch']['batch_id'])}",
          views.batch, paged=True)

@@ -67,6 +67,7 @@ class Account:
     challenges: list[int] = field(default_factory=list)  # opened against it (operators)
     claims: list[int] = field(default_factory=list)
     committees: list[int] = field(default_factory=list)  # sat on (verifiers)
+    opened: list[int] = field(default_factory=list)  # challenges it opened (anyone)
     slashes: list[Slash] = field(default_factory=list)
     audits: int = 0  # light audits it recorded (verifiers)
 
@@ -291,6 +292,10 @@ class Index:
     def _on_Slashed(self, a: Mapping[str, Any], meta: EventMeta) -> None:
         acct = self.account(str(a["account"]))
         acct.stake = int(a["newStake"])
+        # slashLocked releases the slashed liability without an Unlocked event (the amount
+        # taken is the liability unless the stake ran out, when both end at zero)
+        acct.locked = max(0, acct.locked - int(a["amount"])) if acct.stake else 0
+        acct.unbonding = min(acct.unbonding, acct.stake)
         self._stake_point(acct, meta, f"slashed {int(a['amount'])}")
 
     def _on_WeightChanged(self, a: Mapping[str, Any], meta: EventMeta) -> None:
@@ -337,6 +342,7 @@ class Index:
                                          int(a["targetBlock"]), meta.block, meta.time)
         self.challenges_by_receipt.setdefault(digest, []).append(cid)
         self.account(op).challenges.append(cid)
+        self.account(str(a["challenger"])).opened.append(cid)
 
     def _on_DrawRearmed(self, a: Mapping[str, Any], meta: EventMeta) -> None:
         c = self.challenges.get(int(a["id"]))

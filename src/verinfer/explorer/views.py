@@ -252,7 +252,8 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
     with idx.lock:
         a = idx.accounts.get(addr)
         if a is None:
-            raise NotFoundError(f"no staked account {addr}", param="address")
+            raise NotFoundError(f"{addr} has no stake and opened no challenge",
+                                param="address")
         approvals = [{"kind": ap.kind.name.lower().replace("_", " "), "id": hx(ap.item),
                       "since": when(ap.since), "revoked": when(ap.until)}
                      for ap in idx.approvals.values()]
@@ -270,6 +271,7 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
             "challenges": [_challenge_row(idx.challenges[c]) for c in reversed(a.challenges)],
             "claims": [_claim_row(idx.claims[c]) for c in reversed(a.claims)],
             "committees": [_challenge_row(idx.challenges[c]) for c in reversed(a.committees)],
+            "opened": [_challenge_row(idx.challenges[c]) for c in reversed(a.opened)],
             "slashes": [_slash_row(idx, s) for s in reversed(a.slashes)],
         }
 

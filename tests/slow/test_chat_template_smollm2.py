@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from verinfer.engine.chat import ChatMessage, TokenizerPrompts, render_chat
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.chat_template import PINNED_NOW
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol.request_rule import ChatTurn
 
@@ -95,12 +97,24 @@ def test_message_text_cannot_forge_turns(ours: Tokenizer, hf: Any) -> None:
     assert ids != _hf_ids(hf, [("user", evil)])  # HF would have parsed the forged tokens
 
 
-def test_templates_that_read_the_clock_or_rewrite_content_are_refused(
-        fields: dict[str, object]) -> None:
+def test_template_clock_is_pinned_and_injectable(fields: dict[str, object]) -> None:
+    """strftime_now shows a pinned instant: the prompt is a function of the request alone, so
+    a verifier re-rendering it later gets the same ids; a caller may inject another instant."""
     clock = Tokenizer.from_gguf_fields(dict(fields, **{
-        "tokenizer.chat_template": "{{ strftime_now('%Y') }}{{ messages[0]['content'] }}"}))
-    with pytest.raises(InvalidRequestError):
-        render_chat(clock, [ChatMessage("user", "hi")])
+        "tokenizer.chat_template": "{{ strftime_now('%Y-%m-%d') }} {{ messages[0]['content'] }}"}))
+    ids = render_chat(clock, [ChatMessage("user", "hi")])
+    assert clock.decode(ids) == PINNED_NOW.strftime("%Y-%m-%d") + " hi"
+    assert render_chat(clock, [ChatMessage("user", "hi")]) == ids
+    other = datetime(2030, 2, 3, tzinfo=UTC)
+    assert clock.decode(render_chat(clock, [ChatMessage("user", "hi")], now=other)) == \
+        "2030-02-03 hi"
+    assert clock.decode(TokenizerPrompts(clock, now=other).chat([ChatTurn("user", "hi")])) == \
+        "2030-02-03 hi"
+    assert clock.hash != Tokenizer.from_gguf_fields(fields).hash  # the template is identity
+
+
+def test_templates_that_rewrite_content_or_raise_are_refused(
+        fields: dict[str, object]) -> None:
     trims = Tokenizer.from_gguf_fields(dict(fields, **{
         "tokenizer.chat_template": "{% for m in messages %}{{ m['content'] | trim }}{% endfor %}"}))
     with pytest.raises(InvalidRequestError, match="rewrites"):
@@ -109,3 +123,13 @@ def test_templates_that_read_the_clock_or_rewrite_content_are_refused(
         "tokenizer.chat_template": "{{ raise_exception('no system role') }}"}))
     with pytest.raises(InvalidRequestError, match="no system role"):
         render_chat(fails, [ChatMessage("user", "hi")])
+
+
+def test_hostile_template_in_the_model_file_is_a_typed_400(fields: dict[str, object]) -> None:
+    """Through render_chat: a budget cut is the request's InvalidRequestError, not a hang."""
+    for template in ["{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                     "{% endfor %}{{ messages[0]['content'] }}",
+                     "{{ messages[0]['content'] }}{{ 'x' * 10**9 }}"]:
+        hostile = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
+        with pytest.raises(InvalidRequestError, match="chat template"):
+            render_chat(hostile, [ChatMessage("user", "hi")])

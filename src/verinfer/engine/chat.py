@@ -14,10 +14,13 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
-from typing import Any
+
+import jinja2
 
 from verinfer.engine.tokenizer import TOKEN_CONTROL, TOKEN_USER_DEFINED, Tokenizer
+from verinfer.engine.tokenizer.chat_template import RenderBudget, render_template_text
 from verinfer.errors import InvalidRequestError, TokenizerError
 from verinfer.protocol.request_rule import ROLES, ChatTurn
 
@@ -28,11 +31,14 @@ class ChatMessage:
     content: str
 
 
-def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[int]:
+def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
+                now: datetime | None = None) -> list[int]:
+    """Prompt ids of ``messages``; ``now`` is what a template's ``strftime_now`` shows
+    (default: the pinned instant, see verinfer.engine.tokenizer.chat_template)."""
     if not messages:
         raise InvalidRequestError("messages must not be empty", param="messages")
     if tokenizer.chat_template is not None:
-        return render_template(tokenizer, messages)
+        return render_template(tokenizer, messages, now=now)
     system = [m.content for m in messages if m.role in ("system", "developer")]
     turns = [m for m in messages if m.role not in ("system", "developer")]
     for m in messages:
@@ -69,11 +75,13 @@ class TokenizerPrompts:
     """The request rule's prompt rendering (verinfer.protocol.request_rule.PromptTokenizer)
     over a real tokenizer: the operator and the verifier both render prompts through this."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, *, now: datetime | None = None) -> None:
         self.tokenizer = tokenizer
+        self.now = now
 
     def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
-        return render_chat(self.tokenizer, [ChatMessage(m.role, m.content) for m in messages])
+        return render_chat(self.tokenizer, [ChatMessage(m.role, m.content) for m in messages],
+                           now=self.now)
 
     def text(self, text: str) -> list[int]:
         spec = self.tokenizer.spec
@@ -82,70 +90,20 @@ class TokenizerPrompts:
 
 
 # ---- Jinja chat templates (HF apply_chat_template semantics) --------------------------------
-@lru_cache(maxsize=16)
-def _compile(template: str) -> Any:
-    """The template compiled as transformers compiles chat templates (``_compile_jinja_template``:
-    immutable sandbox, trim_blocks, lstrip_blocks, loopcontrols, a non-HTML-escaping ``tojson``,
-    ``raise_exception``) -- minus ``strftime_now``: a prompt must be a pure function of the
-    request, or a verifier could not re-render it, so a template that reads the clock fails."""
-    import json
-
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                          sort_keys=sort_keys)
-
-    class TemplateNamespace(jinja2.utils.Namespace):
-        """transformers' namespace: no underscore-prefixed attributes (CPython internals)."""
-
-        def __init__(*args: Any, **kwargs: Any) -> None:  # Jinja's own signature trick
-            self, rest = args[0], args[1:]
-            attrs = dict(*rest, **kwargs)
-            for name in attrs:
-                TemplateNamespace._check(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name: str, value: Any) -> None:
-            TemplateNamespace._check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def _check(name: object) -> None:
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(
-                    f"chat templates cannot set underscore-prefixed attributes ({name!r})")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["namespace"] = TemplateNamespace
-    try:
-        return env.from_string(template)
-    except jinja2.exceptions.TemplateError as e:
-        raise TokenizerError(f"the model's chat template does not compile: {e}") from e
-
-
-def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]]) -> str:
-    import jinja2
-
+def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]],
+            now: datetime | None) -> str:
     spec = tokenizer.spec
 
     def name(i: int | None) -> str | None:
         return spec.tokens[i] if i is not None else None
 
+    variables = {"messages": messages, "add_generation_prompt": True,
+                 "bos_token": name(spec.bos_id), "eos_token": name(spec.eos_id),
+                 "unk_token": name(spec.unk_id), "pad_token": name(spec.pad_id)}
+    budget = RenderBudget.for_inputs(sum(len(m["content"]) for m in messages))
     try:
-        out = _compile(template).render(
-            messages=messages, add_generation_prompt=True, bos_token=name(spec.bos_id),
-            eos_token=name(spec.eos_id), unk_token=name(spec.unk_id), pad_token=name(spec.pad_id))
-    except jinja2.exceptions.TemplateError as e:  # raise_exception(), undefined calls, sandbox
+        return render_template_text(template, variables, budget=budget, now=now)
+    except jinja2.exceptions.TemplateError as e:  # raise_exception(), sandbox, budget
         raise InvalidRequestError(f"the model's chat template rejects these messages: {e}",
                                   param="messages") from e
     except (ArithmeticError, LookupError, TypeError, ValueError, RecursionError) as e:
@@ -153,7 +111,6 @@ def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]])
         # OverflowError, `'a' + 1` a TypeError, a missing key a KeyError) are this request's
         raise InvalidRequestError(f"the model's chat template failed on these messages: "
                                   f"{type(e).__name__}: {e}", param="messages") from e
-    return str(out)
 
 
 @lru_cache(maxsize=16)
@@ -166,7 +123,8 @@ def _special_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, names))) if names else None
 
 
-def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> list[int]:
+def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
+                    now: datetime | None = None) -> list[int]:
     """Token ids of ``messages`` under the tokenizer's Jinja chat template, with the generation
     prompt, exactly as HF ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)``
     tokenizes them -- except that special tokens are recognised only in the template's own text.
@@ -192,9 +150,10 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage]) -> li
     # private-use delimiters: not whitespace, so a template's trim cannot eat them unnoticed
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
     rendered = _render(tokenizer, template,
-                       [{"role": r, "content": mk} for r, mk in zip(roles, marks, strict=True)])
+                       [{"role": r, "content": mk} for r, mk in zip(roles, marks, strict=True)],
+                       now)
     real = _render(tokenizer, template, [{"role": r, "content": m.content}
-                                         for r, m in zip(roles, messages, strict=True)])
+                                         for r, m in zip(roles, messages, strict=True)], now)
     pieces: list[tuple[str, bool]] = []  # (text, is message content)
     pos = 0
     for mk, m in zip(marks, messages, strict=True):

@@ -148,7 +148,7 @@ class FastSpmTokenizer(SpmTokenizer):
         model = models.BPE(vocab=vocab, merges=merges, dropout=None, byte_fallback=True,
                            fuse_unk=False, continuing_subword_prefix="", end_of_word_suffix="")
         backend = tokenizers.Tokenizer(model)
-        steps = [normalizers.Replace(" ", SPACE)]
+        steps: list[Any] = [normalizers.Replace(" ", SPACE)]
         if spec.add_space_prefix:
             steps.insert(0, normalizers.Prepend(SPACE))
         backend.normalizer = normalizers.Sequence(steps)

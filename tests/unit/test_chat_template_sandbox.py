@@ -1,0 +1,113 @@
+"""A hostile chat template in a model file (approved by model id, but still code from a file):
+every way to run long or build something huge is cut by a count, never a clock, and the same
+render spends the same budget every time -- so operator and verifier refuse the same requests.
+Also: strftime_now is pinned (and injectable), and an honest template renders unchanged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import jinja2
+import pytest
+
+from verinfer.engine.tokenizer.chat_template import (
+    PINNED_NOW,
+    RenderBudget,
+    RenderBudgetError,
+    compile_template,
+    render_template_text,
+)
+from verinfer.errors import TokenizerError
+
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def _render(template: str, content: str = "hi", **kw: object) -> str:
+    messages = [{"role": "user", "content": content}]
+    budget = RenderBudget.for_inputs(len(content))
+    return render_template_text(template, {"messages": messages, "add_generation_prompt": True},
+                                budget=budget, **kw)  # type: ignore[arg-type]
+
+
+def test_honest_template_renders_as_jinja_does() -> None:
+    content = "Count: 1 2 3 …  then\n\nnewlines 😀 東京 " * 50
+    plain = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(CHATML)
+    want = plain.render(messages=[{"role": "user", "content": content}],
+                        add_generation_prompt=True)
+    assert _render(CHATML, content) == want
+
+
+def test_big_honest_content_fits_its_budget() -> None:
+    content = "word " * 800_000  # 4 MB: the budget scales with the messages
+    assert len(_render(CHATML, content)) > len(content)
+
+
+def test_strftime_now_is_pinned_and_injectable() -> None:
+    t = "Today: {{ strftime_now('%d %b %Y') }}|{{ messages[0]['content'] }}"
+    assert _render(t) == _render(t) == PINNED_NOW.strftime("Today: %d %b %Y") + "|hi"
+    later = datetime(2031, 7, 4, tzinfo=UTC)
+    assert _render(t, now=later) == "Today: 04 Jul 2031|hi"
+
+
+def test_spending_is_deterministic() -> None:
+    t = "{% for i in range(5000) %}{% if i % 7 == 0 %}{{ i ~ messages[0]['content'] }}" \
+        "{% endif %}{% endfor %}"
+    spent = []
+    for _ in range(3):
+        budget = RenderBudget.for_inputs(2)
+        render_template_text(t, {"messages": [{"role": "user", "content": "hi"}]}, budget=budget)
+        spent.append((budget.steps, budget.work))
+    assert spent[0] == spent[1] == spent[2]
+    assert spent[0][0] < RenderBudget.for_inputs(2).steps  # lines were counted
+
+
+ATTACKS = {
+    "nested_loops_no_output":
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "recursive_macro": "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "string_doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                       "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+    "string_plus_doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                            "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "list_doubling": "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}"
+                     "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+    "repeat_literal": "{{ 'x' * 10**9 }}",
+    "repeat_list": "{{ ([messages] * 10**8)|length }}",
+    "tower_power": "{{ 10 ** 10 ** 10 }}",
+    "squaring_loop": "{% set ns = namespace(x=3) %}{% for i in range(100) %}"
+                     "{% set ns.x = ns.x * ns.x %}{% endfor %}",
+    "center_width": "{{ 'x'|center(10**9) }}",
+    "ljust_method": "{{ 'x'.ljust(10**9) }}",
+    "percent_width": "{{ '%0999999999d' % 1 }}",
+    "format_method_width": "{{ '{:>999999999}'.format(1) }}",
+    "format_filter_width": "{{ '%999999999s'|format('x') }}",
+    "join_filter": "{{ ([messages[0]['content'] * 1000] * 100000)|join }}",
+    "join_method": "{{ ''.join([messages[0]['content'] * 1000] * 100000) }}",
+    "replace_method": "{{ (messages[0]['content'] * 1000).replace('', 'y' * 1000) }}",
+    "replace_filter": "{{ (messages[0]['content'] * 1000)|replace('h', 'y' * 100000) }}",
+    "indent_filter": "{{ ('a\\n' * 100000)|indent(1000) }}",
+    "output_flood": "{% for i in range(100000) %}{{ messages[0]['content'] * 100 }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("template", ATTACKS.values(), ids=list(ATTACKS))
+def test_hostile_template_is_cut(template: str) -> None:
+    with pytest.raises((RenderBudgetError, RecursionError, OverflowError)):
+        _render(template)
+
+
+def test_compile_time_folding_cannot_hang() -> None:
+    # intercepted operators are not folded by Jinja's optimizer: compiling is instant
+    compile_template("{{ 9 ** 9 ** 9 ** 9 }}")
+
+
+def test_templates_render_only_under_a_budget() -> None:
+    with pytest.raises(RenderBudgetError):
+        compile_template("{{ 1 + 1 }}").render()
+
+
+def test_syntax_error_is_typed() -> None:
+    with pytest.raises(TokenizerError, match="does not compile"):
+        compile_template("{% for %}")

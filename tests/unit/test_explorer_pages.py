@@ -247,3 +247,56 @@ def test_slash_releases_the_locked_liability() -> None:
     idx.apply("Slashed", {"account": who, "amount": ETHER, "newStake": 4 * ETHER}, _meta(3))
     assert (idx.accounts[who].stake, idx.accounts[who].locked) == (4 * ETHER, ETHER)
     assert [p.what for p in idx.accounts[who].history] == ["registered", f"slashed {ETHER}"]
+
+
+def _client(idx: Index, da: LocalDAClient | None = None) -> TestClient:
+    ctx = Context(idx, DOMAIN, None, DARouter([da]) if da else None, "http://127.0.0.1:8545",
+                  "deployment.json")
+    return TestClient(create_app(ctx))
+
+
+def test_another_operators_batch_cannot_shadow_a_receipt(tmp_path: Path) -> None:
+    """Mallory commits a batch holding the victim operator's receipt before the victim does:
+    the contract would not accept that batch as the receipt's (it looks batches up under the
+    receipt's operator), so neither does the explorer."""
+    da = LocalDAClient(tmp_path / "da")
+    signed, ptr = _signed(100, da)
+    m = build_manifest([ManifestEntry(signed, ptr)])
+    mptr = str(da.put(m.to_bytes()))
+    mallory = Account.from_key(b"\x09" * 32).address
+    idx = Index()
+    for block, who in ((1, mallory), (2, OPERATOR.address)):
+        idx.apply("BatchCommitted", {"operator": who, "root": m.root, "leafCount": 1,
+                                     "daPointer": mptr}, _meta(block))
+        idx.add_manifest(BatchRegistryContract.batch_id(who, m.root), m)
+    mine = BatchRegistryContract.batch_id(OPERATOR.address, m.root)
+    assert idx.receipts[signed.digest].batch_id == mine
+    theirs = idx.batches[BatchRegistryContract.batch_id(mallory, m.root)]
+    assert "another operator" in theirs.manifest_error
+    api = _client(idx, da).get(f"/api/receipt/0x{signed.digest.hex()}").json()
+    assert api["in_batch"] and api["batch"]["batch_id"] == "0x" + mine.hex()
+
+
+def test_a_manifest_with_another_leaf_count_is_invalid(tmp_path: Path) -> None:
+    da = LocalDAClient(tmp_path / "da")
+    m = build_manifest([ManifestEntry(*_signed(i, da)) for i in range(2)])
+    idx = Index()
+    idx.apply("BatchCommitted", {"operator": OPERATOR.address, "root": m.root, "leafCount": 3,
+                                 "daPointer": "da://local/0x" + "00" * 32}, _meta(1))
+    bid = BatchRegistryContract.batch_id(OPERATOR.address, m.root)
+    idx.add_manifest(bid, m)
+    assert idx.batches[bid].manifest == "invalid" and not idx.receipts
+
+
+def test_hostile_strings_from_chain_and_da_are_escaped() -> None:
+    idx = Index()
+    evil = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+    idx.apply("BatchCommitted", {"operator": OPERATOR.address, "root": b"\x01" * 32,
+                                 "leafCount": 1, "daPointer": evil}, _meta(1))
+    bid = BatchRegistryContract.batch_id(OPERATOR.address, b"\x01" * 32)
+    idx.manifest_failed(bid, "invalid", "manifest said " + evil)
+    client = _client(idx)
+    for path in (f"/batch/0x{bid.hex()}", "/", "/batches"):
+        text = client.get(path).text
+        assert "<script>alert" not in text and "<img src=x" not in text, path
+    assert "&lt;script&gt;alert(1)" in client.get(f"/batch/0x{bid.hex()}").text

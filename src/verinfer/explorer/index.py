@@ -242,15 +242,29 @@ class Index:
             self.manifest_failed(batch_id, "invalid", f"the manifest's root 0x"
                                  f"{manifest.root.hex()} is not the committed root")
             return
+        if manifest.leaf_count != b.leaf_count:
+            self.manifest_failed(batch_id, "invalid", f"the manifest has {manifest.leaf_count} "
+                                 f"receipts, the commitment says {b.leaf_count}")
+            return
         b.receipts = list(manifest.digests)
         b.manifest, b.manifest_error, b._tree = "ok", "", None
+        foreign = 0
         for i, e in enumerate(manifest.entries):
             d = e.signed.digest
+            if e.signed.receipt.operator != b.operator:
+                # The contract looks a receipt's batch up under the receipt's own operator:
+                # another operator's receipt in this batch proves nothing, and indexing it
+                # here would let anyone shadow that operator's receipts with a batch of theirs.
+                foreign += 1
+                continue
             # the first batch to commit a receipt holds it (the contract accepts any batch
-            # that includes it; the first is the one its publication deadline is met by)
+            # of its operator that includes it; the first is what its deadline was met by)
             if d not in self.receipts:
                 self.receipts[d] = ReceiptEntry(e.signed, batch_id, i, str(e.ciphertext))
                 self.receipt_by_ciphertext.setdefault(str(e.ciphertext), d)
+        if foreign:
+            b.manifest_error = (f"{foreign} receipt(s) name another operator: not indexed "
+                                "under this batch")
         self.touch()
 
     def manifest_failed(self, batch_id: bytes, state: str, error: str) -> None:

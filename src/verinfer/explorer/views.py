@@ -290,7 +290,8 @@ def batch(ctx: Context, batch_id: str, page: int = 1) -> dict[str, Any]:
             e = idx.receipts.get(d)
             receipts.append({"receipt": hx(d), "index": e.index if e else None,
                              "issued_at": when(e.signed.receipt.issued_at) if e else "",
-                             "elsewhere": e is not None and e.batch_id != bid})
+                             "elsewhere": e is not None and e.batch_id != bid,
+                             "indexed": e is not None})
         issued = [idx.receipts[d].signed.receipt.issued_at for d in b.receipts
                   if d in idx.receipts and idx.receipts[d].batch_id == bid]
         return {"status": _status(ctx), "batch": {**_batch_row(b),
@@ -330,7 +331,10 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
                                 param="receipt_id")
         b = idx.batches[e.batch_id]
         proof = b.tree().proof(e.index)
-        in_batch = verify_proof(digest, proof, b.root)
+        # what openChallenge checks: the proof leads to a root committed by this receipt's
+        # own operator
+        in_batch = b.operator == e.signed.receipt.operator and \
+            verify_proof(digest, proof, b.root)
         chs = [_challenge_row(idx.challenges[c]) for c in idx.challenges_by_receipt.get(digest,
                                                                                         [])]
         claims = [_claim_row(idx.claims[c]) for c in idx.claims_by_receipt.get(digest, [])]

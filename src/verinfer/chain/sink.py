@@ -9,7 +9,6 @@ before a crash) is not sent again, so a publisher that retries never double-comm
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from eth_account import Account
 from web3 import Web3
@@ -24,10 +23,11 @@ class ChainBatchSink:
         self.registry, self.operator = registry, operator
 
     @classmethod
-    def from_config(cls, sink: dict[str, Any], *, private_key: bytes) -> ChainBatchSink:
-        """``sink`` = {"kind": "chain", "rpc_url": …, "deployment": <deployment.json path>}."""
-        w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
-        dep = Deployment.load(Path(sink["deployment"]))
+    def connect(cls, rpc_url: str, deployment: Path, *, private_key: bytes) -> ChainBatchSink:
+        """The BatchRegistry of ``deployment`` (a deployment.json) over ``rpc_url``, committing
+        as the account of ``private_key``."""
+        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+        dep = Deployment.load(deployment)
         account = Account.from_key(private_key)
         registry = BatchRegistryContract(w3, dep.batch_registry, TxSender(w3, account))
         return cls(registry, str(account.address))

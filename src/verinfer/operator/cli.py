@@ -13,6 +13,7 @@ import typer
 from verinfer.operator.config import (
     CONFIG_NAME,
     PASSWORD_ENV,
+    ChainSink,
     OperatorConfig,
     create_keystore,
     write_config,
@@ -132,7 +133,7 @@ def status(directory: Annotated[Path, typer.Argument(help="Operator state direct
     from verinfer.da_client.outbox import Outbox
 
     cfg = OperatorConfig.load(directory)
-    with Outbox(cfg.path("outbox")) as ob:
+    with Outbox(cfg.rel(cfg.outbox)) as ob:
         typer.echo(json.dumps(ob.status().to_json(), indent=2))
 
 
@@ -146,14 +147,14 @@ def _chain(directory: Path) -> tuple[Deployment, TxSender]:
     from verinfer.chain.deploy import Deployment
 
     cfg = OperatorConfig.load(directory)
-    sink = cfg.raw["sink"]
-    if sink.get("kind") != "chain":
+    sink = cfg.sink
+    if not isinstance(sink, ChainSink):
         typer.echo("error: this operator has no chain configured (operator init --rpc-url "
                    "--deployment)", err=True)
         raise typer.Exit(2)
-    w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
+    w3 = Web3(Web3.HTTPProvider(sink.rpc_url, request_kwargs={"timeout": 30}))
     sender = TxSender(w3, Account.from_key(cfg.private_key()))
-    return Deployment.load(Path(sink["deployment"])), sender
+    return Deployment.load(Path(sink.deployment)), sender
 
 
 def _stake_call(directory: Path, action: str, amount: str | None) -> None:

@@ -9,18 +9,24 @@
      "da": {"backend": "local", "local_store": "da", "redis_url": null,
             "redis_prefix": "verinfer:da:", "eigenda_url": null},
      "batch": {"max_entries": 1024, "max_age_s": 5.0},
-     "sink": {"kind": "jsonl", "path": "batches.jsonl"}}   # or {"kind": "chain", …}
+     "sink": {"kind": "jsonl", "path": "batches.jsonl"},  # or {"kind": "chain",
+                                                          #  "rpc_url": …, "deployment": …}
+     "backpressure": {...},              # optional: BackpressureSection
+     "kms_provisioned_locally": false}   # `operator init` provisioned a demo KMS in the dir
 
-Relative paths are relative to the directory holding operator.json.
+Relative paths are relative to the directory holding operator.json. The file is parsed once,
+into the pydantic models below: a missing, misspelt or out-of-range key is an
+:class:`OperatorConfigError` naming it, and every reader gets typed fields.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from verinfer.errors import InvalidRequestError
 
@@ -32,10 +38,79 @@ class OperatorConfigError(InvalidRequestError):
     code = "operator_config"
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    root: Path
-    raw: dict[str, Any]
+class _Section(BaseModel):
+    # A misspelt key is an error, not a silently ignored setting.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DASection(_Section):
+    """Where the DA backends live (``verinfer.da_client.factory.DAConfig``) and which one the
+    operator publishes to first."""
+
+    backend: Literal["local", "redis", "eigenda"]
+    local_store: str | None = None  # relative to the config's directory
+    redis_url: str | None = None
+    redis_prefix: str = "verinfer:da:"
+    redis_retention_s: int | None = Field(default=14 * 24 * 3600, gt=0)
+    eigenda_url: str | None = None
+
+
+class BatchSection(_Section):
+    max_entries: int = Field(default=1024, gt=0)
+    max_age_s: float = Field(default=5.0, gt=0)
+
+
+class JsonlSink(_Section):
+    """Batches to a local JSON-lines file: nothing on chain can challenge these receipts."""
+
+    kind: Literal["jsonl"]
+    path: str
+
+
+class ChainSink(_Section):
+    """Batches committed to the BatchRegistry of a deployment."""
+
+    kind: Literal["chain"]
+    rpc_url: str
+    deployment: str  # deployment.json
+
+
+SinkSection = Annotated[JsonlSink | ChainSink, Field(discriminator="kind")]
+
+
+class BackpressureSection(_Section):
+    """When signing stops (docs/operator.md): ``None`` = the runtime's default (the chain's
+    publication deadline when a chain is bound)."""
+
+    publication_deadline_s: float | None = Field(default=None, gt=0)
+    stop_after_s: float | None = Field(default=None, gt=0)
+    max_pending: int = Field(default=100_000, gt=0)
+    identity_interval_s: float = Field(default=30.0, gt=0)
+    check_interval_s: float = Field(default=1.0, gt=0)
+
+
+class OperatorConfig(_Section):
+    """``operator.json``, checked once when loaded. Relative paths in it are relative to
+    ``root``, the directory holding it."""
+
+    version: Literal[1]
+    keystore: str
+    password_file: str | None = None
+    chain_id: int = Field(ge=0)
+    challenge_manager: str
+    epochs_file: str
+    key_epoch: int = Field(ge=0)
+    outbox: str
+    da: DASection
+    batch: BatchSection
+    sink: SinkSection
+    backpressure: BackpressureSection = BackpressureSection()
+    kms_provisioned_locally: bool = False
+    _root: Path = PrivateAttr(default=Path("."))
+
+    @property
+    def root(self) -> Path:
+        return self._root
 
     @classmethod
     def load(cls, directory: Path) -> OperatorConfig:
@@ -49,23 +124,23 @@ class OperatorConfig:
             raise OperatorConfigError(f"{path} is not valid JSON: {e}") from None
         if not isinstance(raw, dict) or raw.get("version") != 1:
             raise OperatorConfigError(f"{path}: expected an object with version 1")
-        for key in ("keystore", "chain_id", "challenge_manager", "epochs_file", "key_epoch",
-                    "outbox", "da", "batch", "sink"):
-            if key not in raw:
-                raise OperatorConfigError(f"{path}: missing {key!r}")
-        return cls(directory, raw)
-
-    def path(self, key: str) -> Path:
-        p = Path(self.raw[key])
-        return p if p.is_absolute() else self.root / p
+        try:
+            cfg = cls.model_validate(raw)
+        except ValidationError as e:
+            raise OperatorConfigError(f"{path}: " + "; ".join(
+                f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}"
+                for err in e.errors())) from None
+        cfg._root = directory
+        return cfg
 
     def rel(self, value: str) -> Path:
+        """A path from the file, resolved against the config's directory."""
         p = Path(value)
         return p if p.is_absolute() else self.root / p
 
     def password(self) -> str:
-        if self.raw.get("password_file"):
-            return self.rel(self.raw["password_file"]).read_text().strip()
+        if self.password_file:
+            return self.rel(self.password_file).read_text().strip()
         pw = os.environ.get(PASSWORD_ENV)
         if pw is None:
             raise OperatorConfigError(f"no keystore password: set ${PASSWORD_ENV} or "
@@ -76,7 +151,7 @@ class OperatorConfig:
         from eth_account import Account
 
         try:
-            return bytes(Account.decrypt(json.loads(self.path("keystore").read_text()),
+            return bytes(Account.decrypt(json.loads(self.rel(self.keystore).read_text()),
                                          self.password()))
         except (OSError, ValueError) as e:
             raise OperatorConfigError(f"cannot open the operator keystore: {e}") from None

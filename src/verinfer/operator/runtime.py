@@ -37,7 +37,7 @@ from verinfer.da_client.publisher import Publisher
 from verinfer.da_client.sinks import BatchSink, JsonlBatchSink
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import FileEpochRegistry, require_live
-from verinfer.operator.config import OperatorConfig, OperatorConfigError
+from verinfer.operator.config import ChainSink, JsonlSink, OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
 from verinfer.operator.readiness import BacklogMonitor, MonitorThread, Readiness
 from verinfer.protocol.hexutil import parse_hex
@@ -133,42 +133,38 @@ class OperatorRuntime:
 def unsafe_reasons(cfg: OperatorConfig) -> list[str]:
     """What makes this configuration unfit for production (empty: nothing known)."""
     out = []
-    if cfg.raw["sink"].get("kind") != "chain":
+    if not isinstance(cfg.sink, ChainSink):
         out.append("no chain: batches go to a local JSONL file and nothing on chain can "
                    "challenge or slash these receipts")
-    if str(cfg.raw["challenge_manager"]).lower() == ZERO_ADDRESS:
+    if cfg.challenge_manager.lower() == ZERO_ADDRESS:
         out.append("receipts name the zero address as verifyingContract")
-    if cfg.raw.get("kms_provisioned_locally"):
+    if cfg.kms_provisioned_locally:
         out.append("the KMS epoch was provisioned locally: seal keys, sealed shares and the "
                    "attestation root key sit in one directory beside the operator key")
     return out
 
 
 def open_sink(cfg: OperatorConfig) -> BatchSink:
-    sink: dict[str, Any] = cfg.raw["sink"]
-    kind = sink.get("kind")
-    if kind == "jsonl":
-        return JsonlBatchSink(cfg.rel(sink["path"]))
-    if kind == "chain":
-        from verinfer.chain.sink import ChainBatchSink
+    if isinstance(cfg.sink, JsonlSink):
+        return JsonlBatchSink(cfg.rel(cfg.sink.path))
+    from verinfer.chain.sink import ChainBatchSink
 
-        return ChainBatchSink.from_config(sink, private_key=cfg.private_key())
-    raise OperatorConfigError(f"unknown batch sink kind {kind!r} (jsonl | chain)")
+    return ChainBatchSink.connect(cfg.sink.rpc_url, Path(cfg.sink.deployment),
+                                  private_key=cfg.private_key())
 
 
-def _bind_chain(cfg: OperatorConfig, domain: Domain) -> Any:
+def _bind_chain(sink: ChainSink, domain: Domain) -> Any:
     """Checks the chain binding (see the module doc); returns the bound contracts."""
     from web3 import Web3
 
     from verinfer.chain.deploy import Deployment
 
-    sink = cfg.raw["sink"]
-    dep = Deployment.load(Path(sink["deployment"]))
-    w3 = Web3(Web3.HTTPProvider(sink["rpc_url"], request_kwargs={"timeout": 30}))
+    dep = Deployment.load(Path(sink.deployment))
+    w3 = Web3(Web3.HTTPProvider(sink.rpc_url, request_kwargs={"timeout": 30}))
     try:
         connected = int(w3.eth.chain_id)
     except Exception as e:  # any RPC failure: the binding is unproven
-        raise OperatorConfigError(f"cannot read the chain id from {sink['rpc_url']}: {e}"
+        raise OperatorConfigError(f"cannot read the chain id from {sink.rpc_url}: {e}"
                                   ) from None
     ids = {"operator.json chain_id": domain.chain_id, "deployment chain_id": dep.chain_id,
            "connected chain": connected}
@@ -200,20 +196,22 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     engines = [engine] if isinstance(engine, Engine) else list(engine)
     if not engines:
         raise OperatorConfigError("no engine to serve")
-    rec = require_live(FileEpochRegistry(cfg.path("epochs_file")), int(cfg.raw["key_epoch"]))
+    rec = require_live(FileEpochRegistry(cfg.rel(cfg.epochs_file)), cfg.key_epoch)
     epoch_key = load_public_key(rec.suite, rec.public_key_bytes)
-    da_cfg: dict[str, Any] = dict(cfg.raw["da"])
-    backend = da_cfg.pop("backend")
-    if da_cfg.get("local_store"):
-        da_cfg["local_store"] = str(cfg.rel(da_cfg["local_store"]))
-    da = open_client(backend, DAConfig(**da_cfg))
-    domain = Domain(int(cfg.raw["chain_id"]), cfg.raw["challenge_manager"])
+    da_cfg = cfg.da
+    backend = da_cfg.backend
+    da = open_client(backend, DAConfig(
+        local_store=str(cfg.rel(da_cfg.local_store)) if da_cfg.local_store else None,
+        redis_url=da_cfg.redis_url, redis_prefix=da_cfg.redis_prefix,
+        redis_retention_s=da_cfg.redis_retention_s, eigenda_url=da_cfg.eigenda_url))
+    domain = Domain(cfg.chain_id, cfg.challenge_manager)
     readiness = Readiness()
     checks: list[tuple[str, Callable[[], None]]] = []
-    bp: dict[str, Any] = dict(cfg.raw.get("backpressure") or {})
-    deadline = float(bp.get("publication_deadline_s", DEFAULT_PUBLICATION_DEADLINE_S))
-    if cfg.raw["sink"].get("kind") == "chain":
-        contracts = _bind_chain(cfg, domain)
+    bp = cfg.backpressure
+    deadline = (bp.publication_deadline_s if bp.publication_deadline_s is not None
+                else DEFAULT_PUBLICATION_DEADLINE_S)
+    if isinstance(cfg.sink, ChainSink):
+        contracts = _bind_chain(cfg.sink, domain)
         # the deadline that counts is the one a claimant uses: the chain's
         deadline = float(contracts.config.params().publication_deadline)
         if check_identity:
@@ -223,30 +221,30 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
                 checks.append((name, ChainIdentity(
                     readiness, contracts.config, parse_hex(eng.model_id, 32, "model_id"),
                     parse_hex(eng.fingerprint.hash, 32, "engine fingerprint hash"),
-                    interval_s=float(bp.get("identity_interval_s", 30.0)), NAME=name)))
+                    interval_s=bp.identity_interval_s, NAME=name)))
         else:
             log.warning("UNSAFE: signing without checking that the model and engine "
                         "fingerprint are approved on chain")
-    stop_after = float(bp.get("stop_after_s", deadline * DEFAULT_STOP_FRACTION))
+    stop_after = (bp.stop_after_s if bp.stop_after_s is not None
+                  else deadline * DEFAULT_STOP_FRACTION)
     if not 0 < stop_after < deadline:
         raise OperatorConfigError(f"backpressure.stop_after_s must be in (0, {deadline:g}) "
                                   f"(the publication deadline), got {stop_after:g}")
     # Entries queued by an older version carry no domain: they were signed under this one.
-    outbox = Outbox(cfg.path("outbox"), now=clock,
+    outbox = Outbox(cfg.rel(cfg.outbox), now=clock,
                     receipt_decoder=functools.partial(decode_signed_receipt, legacy_domain=domain))
     evidence = EvidencePipeline(
         engines[0], ChainBoundSigner(cfg.private_key(), domain), domain,
-        int(cfg.raw["key_epoch"]), epoch_key, outbox, backend, clock=clock)
-    batch = cfg.raw["batch"]
+        cfg.key_epoch, epoch_key, outbox, backend, clock=clock)
     publisher = Publisher(outbox, da, open_sink(cfg),
-                          batch_max_entries=int(batch.get("max_entries", 1024)),
-                          batch_max_age_s=float(batch.get("max_age_s", 5.0)))
+                          batch_max_entries=cfg.batch.max_entries,
+                          batch_max_age_s=cfg.batch.max_age_s)
     checks.append((BacklogMonitor.NAME, BacklogMonitor(
         readiness, outbox.oldest_pending_at, outbox.pending_count, stop_after_s=stop_after,
-        max_pending=int(bp.get("max_pending", 100_000)), clock=clock,
+        max_pending=bp.max_pending, clock=clock,
         last_error=lambda: publisher.last_error)))
-    interval = monitor_interval_s if monitor_interval_s is not None else float(
-        bp.get("check_interval_s", 1.0))
+    interval = (monitor_interval_s if monitor_interval_s is not None
+                else bp.check_interval_s)
     monitors = MonitorThread(readiness, checks, interval_s=interval)
     runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
                               unsafe_reasons(cfg))

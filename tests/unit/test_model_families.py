@@ -369,3 +369,25 @@ def test_gemma3_hf_config_of_transformers_4_is_read() -> None:
     c = config_from_hf(cfg)
     assert (c.rope_scaling, c.rope_theta, c.rope_local_theta) == (
         RopeScaling("linear", 8.0), 1e6, 10_000.0)
+
+
+@pytest.mark.parametrize("family, drop, swap, match", [
+    ("qwen2", "model.layers.1.self_attn.k_proj.bias", None, r"blk\.1\.attn_k\.bias"),
+    ("qwen3", "model.layers.0.self_attn.q_norm.weight", None, r"blk\.0\.attn_q_norm"),
+    ("phi3", None, ("model.layers.0.mlp.gate_up_proj.weight", (128, 64)), r"ffn_up"),
+    ("phi3", None, ("model.layers.1.self_attn.qkv_proj.weight", (128, 64)), r"attn_qkv"),
+])
+def test_a_file_whose_tensors_contradict_its_architecture_is_refused(
+        tmp_path: Path, family: str, drop: str | None, swap: tuple[str, tuple[int, int]] | None,
+        match: str) -> None:
+    """A file that says qwen2 but lacks a bias (or phi3 with an unfused ffn_up) is refused with
+    the tensor's name — never run as plain Llama, which would be another model under its id."""
+    spec = family_spec(family)
+    state = random_state(spec)
+    if drop:
+        del state[drop]
+    if swap:
+        state[swap[0]] = torch.zeros(swap[1])
+    path = write_family_gguf(tmp_path / f"{family}.gguf", spec, state)
+    with pytest.raises(ModelLoadError, match=match):
+        Engine(load_model(path), "invariant")

@@ -64,25 +64,37 @@ struct Kern {
   // M <= 4 rows, x packed as [K][M]: the same outputs with GEMV-shaped tiles (full K per tile)
   void (*gemv_p)(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
                  float* y, int64_t ldy);
-  // the same on packed Q8_0 panels (panel stride psb bytes)
-  void (*gemv_q8p)(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
-                   float* y, int64_t ldy);
-  // np packed Q8_0 panels -> np fp32 panels [np][K][32] (exact: float(d) * float(q))
-  void (*dequant_q8p)(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
-  // the same two on packed Q4_1 panels: weight = fmaf(float(q), float(d), float(m)), which is
-  // GGUF's d * q + m rounded once (d * q is exact: 11-bit mantissa times a 4-bit integer)
-  void (*gemv_q41p)(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+  // the same on packed quantized panels of format f (PanelFmt; panel stride psb bytes)
+  void (*gemv_q[4])(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
                     float* y, int64_t ldy);
-  void (*dequant_q41p)(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
+  // np packed panels of format f -> np fp32 panels [np][K][32], the exact GGUF values
+  void (*dequant_q[4])(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
 };
 
-// Packed panel geometry: kPNR output columns per panel; a Q8_0 panel block holds, for 32
-// consecutive k, kPNR fp16 scales (64 bytes) then 32 x kPNR int8 ([k][n]).
-constexpr int64_t kPNR = 32, kQBlk = 2 * kPNR + 32 * kPNR;  // 1088 bytes
-// A Q4_1 panel block: for 32 consecutive k, kPNR fp16 scales d, kPNR fp16 minima m, then 16 x kPNR
-// bytes [kp][n] whose low nibble is q at k = kp and high nibble q at k = kp + 16 (GGUF's own
-// nibble order within a block, so packing is a byte transpose). 0.625 bytes per weight.
-constexpr int64_t kQ41Blk = 4 * kPNR + 16 * kPNR;  // 640 bytes
+// Packed quantized panels. Every format is repacked at load into blocks of 32 consecutive k of
+// kPNR = 32 output rows (a panel), k-major inside the block so that 16 rows' weights at one k are
+// 16 consecutive lanes; each block decodes, one k at a time, to exactly the fp32 values
+// gguf.quants.dequantize gives, which then feed the same sequential fmaf chain as fp32 panels.
+// One templated tile (qtile) and one dequantizer (dequant_panels) serve every format; a format is
+// only its block decoder (Dec* in the VI_BODY section). Block layouts, per 32 k x 32 rows:
+//   kQ8   int8 q, fp16 d per row: w = float(q) * d. Holds Q8_0 as stored and Q5_0 widened to
+//         int8 (q5 - 16, which is what gguf multiplies by d): 64 B of d, then q[kk][row]. 1088 B.
+//   kQ41  Q4_1: fp16 d, fp16 m per row, 16 x 32 bytes [kp][row] whose low nibble is q at k = kp
+//         and high nibble q at k = kp + 16 (GGUF's nibble order); w = fmaf(q, d, m). 640 B.
+//   kQ4K  Q4_K: per row the sub-block's fp32 d * sc and -(dmin * m), computed at pack time with
+//         gguf's own float32 products, then nibbles as kQ41; w = fmaf(q, d*sc, -(dmin*m)), which
+//         is gguf's d*sc*q - dmin*m: the product is exact (fp16 x 6-bit x 4-bit < 24 bits), so
+//         both round once, at the same place. 768 B.
+//   kQ6K  Q6_K: per row two fp32 d * sc (one per 16 k, gguf's float32 product), then int8
+//         q6 - 32 [kk][row]; w = float(q) * (d * sc), gguf's order. 1280 B.
+enum PanelFmt : int { kQ8 = 0, kQ41 = 1, kQ4K = 2, kQ6K = 3 };
+constexpr int64_t kPNR = 32;
+constexpr int64_t kQBlk = 2 * kPNR + 32 * kPNR;     // 1088
+constexpr int64_t kQ41Blk = 4 * kPNR + 16 * kPNR;   // 640
+constexpr int64_t kQ4KBlk = 8 * kPNR + 16 * kPNR;   // 768
+constexpr int64_t kQ6KBlk = 8 * kPNR + 32 * kPNR;   // 1280
+constexpr int64_t kPanelBlkBytes[4] = {kQBlk, kQ41Blk, kQ4KBlk, kQ6KBlk};
+struct F32Panels {};  // gemv_run's tag for plain fp32 panels
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
 constexpr int64_t kKBlock = 512, kKBlockAbove = 1536;  // measured: K=1024 is faster unblocked
@@ -557,7 +569,7 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
 
 // ---------------------------------------------------------------- packed family (torch ops)
 // pack_f32: w [N, K] -> [P = ceil(N/32)][K][32] fp32, wp[p][k][i] = w[32p + i][k] (0 for
-// 32p + i >= N). pack_q8_0: GGUF Q8_0 rows [N][K/32*34] -> uint8 [P][K/32][1088]: per panel and
+// 32p + i >= N). pack_quant: GGUF rows -> quantized panels (PanelFmt); e.g. Q8_0 -> [P][K/32][1088]: per panel and
 // 32-k block, 32 fp16 scales d[i] (64 bytes), then q[kk][i] (32 x 32 int8, k-major); padding
 // rows have d = 0, q = 0. linear_packed / linear_q8_0_packed: y[m, n] = fmaf chain over k.
 static constexpr int64_t kGemvMaxRows = 4;
@@ -584,60 +596,108 @@ at::Tensor pack_f32(const at::Tensor& w) {
   return out;
 }
 
-static void check_q8_rows(const at::Tensor& wq, int64_t K) {
-  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
-              "wq must be a contiguous 2-D uint8 CPU tensor");
-  TORCH_CHECK(K > 0 && K % 32 == 0, "Q8_0 needs K % 32 == 0, got K=", K);
-  TORCH_CHECK(wq.size(1) == K / 32 * 34, "wq rows must be K/32*34=", K / 32 * 34, " bytes, got ", wq.size(1));
+// ---- GGUF block types -> packed panels (layouts at PanelFmt). pack(row, j, blk, i) writes row i
+// of the panel block for k = 32 j .. 32 j + 31, reading the GGUF row `row` (all its blocks).
+static inline float half_bits_to_float(const uint8_t* p) {
+  return static_cast<float>(c10::Half(load_u16(p), c10::Half::from_bits()));
+}
+static inline void store_f32(uint8_t* p, float f) { std::memcpy(p, &f, 4); }
+
+static void pack_q8_0_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  const uint8_t* src = row + j * 34;  // fp16 d, 32 x int8 q
+  std::memcpy(blk + 2 * i, src, 2);
+  for (int64_t kk = 0; kk < 32; ++kk) blk[2 * kPNR + kk * kPNR + i] = src[2 + kk];
+}
+static void pack_q5_0_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  const uint8_t* src = row + j * 22;  // fp16 d, uint32 qh (bit kk = 5th bit of q[kk]), 16 B nibbles
+  uint32_t qh;
+  std::memcpy(&qh, src + 2, 4);
+  std::memcpy(blk + 2 * i, src, 2);
+  for (int64_t kk = 0; kk < 32; ++kk) {
+    const int q = ((src[6 + (kk & 15)] >> (kk < 16 ? 0 : 4)) & 15) | (((qh >> kk) & 1) << 4);
+    blk[2 * kPNR + kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>(q - 16));  // gguf: d * (q - 16)
+  }
+}
+static void pack_q4_1_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  const uint8_t* src = row + j * 20;  // fp16 d, fp16 m, 16 B: byte kp = q[kp] | q[kp + 16] << 4
+  std::memcpy(blk + 2 * i, src, 2);
+  std::memcpy(blk + 2 * kPNR + 2 * i, src + 2, 2);
+  for (int64_t kp = 0; kp < 16; ++kp) blk[4 * kPNR + kp * kPNR + i] = src[4 + kp];
+}
+static void pack_q4_k_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  // super-block of 256: fp16 d, fp16 dmin, 12 B of 6-bit (sc, m) for 8 sub-blocks, 128 B nibbles
+  const uint8_t* sb = row + (j / 8) * 144;
+  const int64_t sub = j % 8;
+  const uint8_t* b = sb + 4;
+  int sc, m;  // gguf.quants.Q4_K.get_scale_min
+  if (sub < 4) {
+    sc = b[sub] & 63, m = b[sub + 4] & 63;
+  } else {
+    sc = (b[sub + 4] & 15) | ((b[sub - 4] >> 2) & 0x30);
+    m = (b[sub + 4] >> 4) | ((b[sub] >> 2) & 0x30);
+  }
+  store_f32(blk + 4 * i, half_bits_to_float(sb) * static_cast<float>(sc));
+  store_f32(blk + 4 * kPNR + 4 * i, -(half_bits_to_float(sb + 2) * static_cast<float>(m)));
+  const uint8_t* qs = sb + 16 + 32 * (sub / 2);  // sub-block 2c: low nibbles of qs[32c ..], 2c+1: high
+  const int sh = 4 * static_cast<int>(sub & 1);
+  for (int64_t kp = 0; kp < 16; ++kp)
+    blk[8 * kPNR + kp * kPNR + i] =
+        static_cast<uint8_t>(((qs[kp] >> sh) & 15) | (((qs[kp + 16] >> sh) & 15) << 4));
+}
+static void pack_q6_k_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  // super-block of 256: 128 B low nibbles, 64 B 2-bit highs, 16 int8 scales (one per 16), fp16 d
+  const uint8_t* sb = row + (j / 8) * 210;
+  const uint8_t *ql = sb, *qh = sb + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192);
+  const float d = half_bits_to_float(sb + 208);
+  const int64_t kb = (j % 8) * 32;
+  store_f32(blk + 4 * i, d * static_cast<float>(sc[kb / 16]));
+  store_f32(blk + 4 * kPNR + 4 * i, d * static_cast<float>(sc[kb / 16 + 1]));
+  for (int64_t kk = 0; kk < 32; ++kk) {  // gguf.quants.Q6_K.dequantize_blocks' index order
+    const int64_t k = kb + kk, h = k / 128, r = k % 128;
+    const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 15, hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    blk[8 * kPNR + kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>((lo | (hi << 4)) - 32));
+  }
 }
 
-at::Tensor pack_q8_0(const at::Tensor& wq, int64_t K) {
-  check_q8_rows(wq, K);
-  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, ldw = nb * 34;
+struct GgufType {
+  const char* name;
+  int64_t blk_k, blk_bytes;  // weights and bytes of one GGUF block
+  PanelFmt fmt;
+  void (*pack)(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i);
+};
+static const GgufType kGgufTypes[] = {
+    {"Q8_0", 32, 34, kQ8, pack_q8_0_block},    {"Q5_0", 32, 22, kQ8, pack_q5_0_block},
+    {"Q4_1", 32, 20, kQ41, pack_q4_1_block},   {"Q4_K", 256, 144, kQ4K, pack_q4_k_block},
+    {"Q6_K", 256, 210, kQ6K, pack_q6_k_block},
+};
+static const GgufType& gguf_type(const std::string& name) {
+  for (const GgufType& t : kGgufTypes)
+    if (name == t.name) return t;
+  TORCH_CHECK(false, "unsupported GGUF block type '", name, "' (Q8_0, Q5_0, Q4_1, Q4_K, Q6_K)");
+}
+
+at::Tensor pack_quant(const at::Tensor& wq, const std::string& qtype, int64_t K) {
+  const GgufType& t = gguf_type(qtype);
+  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
+              "wq must be a contiguous 2-D uint8 CPU tensor");
+  TORCH_CHECK(K > 0 && K % t.blk_k == 0, qtype, " needs K % ", t.blk_k, " == 0, got K=", K);
+  const int64_t ldw = K / t.blk_k * t.blk_bytes;
+  TORCH_CHECK(wq.size(1) == ldw, "wq rows must be ", ldw, " bytes for ", qtype, " with K=", K, ", got ", wq.size(1));
+  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, bb = kPanelBlkBytes[t.fmt];
   TORCH_CHECK(N > 0, "wq must be non-empty");
-  at::Tensor out = at::zeros({P, nb, kQBlk}, wq.options());
+  at::Tensor out = at::zeros({P, nb, bb}, wq.options());  // padding rows: all zero, so w = 0
   const uint8_t* src = wq.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
   at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p)
-      for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i) {
-        const uint8_t* row = src + (p * kPNR + i) * ldw;
-        for (int64_t j = 0; j < nb; ++j) {
-          uint8_t* blk = dst + (p * nb + j) * kQBlk;
-          std::memcpy(blk + 2 * i, row + j * 34, 2);
-          for (int64_t kk = 0; kk < 32; ++kk) blk[2 * kPNR + kk * kPNR + i] = row[j * 34 + 2 + kk];
-        }
-      }
+      for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i)
+        for (int64_t j = 0; j < nb; ++j) t.pack(src + (p * kPNR + i) * ldw, j, dst + (p * nb + j) * bb, i);
   });
   return out;
 }
-
-// pack_q4_1: GGUF Q4_1 rows [N][K/32*20] (d fp16, m fp16, 16 bytes of nibbles: byte j holds q[j]
-// low and q[j + 16] high) -> uint8 [P][K/32][640] (layout at kQ41Blk); padding rows are all 0.
-at::Tensor pack_q4_1(const at::Tensor& wq, int64_t K) {
-  TORCH_CHECK(wq.device().is_cpu() && wq.scalar_type() == at::kByte && wq.is_contiguous() && wq.dim() == 2,
-              "wq must be a contiguous 2-D uint8 CPU tensor");
-  TORCH_CHECK(K > 0 && K % 32 == 0, "Q4_1 needs K % 32 == 0, got K=", K);
-  TORCH_CHECK(wq.size(1) == K / 32 * 20, "wq rows must be K/32*20=", K / 32 * 20, " bytes, got ", wq.size(1));
-  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, ldw = nb * 20;
-  TORCH_CHECK(N > 0, "wq must be non-empty");
-  at::Tensor out = at::zeros({P, nb, kQ41Blk}, wq.options());
-  const uint8_t* src = wq.data_ptr<uint8_t>();
-  uint8_t* dst = out.data_ptr<uint8_t>();
-  at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p)
-      for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i) {
-        const uint8_t* row = src + (p * kPNR + i) * ldw;
-        for (int64_t j = 0; j < nb; ++j) {
-          uint8_t* blk = dst + (p * nb + j) * kQ41Blk;
-          std::memcpy(blk + 2 * i, row + j * 20, 2);             // d
-          std::memcpy(blk + 2 * kPNR + 2 * i, row + j * 20 + 2, 2);  // m
-          for (int64_t kp = 0; kp < 16; ++kp) blk[4 * kPNR + kp * kPNR + i] = row[j * 20 + 4 + kp];
-        }
-      }
-  });
-  return out;
-}
+at::Tensor pack_q8_0(const at::Tensor& wq, int64_t K) { return pack_quant(wq, "Q8_0", K); }
+at::Tensor pack_q4_1(const at::Tensor& wq, int64_t K) { return pack_quant(wq, "Q4_1", K); }
 
 // x [M, K] -> groups of g rows (the last one r = M % g rows), each packed [k][rows].
 static at::Tensor pack_x(const at::Tensor& x, int64_t g) {
@@ -710,12 +770,17 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
   return y;
 }
 
-at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
+// y = x W^T on panels from pack_quant(W's GGUF rows, qtype, K): bit-equal to linear_packed on
+// pack_f32(gguf's dequantization of W).
+at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const std::string& qtype, int64_t n,
+                               int64_t K) {
+  const GgufType& gt = gguf_type(qtype);
+  const int64_t bb = kPanelBlkBytes[gt.fmt];
   check_f32(x, "x", 2);
   TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
-                  wqp.size(2) == kQBlk,
-              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", kQBlk, "] (from pack_q8_0)");
-  TORCH_CHECK(K > 0 && K % 32 == 0, "Q8_0 needs K % 32 == 0, got K=", K);
+                  wqp.size(2) == bb,
+              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", bb, "] (from pack_quant(..., '", qtype, "'))");
+  TORCH_CHECK(K > 0 && K % gt.blk_k == 0, qtype, " needs K % ", gt.blk_k, " == 0, got K=", K);
   TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / 32, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * 32,
               ", K=", K);
   const int64_t M = x.size(0), P = wqp.size(0), N = check_packed_n(n, P);
@@ -724,72 +789,40 @@ at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_
   const Kern& kn = kern();
   const uint8_t* w = wqp.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  const int64_t psb = K / 32 * kQBlk, ps = K * kPNR;
-  if (M <= kGemvMaxRows) {  // fused dequantize + FMA: streams int8 + fp16 scales
+  const int64_t psb = K / 32 * bb, ps = K * kPNR;
+  if (M <= kGemvMaxRows) {  // memory-bound decode: decode each block on the fly, fused with the FMAs
     at::Tensor xt = M == 1 ? x : pack_x(x, M);
     const float* xp = xt.data_ptr<float>();
+    const auto gemv = kn.gemv_q[gt.fmt];
     at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
-      kn.gemv_q8p(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
+      gemv(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
     });
     return y;
   }
-  // Large M: dequantize a panel group into fp32 scratch (exact) and run the fp32 GEMM: same bits.
+  // Large M (prefill, replay: compute-bound): each task dequantizes its panel group into fp32
+  // scratch (exact) and runs the fp32 GEMM, so no fp32 copy of the weights is ever held.
   at::Tensor xt = pack_x(x, kn.pmr);
   const float* xp = xt.data_ptr<float>();
   const Tasks t = gemm_tasks(M, P, kn.pmr);
+  const auto dequant = kn.dequant_q[gt.fmt];
   at::parallel_for(0, t.ng * t.nmb, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scratch(t.G * ps);
     int64_t have = -1;
     for (int64_t i = b; i < e; ++i) {
       const int64_t g = i / t.nmb, p0 = g * t.G, p1 = std::min(P, p0 + t.G);
       const int64_t m0 = (i % t.nmb) * t.MB, m1 = std::min(M, m0 + t.MB);
-      if (g != have) kn.dequant_q8p(w + p0 * psb, psb, p1 - p0, K, scratch.data()), have = g;
+      if (g != have) dequant(w + p0 * psb, psb, p1 - p0, K, scratch.data()), have = g;
       kn.gemm_p(xp, M, K, m0, m1, scratch.data(), ps, (p1 - p0) * kPNR, std::min(N, p1 * kPNR) - p0 * kPNR,
                 yp + p0 * kPNR, N);
     }
   });
   return y;
 }
-
+at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
+  return linear_quant_packed(x, wqp, "Q8_0", n, K);
+}
 at::Tensor linear_q4_1_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
-  check_f32(x, "x", 2);
-  TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
-                  wqp.size(2) == kQ41Blk,
-              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", kQ41Blk, "] (from pack_q4_1)");
-  TORCH_CHECK(K > 0 && K % 32 == 0, "Q4_1 needs K % 32 == 0, got K=", K);
-  TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / 32, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * 32,
-              ", K=", K);
-  const int64_t M = x.size(0), P = wqp.size(0), N = check_packed_n(n, P);
-  at::Tensor y = at::empty({M, N}, x.options());
-  if (M == 0) return y;
-  const Kern& kn = kern();
-  const uint8_t* w = wqp.data_ptr<uint8_t>();
-  float* yp = y.data_ptr<float>();
-  const int64_t psb = K / 32 * kQ41Blk, ps = K * kPNR;
-  if (M <= kGemvMaxRows) {  // fused dequantize + FMA: streams nibbles + fp16 scales/minima
-    at::Tensor xt = M == 1 ? x : pack_x(x, M);
-    const float* xp = xt.data_ptr<float>();
-    at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
-      kn.gemv_q41p(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
-    });
-    return y;
-  }
-  // Large M: dequantize a panel group into fp32 scratch (exact) and run the fp32 GEMM: same bits.
-  at::Tensor xt = pack_x(x, kn.pmr);
-  const float* xp = xt.data_ptr<float>();
-  const Tasks t = gemm_tasks(M, P, kn.pmr);
-  at::parallel_for(0, t.ng * t.nmb, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(t.G * ps);
-    int64_t have = -1;
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t g = i / t.nmb, p0 = g * t.G, p1 = std::min(P, p0 + t.G);
-      const int64_t m0 = (i % t.nmb) * t.MB, m1 = std::min(M, m0 + t.MB);
-      if (g != have) kn.dequant_q41p(w + p0 * psb, psb, p1 - p0, K, scratch.data()), have = g;
-      kn.gemm_p(xp, M, K, m0, m1, scratch.data(), ps, (p1 - p0) * kPNR, std::min(N, p1 * kPNR) - p0 * kPNR,
-                yp + p0 * kPNR, N);
-    }
-  });
-  return y;
+  return linear_quant_packed(x, wqp, "Q4_1", n, K);
 }
 
 at::Tensor argmax(const at::Tensor& x) {
@@ -837,6 +870,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q8_0_packed", &vi::linear_q8_0_packed, rel());
   m.def("pack_q4_1", &vi::pack_q4_1, rel());
   m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
+  m.def("pack_quant", &vi::pack_quant, rel());
+  m.def("linear_quant_packed", &vi::linear_quant_packed, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());
 }
@@ -1127,64 +1162,119 @@ static void ptile(const float* xp, const float* w, int64_t ps, int64_t kc, float
   }
   acc_out<MR, NV>(acc, y, ldy, cols);
 }
-// The same on packed Q8_0 panels (K % 32 == 0, full K): each weight is float(q) * d (exact),
-// then FMA'd exactly as above. w: the panel's first block; off: column offset in the panel.
-template <int MR, int NV>
+// ---- block decoders (layouts at PanelFmt). scales(blk, col): the per-row constants of the
+// block's columns col .. col + 15; weight<H>(blk, col, i, s): their 16 weights at k = 16 H + i of
+// the block, bit-equal to gguf.quants.dequantize. H is a template argument so that every shift
+// and offset is a constant.
+#define VI_INLINE static inline __attribute__((always_inline))
+struct DecQ8 {
+  static constexpr int64_t kBytes = kQBlk;
+  struct S {
+    V d;
+  };
+  VI_INLINE S scales(const uint8_t* blk, int64_t col) { return {V::h16(blk + 2 * col)}; }
+  template <int H>
+  VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
+    return V::q8(reinterpret_cast<const int8_t*>(blk + 2 * kPNR + (16 * H + i) * kPNR + col), s.d);
+  }
+};
+struct DecQ41 {
+  static constexpr int64_t kBytes = kQ41Blk;
+  struct S {
+    V d, m;
+  };
+  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
+    return {V::h16(blk + 2 * col), V::h16(blk + 2 * kPNR + 2 * col)};
+  }
+  template <int H>
+  VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
+    return V::q41(blk + 4 * kPNR + i * kPNR + col, 4 * H, s.d, s.m);
+  }
+};
+struct DecQ4K {
+  static constexpr int64_t kBytes = kQ4KBlk;
+  struct S {
+    V d, m;
+  };
+  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
+    const float* f = reinterpret_cast<const float*>(blk);
+    return {V::load(f + col), V::load(f + kPNR + col)};
+  }
+  template <int H>
+  VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
+    return V::q41(blk + 8 * kPNR + i * kPNR + col, 4 * H, s.d, s.m);
+  }
+};
+struct DecQ6K {
+  static constexpr int64_t kBytes = kQ6KBlk;
+  struct S {
+    V d0, d1;  // k = 0..15, 16..31 of the block
+  };
+  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
+    const float* f = reinterpret_cast<const float*>(blk);
+    return {V::load(f + col), V::load(f + kPNR + col)};
+  }
+  template <int H>
+  VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
+    return V::q8(reinterpret_cast<const int8_t*>(blk + 8 * kPNR + (16 * H + i) * kPNR + col), H ? s.d1 : s.d0);
+  }
+};
+#undef VI_INLINE
+
+// Half a block (16 k) of a quantized tile: decode NV weight vectors per k, FMA them into the MR x NV
+// accumulators in increasing k, exactly as ptile does with fp32 weights.
+template <class F, int H, int MR, int NV>
+static inline __attribute__((always_inline)) void qhalf(const float*& xp, const uint8_t* w, int64_t psb, int64_t off,
+                                                        const typename F::S* s, V* acc) {
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; ++i, xp += MR) {
+    V wv[NV];
+    VI_UNROLL
+    for (int j = 0; j < NV; ++j)
+      wv[j] = F::template weight<H>(w + (j >> 1) * psb, off + (j & 1) * 16, i, s[j]);
+    VI_UNROLL
+    for (int m = 0; m < MR; ++m) {
+      const V xb = V::set1(xp[m]);
+      VI_UNROLL
+      for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
+    }
+  }
+}
+// A tile over full K on packed quantized panels of decoder F (K % 32 == 0): the same outputs, in
+// the same order, as ptile on the dequantized fp32 panels. w: the panel's first block; off: the
+// column offset in the panel.
+template <class F, int MR, int NV>
 static void qtile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, int64_t K, float* y, int64_t ldy,
                   int64_t cols) {
   V acc[MR * NV];
   acc_in<MR, NV>(acc, y, ldy, cols, false);
-  for (int64_t b = 0; b < K; b += 32, w += kQBlk) {
-    V sc[NV];
+  for (int64_t b = 0; b < K; b += 32, w += F::kBytes) {
+    typename F::S s[NV];
     VI_UNROLL
-    for (int j = 0; j < NV; ++j) sc[j] = V::h16(w + (j >> 1) * psb + 2 * (off + (j & 1) * 16));
-    const uint8_t* q = w + 2 * kPNR + off;
-    for (int kk = 0; kk < 32; ++kk, xp += MR, q += kPNR) {
-      V wv[NV];
-      VI_UNROLL
-      for (int j = 0; j < NV; ++j)
-        wv[j] = V::q8(reinterpret_cast<const int8_t*>(q + (j >> 1) * psb + (j & 1) * 16), sc[j]);
-      VI_UNROLL
-      for (int m = 0; m < MR; ++m) {
-        const V xb = V::set1(xp[m]);
-        VI_UNROLL
-        for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
-      }
-    }
+    for (int j = 0; j < NV; ++j) s[j] = F::scales(w + (j >> 1) * psb, off + (j & 1) * 16);
+    qhalf<F, 0, MR, NV>(xp, w, psb, off, s, acc);
+    qhalf<F, 1, MR, NV>(xp, w, psb, off, s, acc);
   }
   acc_out<MR, NV>(acc, y, ldy, cols);
 }
-// The same on packed Q4_1 panels: each weight is fmaf(float(q), d, m) (GGUF's value, see Kern),
-// FMA'd in increasing k: k = b + kk reads the low nibbles of byte row kk for kk < 16, then the
-// high nibbles of byte row kk - 16.
-template <int MR, int NV>
-static void q41tile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, int64_t K, float* y, int64_t ldy,
-                    int64_t cols) {
-  V acc[MR * NV];
-  acc_in<MR, NV>(acc, y, ldy, cols, false);
-  for (int64_t b = 0; b < K; b += 32, w += kQ41Blk) {
-    V sc[NV], mn[NV];
-    VI_UNROLL
-    for (int j = 0; j < NV; ++j) {
-      sc[j] = V::h16(w + (j >> 1) * psb + 2 * (off + (j & 1) * 16));
-      mn[j] = V::h16(w + (j >> 1) * psb + 2 * kPNR + 2 * (off + (j & 1) * 16));
-    }
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* q = w + 4 * kPNR + off;
-      for (int kk = 0; kk < 16; ++kk, xp += MR, q += kPNR) {
-        V wv[NV];
-        VI_UNROLL
-        for (int j = 0; j < NV; ++j) wv[j] = V::q41(q + (j >> 1) * psb + (j & 1) * 16, 4 * half, sc[j], mn[j]);
-        VI_UNROLL
-        for (int m = 0; m < MR; ++m) {
-          const V xb = V::set1(xp[m]);
-          VI_UNROLL
-          for (int j = 0; j < NV; ++j) acc[m * NV + j] = V::fma(xb, wv[j], acc[m * NV + j]);
-        }
-      }
-    }
+template <class F, int H>
+static inline __attribute__((always_inline)) void dq_half(const uint8_t* blk, const typename F::S& s0,
+                                                          const typename F::S& s1, float*& out) {
+  for (int i = 0; i < 16; ++i, out += kPNR) {
+    V::store(out, F::template weight<H>(blk, 0, i, s0));
+    V::store(out + 16, F::template weight<H>(blk, 16, i, s1));
   }
-  acc_out<MR, NV>(acc, y, ldy, cols);
+}
+// np packed panels of decoder F -> np fp32 panels [np][K][32] (the large-M path's scratch).
+template <class F>
+static void dequant_panels(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
+  for (int64_t p = 0; p < np; ++p, wp += psb)
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const uint8_t* blk = wp + b * F::kBytes;
+      const typename F::S s0 = F::scales(blk, 0), s1 = F::scales(blk, 16);
+      dq_half<F, 0>(blk, s0, s1, out);
+      dq_half<F, 1>(blk, s0, s1, out);
+    }
 }
 // Runtime row count r (1..R) of the last packed x group -> ptile<r, NV>.
 template <int R, int NV>
@@ -1213,79 +1303,52 @@ static void gemm_p(const float* xpk, int64_t M, int64_t K, int64_t m0, int64_t m
   }
 }
 // GEMV (M <= 4): full-K tiles of kGNV[M] vectors, then narrower tiles for the range's end.
-// Q: 0 fp32 panels, 1 Q8_0 panels, 2 Q4_1 panels
-template <int MR, int NV, int Q>
+// F: F32Panels (fp32 panels, ps in floats) or a block decoder (ps in bytes).
+template <class F, int MR, int NV>
 static void gemv_run(int64_t& c, const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
                      float* y, int64_t ldy) {
   for (; c + 16 * NV <= cw; c += 16 * NV) {
     const int64_t cols = std::min<int64_t>(16 * NV, nv - c);
     if (cols <= 0) continue;
-    if constexpr (Q == 2)
-      q41tile<MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
-    else if constexpr (Q == 1)
-      qtile<MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
-    else
+    if constexpr (std::is_same_v<F, F32Panels>)
       ptile<MR, NV>(xp, static_cast<const float*>(wp) + (c / kPNR) * ps + c % kPNR, ps, K, y + c, ldy, cols,
                     false);
+    else
+      qtile<F, MR, NV>(xp, static_cast<const uint8_t*>(wp) + (c / kPNR) * ps, ps, c % kPNR, K, y + c, ldy, cols);
   }
 }
-template <int MR, int Q>
+template <class F, int MR>
 static void gemv_rows(const float* xp, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv, float* y,
                       int64_t ldy) {
-  constexpr int NV = Q != 0 ? kGNVq[MR] : kGNV[MR];
+  constexpr int NV = std::is_same_v<F, F32Panels> ? kGNV[MR] : kGNVq[MR];
   int64_t c = 0;
-  gemv_run<MR, NV, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
-  if constexpr (NV > 4) gemv_run<MR, 4, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
-  if constexpr (NV > 2) gemv_run<MR, 2, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
-  if constexpr (NV > 1) gemv_run<MR, 1, Q>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  gemv_run<F, MR, NV>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 4) gemv_run<F, MR, 4>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 2) gemv_run<F, MR, 2>(c, xp, K, wp, ps, cw, nv, y, ldy);
+  if constexpr (NV > 1) gemv_run<F, MR, 1>(c, xp, K, wp, ps, cw, nv, y, ldy);
 }
-template <int Q>
+template <class F>
 static void gemv_any(const float* xp, int64_t M, int64_t K, const void* wp, int64_t ps, int64_t cw, int64_t nv,
                      float* y, int64_t ldy) {
-  if (M == 1) gemv_rows<1, Q>(xp, K, wp, ps, cw, nv, y, ldy);
-  if (M == 2) gemv_rows<2, Q>(xp, K, wp, ps, cw, nv, y, ldy);
-  if (M == 3) gemv_rows<3, Q>(xp, K, wp, ps, cw, nv, y, ldy);
-  if (M == 4) gemv_rows<4, Q>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 1) gemv_rows<F, 1>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 2) gemv_rows<F, 2>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 3) gemv_rows<F, 3>(xp, K, wp, ps, cw, nv, y, ldy);
+  if (M == 4) gemv_rows<F, 4>(xp, K, wp, ps, cw, nv, y, ldy);
 }
 static void gemv_p(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
                    float* y, int64_t ldy) {
-  gemv_any<0>(xp, M, K, wp, ps, cw, nv, y, ldy);
+  gemv_any<F32Panels>(xp, M, K, wp, ps, cw, nv, y, ldy);
 }
-static void gemv_q8p(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
-                     float* y, int64_t ldy) {
-  gemv_any<1>(xp, M, K, wp, psb, cw, nv, y, ldy);
-}
-static void gemv_q41p(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
-                      float* y, int64_t ldy) {
-  gemv_any<2>(xp, M, K, wp, psb, cw, nv, y, ldy);
-}
-static void dequant_q41p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
-  for (int64_t p = 0; p < np; ++p, wp += psb)
-    for (int64_t b = 0; b < K / 32; ++b) {
-      const uint8_t* blk = wp + b * kQ41Blk;
-      const V d0 = V::h16(blk), d1 = V::h16(blk + 32), m0 = V::h16(blk + 64), m1 = V::h16(blk + 96);
-      for (int kk = 0; kk < 32; ++kk, out += kPNR) {
-        const uint8_t* q = blk + 4 * kPNR + (kk & 15) * kPNR;
-        const int shift = kk < 16 ? 0 : 4;
-        V::store(out, V::q41(q, shift, d0, m0));
-        V::store(out + 16, V::q41(q + 16, shift, d1, m1));
-      }
-    }
-}
-static void dequant_q8p(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
-  for (int64_t p = 0; p < np; ++p, wp += psb)
-    for (int64_t b = 0; b < K / 32; ++b) {
-      const uint8_t* blk = wp + b * kQBlk;
-      const V s0 = V::h16(blk), s1 = V::h16(blk + 32);
-      for (int kk = 0; kk < 32; ++kk, out += kPNR) {
-        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2 * kPNR + kk * kPNR);
-        V::store(out, V::q8(q, s0));
-        V::store(out + 16, V::q8(q + 16, s1));
-      }
-    }
+template <class F>
+static void gemv_qp(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+                    float* y, int64_t ldy) {
+  gemv_any<F>(xp, M, K, wp, psb, cw, nv, y, ldy);
 }
 
-static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv,
-                           kPMR, gemm_p, gemv_p, gemv_q8p, dequant_q8p, gemv_q41p, dequant_q41p};
+// Indexed by PanelFmt.
+static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv, kPMR, gemm_p, gemv_p,
+                           {gemv_qp<DecQ8>, gemv_qp<DecQ41>, gemv_qp<DecQ4K>, gemv_qp<DecQ6K>},
+                           {dequant_panels<DecQ8>, dequant_panels<DecQ41>, dequant_panels<DecQ4K>,
+                            dequant_panels<DecQ6K>}};
 
 #endif  // VI_BODY

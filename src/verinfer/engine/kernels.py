@@ -224,6 +224,46 @@ def linear_q4_1_packed(x: torch.Tensor, wqp: torch.Tensor, n: int, k: int) -> to
     return _tensor("linear_q4_1_packed", x, wqp, int(n), int(k))
 
 
+# GGUF block types the quantized panels read: type name -> (weights per block, bytes per block).
+QUANT_BLOCKS = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_1": (32, 20), "Q4_K": (256, 144),
+                "Q6_K": (256, 210)}
+
+
+def quant_row_bytes(qtype: str, k: int) -> int:
+    """Bytes of one GGUF row of k weights of block type ``qtype`` (a key of QUANT_BLOCKS)."""
+    try:
+        weights, nbytes = QUANT_BLOCKS[qtype]
+    except KeyError:
+        raise KernelError(f"unsupported GGUF block type {qtype!r} "
+                          f"({', '.join(QUANT_BLOCKS)})") from None
+    if k <= 0 or k % weights:
+        raise KernelError(f"{qtype} rows need k % {weights} == 0, got k={k}")
+    return k // weights * nbytes
+
+
+def pack_quant(wq: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
+    """Repack GGUF rows (uint8 [N, quant_row_bytes(qtype, k)], the file's bytes) once, at model
+    load, into 32-row panels for :func:`linear_quant_packed`.
+
+    Layout: uint8 [P, K/32, B], P = ceil(N / 32); each block holds 32 consecutive k of the
+    panel's 32 rows, k-major, with the per-row constants the format needs first (B: 1088 for
+    Q8_0 and Q5_0, the latter's 5-bit q widened to int8 q - 16; 640 for Q4_1; 768 for Q4_K, its
+    sub-block scale and minimum as gguf's fp32 products d*sc and -(dmin*m); 1280 for Q6_K, its
+    fp32 d*sc per 16 k and int8 q - 32). csrc/verinfer_kernels.cpp (PanelFmt) has the details.
+    Every weight decodes to exactly ``gguf.quants.dequantize``'s value.
+    """
+    return _tensor("pack_quant", wq, qtype, int(k))
+
+
+def linear_quant_packed(x: torch.Tensor, wqp: torch.Tensor, qtype: str, n: int,
+                        k: int) -> torch.Tensor:
+    """Exactly ``linear_packed(x, pack_f32(gguf.quants.dequantize(wq)), n)`` bit for bit, with
+    wqp = ``pack_quant(wq, qtype, k)``. M <= 4 (decode) decodes each block on the fly into the
+    FMA chain, reading the quantized bytes only; larger M (prefill, replay) dequantizes one
+    panel group at a time into fp32 scratch and runs the fp32 microkernel."""
+    return _tensor("linear_quant_packed", x, wqp, qtype, int(n), int(k))
+
+
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """Per row of x [M, n]: r = 1 / sqrtf(dot16(x, x, n) / n + eps); y = (x * r) * w; w: [n].
 

@@ -1,8 +1,10 @@
 """Weight loading: GGUF (the `gguf` package) and safetensors.
 
-Weights are kept under GGUF tensor names (``blk.{i}.attn_q.weight`` …) whatever the source, as
-float32 tensors holding the exact dequantized values. A Q8_0 matrix also keeps its raw blocks, so
-the invariant kernels can read 4x fewer bytes and still compute on the very same fp32 values.
+Weights are kept under GGUF tensor names (``blk.{i}.attn_q.weight`` …) whatever the source. A
+matrix stored in a block type the kernels read (Q8_0, Q5_0, Q4_1, Q4_K, Q6_K) stays in that form:
+its raw blocks, 0.56-1.06 bytes per weight, which the invariant kernels decode to exactly the fp32
+values ``gguf.quants.dequantize`` gives. Everything else (norms, F32/F16 matrices, other block
+types) is held as those exact fp32 values.
 
 The model id is ``0x`` + sha256 of the weight file: the bytes, not a name, identify a model.
 """
@@ -31,16 +33,32 @@ from verinfer.errors import ModelLoadError, TokenizerError
 
 @dataclass
 class Weights:
-    """fp32 tensors by GGUF name, plus raw Q8_0 blocks for matrices stored that way."""
+    """fp32 tensors by GGUF name, plus the raw blocks of matrices kept quantized:
+    ``blocks[name] = (GGUF type name, uint8 [N, row bytes])``."""
 
     f32: dict[str, torch.Tensor]
-    q8_0: dict[str, torch.Tensor]
-    q4_1: dict[str, torch.Tensor] = field(default_factory=dict)
+    blocks: dict[str, tuple[str, torch.Tensor]] = field(default_factory=dict)
 
     def matrix(self, name: str) -> Matrix:
-        if name not in self.f32 and name not in self.q8_0:
+        if name in self.blocks:
+            qtype, raw = self.blocks[name]
+            return Matrix(self.f32.get(name), qtype=qtype, blocks=raw)
+        if name not in self.f32:
             raise ModelLoadError(f"weight {name!r} is missing from the model file")
-        return Matrix(self.f32.get(name), self.q8_0.get(name), q4_1=self.q4_1.get(name))
+        return Matrix(self.f32[name])
+
+    def _of_type(self, qtype: str) -> dict[str, torch.Tensor]:
+        return {n: raw for n, (t, raw) in self.blocks.items() if t == qtype}
+
+    @property
+    def q8_0(self) -> dict[str, torch.Tensor]:
+        """The Q8_0 matrices' raw blocks (a view of ``blocks``)."""
+        return self._of_type("Q8_0")
+
+    @property
+    def q4_1(self) -> dict[str, torch.Tensor]:
+        """The Q4_1 matrices' raw blocks (a view of ``blocks``)."""
+        return self._of_type("Q4_1")
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -145,22 +163,18 @@ def _load_gguf(path: Path) -> LoadedModel:
         raise ModelLoadError(f"GGUF tokenizer metadata is unusable: {e.message}") from e
     config = config_from_gguf(g.fields, tokenizer.vocab_size)
 
+    from verinfer.engine.kernels import QUANT_BLOCKS
+
     f32: dict[str, torch.Tensor] = {}
-    q8: dict[str, torch.Tensor] = {}
-    q41: dict[str, torch.Tensor] = {}
+    blocks: dict[str, tuple[str, torch.Tensor]] = {}
     for t in g.tensors:
         qtype = gguf.GGMLQuantizationType(t.qtype)
         raw = g.raw(t)
-        if qtype == gguf.GGMLQuantizationType.Q4_1 and len(t.shape) == 2:
-            # Raw blocks for the streaming kernel (0.625 bytes/weight at decode); the fp32 copy
-            # below holds the same values (gguf.quants: d * q + m, the product exact).
-            q41[t.name] = torch.from_numpy(np.array(raw)).reshape(t.shape[0], -1)
-        if qtype == gguf.GGMLQuantizationType.Q8_0 and len(t.shape) == 2:
-            q8[t.name] = torch.from_numpy(np.array(raw))  # [N, K/32*34] uint8, owned copy
-            if t.name == "token_embd.weight":
-                # Only read by row lookup and as the LM head, both from the Q8_0 blocks: the
-                # 4x larger fp32 copy is never materialized.
-                continue
+        if qtype.name in QUANT_BLOCKS and len(t.shape) == 2:
+            # Kept as the file's blocks (an owned copy): the kernels decode them on the fly to
+            # the exact values gguf.quants.dequantize gives, and no fp32 copy is ever made.
+            blocks[t.name] = (qtype.name, torch.from_numpy(np.array(raw)).reshape(t.shape[0], -1))
+            continue
         try:
             if qtype == gguf.GGMLQuantizationType.F32:
                 arr = raw.view(np.float32).reshape(t.shape)
@@ -169,24 +183,29 @@ def _load_gguf(path: Path) -> LoadedModel:
         except Exception as e:
             raise ModelLoadError(f"tensor {t.name!r} ({qtype.name}) cannot be decoded: {e}") from e
         f32[t.name] = torch.from_numpy(np.array(arr, dtype=np.float32))
-    _check_shapes(config, f32, q8)
+    weights = Weights(f32, blocks)
+    _check_shapes(config, weights)
     name = str(g.fields.get("general.name") or path.stem)
-    return LoadedModel(path, sha256_file(path), name, config, Weights(f32, q8, q41), tokenizer)
+    return LoadedModel(path, sha256_file(path), name, config, weights, tokenizer)
 
 
-def _check_shapes(cfg: ModelConfig, f32: dict[str, torch.Tensor],
-                  q8: dict[str, torch.Tensor]) -> None:
-    emb = f32.get("token_embd.weight", q8.get("token_embd.weight"))
+def _check_shapes(cfg: ModelConfig, weights: Weights) -> None:
+    def shape(name: str) -> tuple[int, int] | None:
+        if name not in weights.f32 and name not in weights.blocks:
+            return None
+        return weights.matrix(name).shape
+
+    emb = shape("token_embd.weight")
     if emb is None:
         raise ModelLoadError("model has no token_embd.weight")
-    if emb.shape[0] != cfg.vocab_size:
-        raise ModelLoadError(f"embedding has {emb.shape[0]} rows but the tokenizer has "
+    if emb[0] != cfg.vocab_size:
+        raise ModelLoadError(f"embedding has {emb[0]} rows but the tokenizer has "
                              f"{cfg.vocab_size}")
-    want = expected_shapes(cfg, f32)
-    for name, shape in want.items():
-        got = tuple(f32[name].shape) if name in f32 else None
-        if got != shape:
-            raise ModelLoadError(f"{name}: expected shape {shape}, found {got}")
+    want = expected_shapes(cfg, weights.f32.keys() | weights.blocks.keys())
+    for name, want_shape in want.items():
+        got = shape(name)
+        if got != want_shape:
+            raise ModelLoadError(f"{name}: expected shape {want_shape}, found {got}")
 
 
 # ---- safetensors ---------------------------------------------------------------------------
@@ -214,6 +233,6 @@ def _load_safetensors(path: Path) -> LoadedModel:
         if arch == "gemma3" and name.endswith("norm.weight"):
             w = w + 1.0  # HF Gemma stores w and multiplies by (1 + w); GGUF bakes the 1 in
         f32[name] = w
-    _check_shapes(config, f32, {})
-    return LoadedModel(path, sha256_file(path), path.parent.name, config, Weights(f32, {}),
-                       tokenizer)
+    weights = Weights(f32)
+    _check_shapes(config, weights)
+    return LoadedModel(path, sha256_file(path), path.parent.name, config, weights, tokenizer)

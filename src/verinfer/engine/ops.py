@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -27,39 +28,74 @@ KernelMode = Literal["invariant", "fast"]
 
 @dataclass
 class Matrix:
-    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, plus the GGUF Q8_0 or Q4_1
-    blocks if stored so.
+    """A weight matrix [N, K] for y = x @ W.T: exact fp32 values, or the file's GGUF blocks.
 
-    ``packed`` is the kernel-ready copy that :meth:`Ops.prepare` builds once at model load
-    (panels of 32 output rows; fp32, Q8_0 or Q4_1 as stored). The values are the same; only the
-    memory layout differs, so the matrix still means exactly the stored weights.
+    ``qtype``/``blocks``: the GGUF block type (a key of ``kernels.QUANT_BLOCKS``: Q8_0, Q5_0,
+    Q4_1, Q4_K, Q6_K) and the raw rows, uint8 [N, row bytes]. Quantized matrices stay quantized
+    in memory: the invariant kernels decode every block to exactly ``gguf.quants.dequantize``'s
+    fp32 values inside the matmul, and ``dense``/``rows`` produce those same values on demand.
+    ``q8_0``/``q4_1`` are the older spelling of ``blocks`` for those two types (accepted and
+    kept in sync). ``packed`` is the kernel-ready copy that :meth:`Ops.prepare` builds once at
+    model load (32-row panels, same values, another layout).
     """
 
     f32: torch.Tensor | None
     q8_0: torch.Tensor | None = None
     packed: torch.Tensor | None = None
-    q4_1: torch.Tensor | None = None  # [N, K/32*20] uint8; f32 is then always set as well
+    q4_1: torch.Tensor | None = None
+    qtype: str | None = None
+    blocks: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        for qtype, legacy in (("Q8_0", self.q8_0), ("Q4_1", self.q4_1)):
+            if legacy is not None and self.blocks is None:
+                self.qtype, self.blocks = qtype, legacy
+        if self.qtype == "Q8_0":
+            self.q8_0 = self.blocks
+        elif self.qtype == "Q4_1":
+            self.q4_1 = self.blocks
+        if self.f32 is None and self.blocks is None:
+            raise KernelError("a Matrix needs fp32 values or GGUF blocks")
 
     @property
     def shape(self) -> tuple[int, int]:
         if self.f32 is not None:
             return (int(self.f32.shape[0]), int(self.f32.shape[1]))
-        assert self.q8_0 is not None
-        return (int(self.q8_0.shape[0]), int(self.q8_0.shape[1]) // 34 * 32)
+        assert self.blocks is not None and self.qtype is not None
+        weights, nbytes = _quant_block(self.qtype)
+        return (int(self.blocks.shape[0]), int(self.blocks.shape[1]) // nbytes * weights)
 
     def dense(self) -> torch.Tensor:
-        """The fp32 matrix (dequantized once on first use when only Q8_0 blocks are held)."""
+        """The fp32 matrix (dequantized once, on first use, when only blocks are held: the
+        ``fast`` mode and tests; the invariant kernels never need it)."""
         if self.f32 is None:
-            assert self.q8_0 is not None
-            self.f32 = dequantize_q8_0_rows(self.q8_0)
+            assert self.blocks is not None
+            self.f32 = self._dequantize(self.blocks)
         return self.f32
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` as fp32 (embedding lookup), exact either way."""
         if self.f32 is not None:
             return self.f32.index_select(0, ids)
-        assert self.q8_0 is not None
-        return dequantize_q8_0_rows(self.q8_0.index_select(0, ids))
+        assert self.blocks is not None
+        return self._dequantize(self.blocks.index_select(0, ids))
+
+    def _dequantize(self, blocks: torch.Tensor) -> torch.Tensor:
+        if self.qtype == "Q8_0":  # the hot path (embedding lookups), in torch
+            return dequantize_q8_0_rows(blocks)
+        import gguf
+
+        assert self.qtype is not None
+        arr = gguf.quants.dequantize(blocks.numpy(), gguf.GGMLQuantizationType[self.qtype])
+        return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+
+
+def _quant_block(qtype: str) -> tuple[int, int]:
+    from verinfer.engine.kernels import QUANT_BLOCKS
+
+    if qtype not in QUANT_BLOCKS:
+        raise KernelError(f"unsupported GGUF block type {qtype!r}")
+    return QUANT_BLOCKS[qtype]
 
 
 def dequantize_q8_0_rows(blocks: torch.Tensor) -> torch.Tensor:
@@ -118,11 +154,9 @@ class InvariantOps:
 
     def prepare(self, w: Matrix) -> Matrix:
         if w.packed is None:
-            k = w.shape[1]
-            if w.q8_0 is not None:
-                w.packed = self.k.pack_q8_0(w.q8_0, k)
-            elif w.q4_1 is not None:
-                w.packed = self.k.pack_q4_1(w.q4_1, k)
+            if w.blocks is not None:
+                assert w.qtype is not None
+                w.packed = self.k.pack_quant(w.blocks, w.qtype, w.shape[1])
             else:
                 w.packed = self.k.pack_f32(w.dense())
         return w
@@ -131,10 +165,8 @@ class InvariantOps:
         if w.packed is None:
             raise KernelError("weight matrix used before Ops.prepare packed it")
         n, k = w.shape
-        if w.q8_0 is not None:
-            return self.k.linear_q8_0_packed(x, w.packed, n, k)
-        if w.q4_1 is not None:
-            return self.k.linear_q4_1_packed(x, w.packed, n, k)
+        if w.qtype is not None:
+            return self.k.linear_quant_packed(x, w.packed, w.qtype, n, k)
         return self.k.linear_packed(x, w.packed, n)
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

@@ -25,8 +25,8 @@ from verinfer.testing.sample import SAMPLE_DOMAIN, sample_signed_receipt
 
 OTHER_DOMAIN = Domain(1, SAMPLE_DOMAIN.verifying_contract)
 
-# Written by the code before manifests named their EIP-712 domain (commit b097a2b): a one-entry
-# batch of sample_signed_receipt(b"legacy payload") and that receipt's outbox bytes.
+# Written by the code before manifests named their EIP-712 domain (commit b097a2b; format 1,
+# never shipped, no longer read): a one-entry batch and that receipt's old outbox bytes.
 LEGACY_MANIFEST = (
     b'{"batchRoot":"0xe3d548fe53c18d89d9c10d3fc8691aa2bcf96d0c591e3d8fc10649dd49912f82","entri'
     b'es":[{"ciphertext":"da://local/0x57c686be41c66320bb8f451068c4176d51c708594aa82f9ec3e3241'
@@ -69,7 +69,7 @@ def test_round_trip_and_proofs(n: int) -> None:
     data = m.to_bytes()
     assert parse_manifest(data) == m
     obj = json.loads(data)
-    assert obj["leafCount"] == n and obj["format"] == "verinfer.batch-manifest/1"
+    assert obj["leafCount"] == n and obj["format"] == "verinfer.batch-manifest/2"
     assert obj["batchRoot"] == "0x" + build_tree(list(m.digests)).root.hex()
     for i, d in enumerate(m.digests):
         proof = inclusion_proof(data, d)
@@ -110,7 +110,7 @@ def _swap(o: dict) -> None:  # type: ignore[type-arg]
     # a domain for another chain than the receipts name: refused by the chain rule first
     (lambda o: o["domain"].__setitem__("chainId", 1), "signed under a domain for chainId 1"),
     (lambda o: o["domain"].__setitem__("name", "other"), "not a verinfer v1 domain"),
-    (lambda o: o.__delitem__("domain"), "names no EIP-712 domain"),
+    (lambda o: o.__delitem__("domain"), "manifest keys must be"),
 ])
 def test_tampered_manifests_are_rejected(edit: object, match: str) -> None:
     data = build_manifest(_entries(3)).to_bytes()
@@ -153,7 +153,7 @@ def test_manifest_names_its_domain_and_holds_receipts_signed_receipts() -> None:
     data = m.to_bytes()
     assert json.loads(data)["domain"] == SAMPLE_DOMAIN.to_json()
     got = parse_manifest(data)
-    assert got.domain == SAMPLE_DOMAIN and got.names_domain
+    assert got.domain == SAMPLE_DOMAIN
     assert all(type(e.signed) is SignedReceipt for e in got.entries)
     assert parse_manifest(data, SAMPLE_DOMAIN) == got == m
 
@@ -164,16 +164,14 @@ def test_manifest_for_another_domain_is_rejected() -> None:
         parse_manifest(data, OTHER_DOMAIN)
 
 
-def test_manifest_without_domain_key_is_read_under_the_readers_domain() -> None:
-    with pytest.raises(ManifestError, match="names no EIP-712 domain"):
-        parse_manifest(LEGACY_MANIFEST)
-    m = parse_manifest(LEGACY_MANIFEST, SAMPLE_DOMAIN)
-    assert not m.names_domain and m.to_bytes() == LEGACY_MANIFEST  # same bytes, same pointer
-    assert m.entries[0].signed == sample_signed_receipt(b"legacy payload")
-    m.verify_signatures(SAMPLE_DOMAIN)
-    assert inclusion_proof(LEGACY_MANIFEST, m.digests[0], SAMPLE_DOMAIN).leaf_count == 1
-    with pytest.raises(ManifestError, match=r"does not match the EIP-712 digest|chainId"):
-        parse_manifest(LEGACY_MANIFEST, OTHER_DOMAIN)
+def test_format_1_manifest_without_domain_is_refused_by_its_format() -> None:
+    for domain in (None, SAMPLE_DOMAIN):
+        with pytest.raises(ManifestError, match=r"unknown manifest format '.*batch-manifest/1'"):
+            parse_manifest(LEGACY_MANIFEST, domain)
+    # the old shape under the new format string: refused for its keys, not read domainless
+    relabelled = LEGACY_MANIFEST.replace(b"batch-manifest/1", b"batch-manifest/2")
+    with pytest.raises(ManifestError, match="manifest keys must be"):
+        parse_manifest(relabelled, SAMPLE_DOMAIN)
 
 
 def test_a_batch_has_one_domain() -> None:
@@ -191,13 +189,9 @@ def test_outbox_receipt_bytes_are_the_signed_receipt_json() -> None:
         decode_signed_receipt(rfc8785.dumps({**s.to_json(), "digest": "0x" + "00" * 32}))
 
 
-def test_outbox_receipt_bytes_without_domain_need_the_legacy_domain() -> None:
-    with pytest.raises(ManifestError, match="supply the domain"):
+def test_outbox_receipt_bytes_without_domain_are_refused() -> None:
+    with pytest.raises(ManifestError, match="exactly digest, domain, receipt, signature"):
         decode_signed_receipt(LEGACY_RECEIPT)
-    assert decode_signed_receipt(LEGACY_RECEIPT, SAMPLE_DOMAIN) == \
-        sample_signed_receipt(b"legacy payload")
-    with pytest.raises(ManifestError, match=r"does not match the EIP-712 digest|chainId"):
-        decode_signed_receipt(LEGACY_RECEIPT, OTHER_DOMAIN)
 
 
 _M3 = build_manifest(_entries(3)).to_bytes()

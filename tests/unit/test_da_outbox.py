@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sqlite3
@@ -16,7 +15,7 @@ import rfc8785
 from verinfer.da_client.eigenda import EigenDAProxyClient
 from verinfer.da_client.errors import OutboxConflictError, OutboxError, PublisherBusyError
 from verinfer.da_client.local import LocalDAClient
-from verinfer.da_client.manifest import decode_signed_receipt, parse_manifest
+from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
@@ -440,16 +439,19 @@ def _without_domain(entry: tuple[bytes, bytes, bytes]) -> tuple[bytes, bytes, by
     return digest, bytes(rfc8785.dumps(old)), payload
 
 
-def test_entries_queued_without_domain_publish_under_the_given_domain(
-        tmp_path: Path, da: LocalDAClient, clock: FakeClock) -> None:
-    entries = _entries(2)
-    old = [_without_domain(e) for e in entries]
-    with Outbox(tmp_path / "plain.db") as plain, pytest.raises(OutboxError, match="domain"):
-        plain.enqueue(*old[0])
-    decoder = functools.partial(decode_signed_receipt, legacy_domain=SAMPLE_DOMAIN)
-    with Outbox(tmp_path / "old.db", now=clock.now, receipt_decoder=decoder) as ob:
-        ob.enqueue_many(old)
-        sink = InMemoryBatchSink()
-        _publisher(ob, da, sink, clock).run_once(flush=True)
-    assert parse_manifest(da.get(sink.batches[0].manifest)).domain == SAMPLE_DOMAIN
-    _check_published_exactly_once(entries, sink.batches, da)
+def test_entries_without_domain_are_refused_at_enqueue(tmp_path: Path) -> None:
+    """The outbox's older receipt form (no domain) never shipped: refused, not guessed."""
+    old = _without_domain(_entries(1)[0])
+    with Outbox(tmp_path / "plain.db") as ob, pytest.raises(OutboxError, match="domain"):
+        ob.enqueue(*old)
+
+
+def test_an_outbox_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    with Outbox(path):
+        pass
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version=1")
+    db.close()
+    with pytest.raises(OutboxError, match="schema version 1"):
+        Outbox(path)

@@ -130,8 +130,8 @@ def test_plaintext_round_trip_is_strict() -> None:
     with pytest.raises(ReceiptFormatError):
         EnvelopeContents.from_bytes(data[:-3])
     m = cbor2.loads(data)
-    with pytest.raises(UnsupportedVersionError, match="version 2"):
-        EnvelopeContents.from_bytes(cbor2.dumps({**m, "version": 2}, canonical=True))
+    with pytest.raises(UnsupportedVersionError, match="version 3"):
+        EnvelopeContents.from_bytes(cbor2.dumps({**m, "version": 3}, canonical=True))
     with pytest.raises(ReceiptFormatError, match="not canonically"):
         EnvelopeContents.from_bytes(cbor2.dumps(dict(reversed(m.items()))))  # unsorted keys
 
@@ -165,10 +165,15 @@ def test_padding_must_be_the_rules_zero_bytes() -> None:
             EnvelopeContents.from_bytes(cbor2.dumps(bad, canonical=True))
 
 
-def test_an_unpadded_plaintext_from_before_padding_still_opens() -> None:
+def test_a_version_1_or_unpadded_plaintext_is_refused() -> None:
+    """Version 1 (no padding) never shipped: refused by its version, and a version-2 map
+    without padding is malformed (no second parser for an older shape)."""
     m = cbor2.loads(CONTENTS.to_bytes())
     del m["padding"]
-    assert EnvelopeContents.from_bytes(cbor2.dumps(m, canonical=True)) == CONTENTS
+    with pytest.raises(ReceiptFormatError, match="keys"):
+        EnvelopeContents.from_bytes(cbor2.dumps(m, canonical=True))
+    with pytest.raises(UnsupportedVersionError, match="version 1"):
+        EnvelopeContents.from_bytes(cbor2.dumps({**m, "version": 1}, canonical=True))
 
 
 @pytest.mark.parametrize(("length", "want"), [(0, 0), (9, 10), (100, 104), (1000, 1024),

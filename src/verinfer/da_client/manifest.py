@@ -3,7 +3,7 @@
 Format (RFC 8785 canonical JSON, UTF-8; keys sorted by the canonicalization)::
 
     {"batchRoot": "0x<32 bytes>", "domain": {<EIP-712 domain>}, "entries": [<entry>, ...],
-     "format": "verinfer.batch-manifest/1", "leafCount": <n>}
+     "format": "verinfer.batch-manifest/2", "leafCount": <n>}
     entry = {"ciphertext": "da://<backend>/0x<hex>", "receipt": {<Receipt typed fields>},
              "receiptDigest": "0x<32 bytes>", "signature": "0x<65 bytes>"}
 
@@ -14,8 +14,8 @@ receipt's ``ciphertextHash`` equals the sha256 its pointer names. Parsing reject
 including a non-canonical spelling of the same content, so a manifest's bytes (and hence its DA
 pointer) are a function of its content.
 
-Manifests written before the ``domain`` key existed are still read: their reader supplies the
-domain (``parse_manifest(data, domain)``), and they re-serialize to their original bytes.
+Format 2 is format 1 plus the ``domain`` key; format 1 never shipped and is not read (a format
+change bumps the format string, it does not grow a second parser).
 """
 
 from __future__ import annotations
@@ -41,10 +41,9 @@ from verinfer.receipts.errors import (
 from verinfer.receipts.merkle import MerkleProof, build_tree
 from verinfer.receipts.signed import SignedReceipt
 
-MANIFEST_FORMAT = "verinfer.batch-manifest/1"
+MANIFEST_FORMAT = "verinfer.batch-manifest/2"
 SIGNATURE_LEN = 65
 _KEYS = frozenset({"batchRoot", "domain", "entries", "format", "leafCount"})
-_KEYS_WITHOUT_DOMAIN = _KEYS - {"domain"}  # manifests written before the domain key
 #: A manifest is nested 4 deep (object > entries > entry > receipt); anything deeper is hostile.
 MANIFEST_MAX_DEPTH = 8
 
@@ -73,7 +72,6 @@ class ManifestEntry:
 class BatchManifest:
     root: bytes
     entries: tuple[ManifestEntry, ...]
-    names_domain: bool = True  # False: read from a manifest without the domain key (kept so)
 
     @property
     def leaf_count(self) -> int:
@@ -89,12 +87,9 @@ class BatchManifest:
         return tuple(e.signed.digest for e in self.entries)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"batchRoot": "0x" + self.root.hex(),
-                               "entries": [e.to_json() for e in self.entries],
-                               "format": MANIFEST_FORMAT, "leafCount": self.leaf_count}
-        if self.names_domain:
-            out["domain"] = self.domain.to_json()
-        return out
+        return {"batchRoot": "0x" + self.root.hex(), "domain": self.domain.to_json(),
+                "entries": [e.to_json() for e in self.entries],
+                "format": MANIFEST_FORMAT, "leafCount": self.leaf_count}
 
     def to_bytes(self) -> bytes:
         try:
@@ -128,10 +123,8 @@ class BatchManifest:
                 raise ManifestError(f"entry {i}: {err.message}") from err
 
 
-def build_manifest(entries: Sequence[ManifestEntry], *,
-                   names_domain: bool = True) -> BatchManifest:
-    """The manifest of ``entries`` (in leaf order), all signed under one EIP-712 domain.
-    ``names_domain=False`` only re-creates a manifest written before the domain key."""
+def build_manifest(entries: Sequence[ManifestEntry]) -> BatchManifest:
+    """The manifest of ``entries`` (in leaf order), all signed under one EIP-712 domain."""
     if not entries:
         raise ManifestError("an empty batch has no manifest")
     domain = entries[0].signed.domain
@@ -142,16 +135,15 @@ def build_manifest(entries: Sequence[ManifestEntry], *,
                                 param="domain")
     digests = [e.signed.digest for e in entries]
     _check_unique(digests)
-    return BatchManifest(build_tree(digests).root, tuple(entries), names_domain)
+    return BatchManifest(build_tree(digests).root, tuple(entries))
 
 
 def parse_manifest(data: bytes, domain: Domain | None = None) -> BatchManifest:
     """Parse and fully validate manifest bytes (canonical form, domain, digests, root,
     pointers, receipts; not the signatures: :meth:`BatchManifest.verify_signatures`).
 
-    ``domain``: the EIP-712 domain the reader expects. A manifest naming another one is
-    rejected; a manifest written before the domain key needs it (its entries are read under
-    it), otherwise it is optional."""
+    ``domain``: the EIP-712 domain the reader expects (optional); a manifest naming another
+    one is rejected."""
     # The bytes come from DA, i.e. from whoever published them (possibly a dishonest
     # operator): bounded parse, so a nesting bomb is a ManifestError, not a dead process.
     try:
@@ -161,23 +153,20 @@ def parse_manifest(data: bytes, domain: Domain | None = None) -> BatchManifest:
         raise ManifestError(e.message) from e
     if not isinstance(obj, dict):
         raise ManifestError(f"manifest must be a JSON object, got {type(obj).__name__}")
-    if set(obj) not in (_KEYS, _KEYS_WITHOUT_DOMAIN):
-        raise ManifestError(f"manifest keys must be {sorted(_KEYS)}, got {sorted(obj)}")
-    if obj["format"] != MANIFEST_FORMAT:
-        raise ManifestError(f"unknown manifest format {obj['format']!r}", param="format")
-    names_domain = "domain" in obj
-    if names_domain:
-        try:
-            own = Domain.from_json(obj["domain"])
-        except ReceiptFormatError as e:
-            raise ManifestError(f"domain: {e.message}", param="domain") from e
-        if domain is not None and own != domain:
-            raise ManifestError(f"the manifest's receipts are signed under {own.to_json()}, "
-                                f"not the expected {domain.to_json()}", param="domain")
-        domain = own
-    elif domain is None:
-        raise ManifestError("the manifest names no EIP-712 domain (written before manifests "
-                            "carried one): its reader must supply the domain", param="domain")
+    # The format first: an object of another format gets that answer, not a list of keys.
+    if obj.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"unknown manifest format {str(obj.get('format'))[:100]!r} "
+                            f"(this reader reads {MANIFEST_FORMAT!r})", param="format")
+    if set(obj) != _KEYS:
+        raise ManifestError(f"manifest keys must be {sorted(_KEYS)}, got {sorted(obj)[:10]}")
+    try:
+        own = Domain.from_json(obj["domain"])
+    except ReceiptFormatError as e:
+        raise ManifestError(f"domain: {e.message}", param="domain") from e
+    if domain is not None and own != domain:
+        raise ManifestError(f"the manifest's receipts are signed under {own.to_json()}, "
+                            f"not the expected {domain.to_json()}", param="domain")
+    domain = own
     raw_entries = obj["entries"]
     if not isinstance(raw_entries, list) or not raw_entries:
         raise ManifestError("manifest entries must be a non-empty list", param="entries")
@@ -188,7 +177,7 @@ def parse_manifest(data: bytes, domain: Domain | None = None) -> BatchManifest:
     entries = tuple(_parse_entry(i, e, domain) for i, e in enumerate(raw_entries))
     root = _parse_hex32(obj["batchRoot"], "batchRoot")
     try:
-        manifest = build_manifest(entries, names_domain=names_domain)
+        manifest = build_manifest(entries)
     except MerkleError as e:
         raise ManifestError(e.message) from e
     if manifest.root != root:
@@ -208,8 +197,7 @@ def inclusion_proof(manifest: bytes | BatchManifest, receipt_digest: bytes,
     return m.proof(receipt_digest)
 
 
-# ---- signed receipt wire form (the outbox's default receipt bytes) -----------------------------
-_LEGACY_RECEIPT_KEYS = {"receipt", "receiptDigest", "signature"}
+# ---- signed receipt wire form (the outbox's receipt bytes) -------------------------------------
 
 
 def encode_signed_receipt(signed: SignedReceipt) -> bytes:
@@ -218,20 +206,13 @@ def encode_signed_receipt(signed: SignedReceipt) -> bytes:
     return bytes(rfc8785.dumps(signed.to_json()))
 
 
-def decode_signed_receipt(data: bytes, legacy_domain: Domain | None = None) -> SignedReceipt:
-    """Inverse of :func:`encode_signed_receipt`. Also reads the older form without a domain,
-    ``{"receipt", "receiptDigest", "signature"}``, as signed under ``legacy_domain`` (which
-    it then needs)."""
+def decode_signed_receipt(data: bytes) -> SignedReceipt:
+    """Inverse of :func:`encode_signed_receipt`."""
     try:
         obj = loads_untrusted(data, max_bytes=1 << 16, depth=MANIFEST_MAX_DEPTH,
                               what="signed receipt")
     except UntrustedJsonError as e:
         raise ManifestError(e.message) from e
-    if isinstance(obj, dict) and set(obj) == _LEGACY_RECEIPT_KEYS:
-        if legacy_domain is None:
-            raise ManifestError("signed receipt without a domain (the older outbox form): "
-                                "its reader must supply the domain", param="domain")
-        return _signed_from_json(obj, "signed receipt", legacy_domain)
     if not isinstance(obj, dict) or set(obj) != {"digest", "domain", "receipt", "signature"}:
         raise ManifestError("a signed receipt must be an object with exactly digest, domain, "
                             f"receipt, signature; got {str(obj)[:200]}")

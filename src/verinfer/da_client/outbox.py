@@ -29,14 +29,11 @@ from verinfer.da_client.errors import OutboxConflictError, OutboxError
 from verinfer.da_client.manifest import decode_signed_receipt
 from verinfer.da_client.pointer import sha256
 from verinfer.errors import VerinferError
-from verinfer.receipts.signed import SignedReceipt
 
 ENTRY_STATES = ("queued", "published", "batched", "committed")
 BATCH_STATES = ("built", "published", "committed")
 SCHEMA_VERSION = 2  # 2: entries.owner (sha256 of the API key that paid for the receipt)
 DEFAULT_MAX_PAYLOAD_BYTES = 32 * 1024 * 1024
-
-ReceiptDecoder = Callable[[bytes], SignedReceipt]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -136,12 +133,10 @@ class Outbox:
     """SQLite-backed durable queue. Thread-safe; one connection guarded by a lock."""
 
     def __init__(self, path: str | Path, *, now: Callable[[], float] = time.time,
-                 receipt_decoder: ReceiptDecoder = decode_signed_receipt,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  unsafe_synchronous_normal: bool = False) -> None:
         self.path = Path(path)
         self.now = now
-        self.decode_receipt = receipt_decoder
         self.max_payload_bytes = max_payload_bytes
         self.enqueued = threading.Event()  # set on every enqueue; the publisher waits on it
         self._lock = threading.RLock()
@@ -157,14 +152,14 @@ class Outbox:
         self._db.execute("PRAGMA foreign_keys=ON")
         with self._tx():
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            # 0: a new file. Any other version is refused, never migrated: the schema's version
+            # is bumped when it changes (v1, without entries.owner, never shipped).
+            if version not in (0, SCHEMA_VERSION):
                 raise OutboxError(f"outbox {self.path} has schema version {version}; this code "
                                   f"knows {SCHEMA_VERSION}")
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self._db.execute(stmt)
-            if version == 1:  # entries written before receipts had owners: owner NULL
-                self._db.execute("ALTER TABLE entries ADD COLUMN owner BLOB")
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # ---- producer side ---------------------------------------------------------------------
@@ -250,7 +245,7 @@ class Outbox:
         # Refuse now what could never be batched later: the receipt must decode, name this
         # digest, and commit to exactly this ciphertext.
         try:
-            signed = self.decode_receipt(receipt)
+            signed = decode_signed_receipt(receipt)
         except VerinferError as e:
             raise OutboxError(f"receipt 0x{digest.hex()} does not decode: {e.message}",
                               param="receipt") from e

@@ -42,7 +42,7 @@ def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str, *,
     if raw is None or state is None:
         raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
                                    param="receipt_id")
-    signed = decode_signed_receipt(raw, legacy_domain=domain)
+    signed = decode_signed_receipt(raw)
     entry_state, pointer, batch_id = state
     out: dict[str, Any] = {
         "receipt_id": to_hex(digest),

@@ -21,7 +21,6 @@ operator key) are listed by :func:`unsafe_reasons`; `verinfer serve` refuses the
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +30,6 @@ from typing import Any
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, open_client
-from verinfer.da_client.manifest import decode_signed_receipt
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
 from verinfer.da_client.sinks import BatchSink, JsonlBatchSink
@@ -230,9 +228,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     if not 0 < stop_after < deadline:
         raise OperatorConfigError(f"backpressure.stop_after_s must be in (0, {deadline:g}) "
                                   f"(the publication deadline), got {stop_after:g}")
-    # Entries queued by an older version carry no domain: they were signed under this one.
-    outbox = Outbox(cfg.rel(cfg.outbox), now=clock,
-                    receipt_decoder=functools.partial(decode_signed_receipt, legacy_domain=domain))
+    outbox = Outbox(cfg.rel(cfg.outbox), now=clock)
     evidence = EvidencePipeline(
         engines[0], ChainBoundSigner(cfg.private_key(), domain), domain,
         cfg.key_epoch, epoch_key, outbox, backend, clock=clock)

@@ -64,8 +64,9 @@ __all__ = [
 ]
 
 # The plaintext map's own version (its keys), independent of the ExecRequest/ExecResult
-# versions inside it.
-ENVELOPE_VERSION = 1
+# versions inside it. 2: the Padmé ``padding`` entry is required (version 1, without it, never
+# shipped and is not read: a format change bumps this number instead of growing a second parser).
+ENVELOPE_VERSION = 2
 LABEL = b"verinfer/envelope/v1"
 MAGIC = b"VIE\x01"
 SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2, EnvelopeSuite.P256: 3}
@@ -151,23 +152,21 @@ class EnvelopeContents:
             m: Any = cbor2.loads(data)
         except Exception as e:
             raise ReceiptFormatError(f"envelope plaintext is not CBOR: {e}") from None
-        keys = {"version", "exec_request", "exec_result", "request_body", "response_body"}
+        keys = {"version", "exec_request", "exec_result", "request_body", "response_body",
+                "padding"}
         if (isinstance(m, dict) and type(m.get("version")) is int
                 and m["version"] != ENVELOPE_VERSION):
             raise UnsupportedVersionError(f"unknown envelope plaintext version {m['version']!r}",
                                           param="version")
-        padded = isinstance(m, dict) and "padding" in m
-        want = keys | {"padding"} if padded else keys  # unpadded: sealed before padding existed
-        if not isinstance(m, dict) or set(m) != want or m["version"] != ENVELOPE_VERSION:
+        if not isinstance(m, dict) or set(m) != keys or m["version"] != ENVELOPE_VERSION:
             raise ReceiptFormatError(f"envelope plaintext must be a version-{ENVELOPE_VERSION} map "
-                                     f"with keys {sorted(keys | {'padding'})}")
-        if not all(isinstance(m[k], bytes) for k in want - {"version"}):
+                                     f"with keys {sorted(keys)}")
+        if not all(isinstance(m[k], bytes) for k in keys - {"version"}):
             raise ReceiptFormatError("envelope plaintext fields must be byte strings")
         out = cls(ExecRequest.from_canonical(m["exec_request"]),
                   ExecResult.from_canonical(m["exec_result"]), m["request_body"],
                   m["response_body"])
-        canonical = out.to_bytes() if padded else encode_canonical(out._fields())
-        if canonical != data:
+        if out.to_bytes() != data:
             raise ReceiptFormatError("envelope plaintext is not canonically encoded "
                                      "(or its padding is not the Padmé rule's zero bytes)")
         return out

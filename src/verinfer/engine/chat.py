@@ -1,11 +1,13 @@
 """Chat templates: OpenAI messages → prompt token ids.
 
-Tokenizers that carry a chat template (the GGUF's ``tokenizer.chat_template``, committed in the
-tokenizer hash: byte-level models such as SmolLM2's ChatML) are rendered as HF transformers'
-``apply_chat_template`` renders them -- a sandboxed Jinja2 environment with the same options --
-see :func:`render_template`. Otherwise Gemma's turn format is used whenever the vocabulary has
-its turn tokens (Gemma 3, and our tiny test model), else a plain "role: content" transcript;
-there, system messages are folded into the first user turn, as Gemma's own template does.
+Tokenizers that carry a chat template (the GGUF's ``tokenizer.chat_template`` or a
+tokenizer_config.json's ``chat_template``, committed in the tokenizer hash: SmolLM2's ChatML,
+Gemma's turns in files that ship them) are rendered as HF transformers' ``apply_chat_template``
+renders them -- a sandboxed, budgeted Jinja2 environment with the same options, see
+:func:`render_template` and verinfer.engine.tokenizer.chat_template. Otherwise Gemma's turn
+format is used whenever the vocabulary has its turn tokens (Gemma 3, and our tiny test model),
+else a plain "role: content" transcript; there, system messages are folded into the first user
+turn, as Gemma's own template does.
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]],
                                   f"{type(e).__name__}: {e}", param="messages") from e
 
 
+_PAD = "\u2003\t"  # whitespace no template writes next to a message by itself
+
+
 @lru_cache(maxsize=16)
 def _special_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     """Control and user-defined token texts, matched leftmost-longest (None: there are none)."""
@@ -135,8 +140,9 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
     control/user-defined tokens are matched only outside them. The text between two special
     tokens (template text and message text together) is then encoded as one piece with special
     parsing off, so pre-tokenization sees exactly the string HF would: the ids equal HF's
-    whenever no message contains a special token's text. A template that does not insert the
-    content verbatim (one that trims or rewrites it) is refused, since the split would not hold.
+    whenever no message contains a special token's text. A template may insert a message
+    verbatim or trimmed (Gemma's ``| trim``); one that rewrites it otherwise is refused, since
+    the split would not hold (checked against a second, real render).
     """
     template = tokenizer.chat_template
     if template is None:
@@ -147,11 +153,11 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
     # OpenAI's "developer" role is the system prompt of newer models; chat templates know "system"
     roles = ["system" if m.role == "developer" else m.role for m in messages]
     nonce = secrets.token_hex(12)
-    # private-use delimiters: not whitespace, so a template's trim cannot eat them unnoticed
+    # private-use delimiters (not whitespace) inside a whitespace pad: a template that inserts
+    # the content verbatim shows the pad, one that trims it (Gemma's `| trim`) shows the mark
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
-    rendered = _render(tokenizer, template,
-                       [{"role": r, "content": mk} for r, mk in zip(roles, marks, strict=True)],
-                       now)
+    rendered = _render(tokenizer, template, [{"role": r, "content": _PAD + mk + _PAD}
+                                             for r, mk in zip(roles, marks, strict=True)], now)
     real = _render(tokenizer, template, [{"role": r, "content": m.content}
                                          for r, m in zip(roles, messages, strict=True)], now)
     pieces: list[tuple[str, bool]] = []  # (text, is message content)
@@ -161,8 +167,12 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
         if at < 0 or rendered.count(mk) != 1:
             raise InvalidRequestError("the model's chat template does not place every message "
                                       "exactly once", param="messages")
-        pieces += [(rendered[pos:at], False), (m.content, True)]
-        pos = at + len(mk)
+        start, end, text = at, at + len(mk), m.content.strip()  # Jinja's trim is str.strip
+        if (at - len(_PAD) >= pos and rendered.startswith(_PAD, at - len(_PAD))
+                and rendered.startswith(_PAD, end)):
+            start, end, text = at - len(_PAD), end + len(_PAD), m.content
+        pieces += [(rendered[pos:start], False), (text, True)]
+        pos = end
     pieces.append((rendered[pos:], False))
     if "".join(t for t, _ in pieces) != real:
         raise InvalidRequestError("the model's chat template rewrites message content; it "

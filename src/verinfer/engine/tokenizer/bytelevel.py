@@ -239,7 +239,24 @@ class JsonTokenizer(_Delegate):
             eot_ids=tuple(sorted(eot)),
             variant="hf",
             source_sha256=hashlib.sha256(raw).hexdigest(),
+            chat_template=_config_chat_template(cfg, cfg_path),
         )
         dec = data.get("decoder") or {}
         kinds = {dec.get("type")} | {d.get("type") for d in dec.get("decoders") or []}
         return cls(spec, backend, byte_level="ByteLevel" in kinds)
+
+
+def _config_chat_template(cfg: dict[str, Any], where: str) -> str | None:
+    """``chat_template`` of a tokenizer_config.json: a string, or (newer files) a list of
+    ``{"name", "template"}`` of which transformers uses the one named "default"."""
+    value = cfg.get("chat_template")
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item.get("name") == "default":
+                template = item.get("template")
+                if isinstance(template, str):
+                    return template
+        return None  # only named (tool-use, RAG) templates: no default chat format
+    raise TokenizerError(f"{where}: chat_template must be a string or a list of named templates")

@@ -33,6 +33,7 @@ tests/slow/test_tokenizer_fast_gemma.py prove the equality on the corpus and on 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -49,6 +50,13 @@ from verinfer.engine.tokenizer.spm import SpmTokenizer
 from verinfer.errors import TokenizerError
 
 __all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
+
+# Rust backends by (encoding-relevant spec, parse_special), and merge lists until both modes
+# of a spec are built; one lock for building (a first use from several threads builds once).
+# Built backends are never reconfigured, so using them needs no lock.
+_BACKENDS: dict[tuple[TokenizerSpec, bool], Any] = {}
+_MERGES: dict[TokenizerSpec, list[tuple[str, str]]] = {}
+_BUILD_LOCK = threading.Lock()
 
 
 def fast_spm_refusal(spec: TokenizerSpec) -> str | None:
@@ -72,8 +80,9 @@ class FastSpmTokenizer(SpmTokenizer):
     """:class:`SpmTokenizer` whose encoding runs in HF ``tokenizers`` (see the module docstring).
 
     Identity, decoding and the hash are the reference's (the spec is the same object); only
-    ``_encode_into`` differs. The two Rust backends are built on first use (about 2 s for
-    Gemma's 262k tokens), under a lock, and never reconfigured: safe to share across threads.
+    ``_encode_into`` differs. Each special-token mode's Rust backend is built on its first use
+    (1-2 s for Gemma's 262k tokens), under a lock, and never reconfigured: safe to share across
+    threads.
     """
 
     def __init__(self, spec: TokenizerSpec) -> None:
@@ -81,8 +90,10 @@ class FastSpmTokenizer(SpmTokenizer):
         if reason is not None:
             raise TokenizerError(f"no fast SentencePiece path for this vocabulary: {reason}")
         super().__init__(spec)
-        self._lock = threading.Lock()
-        self._backends: tuple[Any, Any] | None = None
+        # the encoding-relevant spec: tokenizers that differ only in their chat template share
+        # one pair of backends (a process that loads a model twice builds them once)
+        self._key = dataclasses.replace(spec, chat_template=None)
+        self._mine: dict[bool, Any] = {}  # parse_special -> backend (hashing the spec is slow)
 
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
         if not text:
@@ -93,23 +104,35 @@ class FastSpmTokenizer(SpmTokenizer):
             except UnicodeEncodeError:  # a lone surrogate: Rust strings cannot hold it
                 super()._encode_into(text, parse_special, out)
                 return
-        special, plain = self._rust()
-        backend = special if parse_special else plain
+        backend = self._rust(parse_special)
         try:  # the batch call without offsets: a third faster than encode() on long text
             out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
         except Exception as e:  # the Rust side raises a bare Exception
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
 
-    def _rust(self) -> tuple[Any, Any]:
-        backends = self._backends
-        if backends is None:
-            with self._lock:
-                if self._backends is None:
-                    merges = self._merge_list()
-                    self._backends = (self._build(merges, encode_special=False),
-                                      self._build(merges, encode_special=True))
-                backends = self._backends
-        return backends
+    def _rust(self, parse_special: bool) -> Any:
+        """The backend for one special-token mode, built on first use: prompts (special
+        parsing off) never pay for the other one."""
+        backend = self._mine.get(parse_special)
+        if backend is not None:
+            return backend
+        slot = (self._key, parse_special)
+        backend = _BACKENDS.get(slot)
+        if backend is None:
+            with _BUILD_LOCK:
+                backend = _BACKENDS.get(slot)
+                if backend is None:
+                    merges = _MERGES.get(self._key)
+                    if merges is None:
+                        merges = _MERGES[self._key] = self._merge_list()
+                    backend = self._build(merges, encode_special=not parse_special)
+                    _BACKENDS[slot] = backend
+                    if all((self._key, mode) in _BACKENDS for mode in (True, False)):
+                        del _MERGES[self._key]  # both built: the list is not needed again
+                    while len(_BACKENDS) > 4:  # two specs' worth; oldest first
+                        _BACKENDS.pop(next(iter(_BACKENDS)))
+        self._mine[parse_special] = backend
+        return backend
 
     def _merge_list(self) -> list[tuple[str, str]]:
         pieces = self._piece_id

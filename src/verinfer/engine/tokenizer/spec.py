@@ -68,9 +68,10 @@ class TokenizerSpec:
     ``source_sha256`` is only set for tokenizers delegated to the ``tokenizers`` package
     (:meth:`Tokenizer.from_tokenizer_json`); it is the sha256 of the tokenizer.json bytes.
 
-    ``chat_template`` is the GGUF's Jinja chat template (``tokenizer.chat_template``) when chat
-    prompts are rendered from it (byte-level models); ``None`` for the SentencePiece family,
-    whose chat format is the built-in Gemma turn format of :mod:`verinfer.engine.chat`.
+    ``chat_template`` is the model's Jinja chat template (GGUF ``tokenizer.chat_template``, or
+    ``chat_template`` of a ``tokenizer_config.json``): chat prompts are rendered from it. ``None``
+    when the file has none; chats then use the built-in Gemma turn format of
+    :mod:`verinfer.engine.chat`.
     """
 
     model: str
@@ -238,10 +239,10 @@ def spec_from_gguf_fields(
             raise TokenizerError(
                 f"byte-level pre-tokenizer {pre!r} is not supported (supported: "
                 f"{sorted(BYTE_LEVEL_PRE)})")
-        if fields.get("tokenizer.chat_template") is not None:
-            chat_template = _as_str(fields["tokenizer.chat_template"], "tokenizer.chat_template")
     else:
         raise TokenizerError(f"unsupported GGUF tokenizer model {model!r}")
+    if fields.get("tokenizer.chat_template") is not None:
+        chat_template = _as_str(fields["tokenizer.chat_template"], "tokenizer.chat_template")
 
     bos = _opt_id(fields, "bos_token_id", n)
     eos = _opt_id(fields, "eos_token_id", n)

@@ -143,13 +143,27 @@ def permute_for_gguf(w: torch.Tensor, n_head: int) -> torch.Tensor:
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def quant_round_trip(state: dict[str, torch.Tensor], qtype: str) -> dict[str, torch.Tensor]:
+    """``state`` with every matrix replaced by the values a GGUF ``qtype`` block holds for it
+    (what the engine reads from a file written with ``matrix_type=qtype``): the HF side of a
+    quantized comparison. Quantization is per row, so llama's q/k row permutation commutes."""
+    import gguf
+
+    t = gguf.GGMLQuantizationType[qtype]
+    return {k: torch.from_numpy(gguf.quants.dequantize(gguf.quants.quantize(v.numpy(), t), t)
+                                .reshape(v.shape).astype(np.float32)) if v.ndim == 2 else v
+            for k, v in state.items()}
+
+
 def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch.Tensor],
-                      seed: int = 0, *, arch: str | None = None,
+                      seed: int = 0, *, matrix_type: str = "F16", arch: str | None = None,
                       extra_metadata: dict[str, Any] | None = None,
                       extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
     """Write ``state`` as llama.cpp's converter writes an HF checkpoint of ``spec.family``.
-    ``arch``, ``extra_metadata`` (full keys, written as given) and ``extra_tensors`` build the
-    files a refusal test needs (another architecture, a rope type the engine refuses …)."""
+    Matrices are stored as ``matrix_type`` (F16, or a 32-wide block type: Q8_0, Q5_0, Q4_1),
+    vectors as F32. ``arch``, ``extra_metadata`` (full keys, written as given) and
+    ``extra_tensors`` build the files a refusal test needs (another architecture, a rope type
+    the engine refuses …)."""
     import gguf
 
     arch = arch or FAMILY_ARCH[spec.family][0]
@@ -200,7 +214,13 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
         if arch == "gemma3" and name.endswith("norm.weight"):
             x = x + 1.0  # Gemma's converter bakes HF's (1 + w) into the stored norm
         a = x.numpy()
-        w.add_tensor(name, a.astype(np.float16) if a.ndim == 2 else a)  # 1-D stays F32
+        if a.ndim == 1:  # vectors stay F32, as llama.cpp keeps them
+            w.add_tensor(name, a)
+        elif matrix_type == "F16":
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            qt = gguf.GGMLQuantizationType[matrix_type]
+            w.add_tensor(name, gguf.quants.quantize(a, qt), raw_dtype=qt)
     if spec.rope_scaling is not None and spec.rope_scaling.kind == "llama3":
         # LlamaModel.generate_extra_tensors: the rule baked into per-frequency divisors
         w.add_tensor("rope_freqs.weight",

@@ -19,6 +19,7 @@ Skips with a pointer to scripts/ci-extras.d/20-browser when Chromium or Playwrig
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -254,6 +255,46 @@ def test_slash_appears_on_operator_page_after_a_cheat(browser: Browser, explorer
     text = row.first.inner_text()
     assert "reexecution" in text and "1 ETH" in text and f"challenge {cid}" in text
     assert page.locator("#stake").inner_text() == "19 ETH"
+
+
+def test_light_audits_and_kms_pages(browser: Browser, explorer: str, devnet: Devnet,
+                                    answered: dict[str, Any]) -> None:
+    """`verinfer audit` over the answered receipt's batch and later ones (the cheat's): the
+    audits page shows the on-chain records and the signed reports from the Redis stream; the
+    KMS page shows the 5 shards up, the epoch and the accepted TEE."""
+    start = answered["located"].batch.block_number
+    out = subprocess.run(
+        [*VI, "audit", "--sample-rate", "1", "--seed", "1", "--from-block", str(start),
+         "--rpc-url", devnet.rpc_url, "--deployment", str(devnet.dir / "deployment.json"),
+         "--da-store", devnet.state["da_store"], "--redis-url", devnet.state["redis_url"],
+         "--prefix", devnet.state["redis_prefix"], "--json", "--timeout-s", "120",
+         "--scheduler-key-file", str(Path(devnet.state["kms"]["root"]) / "audit-scheduler.key")],
+        capture_output=True, text=True, timeout=200,
+        env={**os.environ, "VERINFER_CHAIN_PRIVATE_KEY": devnet.funded_account().key.hex()})
+    assert out.returncode == 3, out.stderr[-2000:]  # 3: a mismatch found, not escalated
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["reported"] >= 2 and summary["mismatches"] >= 1, summary
+    deadline = time.monotonic() + 30
+    while True:
+        counts = httpx.get(explorer + "/api/audits", timeout=5).json()["counts"]
+        if counts["recorded"] >= summary["reported"] and counts["stream"]["reports"] >= \
+                summary["reported"]:
+            break
+        assert time.monotonic() < deadline, counts
+        time.sleep(0.5)
+    page = browser.page
+    page.goto(explorer + "/audits")
+    assert page.locator(f'a[href="/receipt/{answered["verification"]["receipt_id"]}"]').count()
+    assert "NO" in page.content()  # the cheat's mismatch
+    assert counts["stream"]["malformed"] == 0
+    assert "✗" not in page.content()  # every stream report's signature checks
+    page.goto(explorer + "/kms")
+    assert page.locator("text=up").count() == 5
+    kms = httpx.get(explorer + "/api/kms", timeout=5).json()
+    assert [s["index"] for s in kms["shards"]] == [1, 2, 3, 4, 5]
+    assert all(isinstance(s["log_entries"], int) and s["insecure_software_enclave"]
+               for s in kms["shards"]), kms["shards"]
+    assert [e["epoch"] for e in kms["epochs"]] == [1] and len(kms["accepted_tees"]) == 1
 
 
 def test_search_finds_each_kind_of_id(browser: Browser, explorer: str, devnet: Devnet,

@@ -264,3 +264,41 @@ def test_hostile_reference_files_are_refused_cleanly(net: AuditNet, tmp_path: Pa
         assert report.verdict.outcome == "cannot_reproduce", ref
         assert report.verdict.reason.startswith("no valid receipt"), report.verdict.reason
 
+
+
+def test_unreachable_chain_rpc_is_cannot_reproduce(net: AuditNet) -> None:
+    from web3 import Web3
+
+    from verinfer.chain.anvil import free_port
+    from verinfer.chain.deploy import Deployment
+    from verinfer.verifier.chain_view import ChainView
+
+    w3 = Web3(Web3.HTTPProvider(f"http://127.0.0.1:{free_port()}",
+                                request_kwargs={"timeout": 2}))
+    d = Deployment.load(net.deployment)
+    contracts = d.bind(w3)
+    auditor = Auditor(AuditConfig(models=[str(net.model)], app_key=load_app_key(net.app_key)),
+                      chain=ChainAccess(ChainView(w3, d, contracts), contracts, "http://dead",
+                                        net.deployment),
+                      da=LocalDAClient(net.da_store))
+    report = auditor.run(str(net.refs["greedy"]))
+    assert report.verdict.outcome == "cannot_reproduce", report.to_json()
+    assert report.verdict.reason.startswith("signature: ")
+
+
+def test_fingerprint_differences_say_what_matters() -> None:
+    from verinfer.auditor.environment import fingerprint_diffs
+
+    base = {"version": 5, "backend": "torch-cpu", "kernels": "invariant", "linear_order": "x",
+            "sampler": "vi-sample-v2", "dtype": "float32", "container_digest": "none",
+            "hardware_class": "any"}
+    assert fingerprint_diffs(json.dumps(base), base) == []
+    image = fingerprint_diffs(json.dumps({**base, "container_digest": "sha256:" + "a" * 64}),
+                              base)
+    assert [(d.field, d.matters) for d in image] == [("container_digest", False)]
+    rule = fingerprint_diffs(json.dumps({**base, "sampler": "vi-sample-v1"}), base)
+    assert [(d.field, d.matters) for d in rule] == [("sampler", True)]
+    fast = {**base, "kernels": "fast", "hardware_class": "cpu:avx2"}
+    assert {(d.field, d.matters) for d in fingerprint_diffs(json.dumps(fast), base)} == {
+        ("kernels", True), ("hardware_class", True)}
+    assert fingerprint_diffs("not json", base)[0].matters

@@ -129,6 +129,7 @@ def audit_net(config: pytest.Config) -> AuditNet:
 
 def _start(base: Path) -> AuditNet:
     from verinfer.devnet.harness import Devnet
+    from verinfer.verifier.errors import ReceiptRefError
 
     d = base / "net"
     up = subprocess.run([*VI, "devnet", "up", "--dir", str(d), "--verifiers", "1"],
@@ -149,7 +150,13 @@ def _start(base: Path) -> AuditNet:
         _cheats(net)
         for name in ("greedy", "seeded", "streamed", "tampered", "hidden_wrong_seed",
                      "declared_wrong_seed", "bomb_ciphertext", "bomb_request_body"):
-            dn.wait_located(net.ids[name], timeout_s=120)
+            try:
+                batch = dn.wait_located(net.ids[name], timeout_s=240).batch
+            except ReceiptRefError:
+                batch = None
+            if batch is None:
+                raise RuntimeError(f"receipt {name} was not committed within 240 s; operator "
+                                   "log: " + (d / "logs" / "operator.log").read_text()[-3000:])
         return net
     except BaseException:
         subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60, check=False)

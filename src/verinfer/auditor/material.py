@@ -48,7 +48,8 @@ class AppKey:
     key_epoch: int | None
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path | str, what: str) -> Any:
+    path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -61,7 +62,7 @@ def _read_json(path: Path, what: str) -> Any:
                               param=what) from None
 
 
-def load_app_key(path: Path) -> AppKey:
+def load_app_key(path: Path | str) -> AppKey:
     doc = _read_json(path, "app key")
     if not isinstance(doc, dict) or not {"suite", "secret"} <= set(doc):
         raise AuditInputError(f"the app key {path} must be an object with suite and secret "
@@ -86,7 +87,7 @@ def write_app_key(path: Path, suite: str, seed: bytes, key_epoch: int | None) ->
     path.write_text(_dumps(doc))
 
 
-def load_transcript(path: Path) -> EnvelopeContents:
+def load_transcript(path: Path | str) -> EnvelopeContents:
     doc = _read_json(path, "transcript")
     keys = {"exec_request", "exec_result", "request_body", "response_body"}
     if not isinstance(doc, dict) or doc.get("format") != TRANSCRIPT_FORMAT \

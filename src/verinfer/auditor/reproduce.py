@@ -105,6 +105,11 @@ class Auditor:
                 t = time.perf_counter()
                 try:
                     step = fn(a, ref)
+                except (VerinferError, OSError) as e:
+                    # the auditor's own side failed (an unreachable RPC or DA, an unreadable
+                    # file): nothing is said about the operator
+                    why = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+                    raise self._fail(a, name, cannot(f"{name}: {why[:300]}")) from None
                 finally:
                     a.seconds[name] = round(time.perf_counter() - t, 4)
                 self._emit(a, step)

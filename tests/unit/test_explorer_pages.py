@@ -6,6 +6,7 @@ hostile manifest on a real local DA store that only labels its batch."""
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,9 @@ def test_search_finds_each_kind_of_id(world: dict[str, object]) -> None:
              str(world["manifest_pointer"]): f"/batch/{bid}",
              str(e.ciphertext): f"/receipt/{rid}", "7": "/challenge/7",
              "claim 3": "/claim/3", f"  {rid.upper().replace('0X', '0x')} ": f"/receipt/{rid}"}
+    idx = world["index"]
+    assert isinstance(idx, Index)
+    cases["0x" + idx.batches[world["batch_id"]].root.hex()] = f"/batch/{bid}"  # type: ignore[index]
     for q, url in cases.items():
         r = _get(world, f"/search?q={q}")
         assert r.status_code == 303 and r.headers["location"] == url, (q, r.text[:200])
@@ -300,3 +304,31 @@ def test_hostile_strings_from_chain_and_da_are_escaped() -> None:
         text = client.get(path).text
         assert "<script>alert" not in text and "<img src=x" not in text, path
     assert "&lt;script&gt;alert(1)" in client.get(f"/batch/0x{bid.hex()}").text
+
+
+def test_an_unreachable_chain_is_shown_not_fatal() -> None:
+    """The follower keeps running (and the pages keep serving the index) while the RPC is
+    down; every page's footer says so."""
+    import threading
+
+    from web3 import Web3
+
+    from verinfer.chain.anvil import free_port
+
+    dep = Deployment(31337, "0x" + "01" * 20, "0x" + "02" * 20, "0x" + "03" * 20, CM,
+                     "0x" + "05" * 20, 0)
+    idx = Index()
+    w3 = Web3(Web3.HTTPProvider(f"http://127.0.0.1:{free_port()}",
+                                request_kwargs={"timeout": 2}))
+    follower = ChainFollower(idx, w3, dep, None)
+    stop = threading.Event()
+    t = threading.Thread(target=follower.run, args=(stop, 0.1), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not idx.follower_error and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    t.join(timeout=10)
+    assert not t.is_alive() and "Connection" in idx.follower_error
+    page = _client(idx).get("/").text
+    assert 'id="follower-error"' in page and "chain unreachable" in page

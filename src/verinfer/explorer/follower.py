@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from web3 import Web3
+from web3.types import FilterParams
 
 from verinfer.chain.deploy import Deployment
 from verinfer.da_client.errors import (
@@ -44,15 +45,16 @@ class ChainFollower:
         self.index, self.w3, self.d, self.da = index, w3, deployment, da
         self.domain = Domain(deployment.chain_id, deployment.challenge_manager)
         self.chunk_blocks = chunk_blocks
-        self.last_error = ""
         self._events: dict[bytes, Any] = {}  # topic0 -> the contract event that decodes it
-        self._addresses: list[str] = []
+        self._addresses: list[Any] = []
         c = deployment.bind(w3)
         for bound in (c.config, c.stakes, c.batches, c.challenges, c.audits):
             self._addresses.append(bound.address)
-            for ev_cls in bound.contract.events:
-                ev = ev_cls()
-                self._events[_topic_bytes(ev.topic)] = ev
+            abi: list[dict[str, Any]] = list(bound.contract.abi)  # type: ignore[arg-type]
+            for entry in abi:
+                if entry.get("type") == "event":
+                    ev = bound.contract.events[str(entry["name"])]()
+                    self._events[_topic_bytes(ev.topic)] = ev
         self._retry_at: dict[bytes, float] = {}
         if index.indexed_block < 0:
             index.indexed_block = deployment.deployed_block - 1
@@ -70,8 +72,9 @@ class ChainFollower:
         n = 0
         if start <= head_n:
             end = min(head_n, start + self.chunk_blocks - 1)
-            logs = self.w3.eth.get_logs({"fromBlock": start, "toBlock": end,
-                                         "address": self._addresses})
+            query: FilterParams = {"fromBlock": start, "toBlock": end,
+                                   "address": self._addresses}
+            logs = self.w3.eth.get_logs(query)
             times = self._block_times({int(lg["blockNumber"]) for lg in logs})
             decoded = [self._decode(lg, times) for lg in logs]
             with self.index.lock:
@@ -150,12 +153,16 @@ class ChainFollower:
         while not stop.is_set():
             try:
                 caught_up = self.step() == 0
-                self.last_error = ""
+                error = ""
             except Exception as e:  # RPC down: keep serving what is indexed
-                self.last_error = f"{type(e).__name__}: {e}"[:300]
+                error = f"{type(e).__name__}: {e}"[:300]
                 if on_error is not None:
                     on_error(e)
                 caught_up = True
+            with self.index.lock:
+                if error != self.index.follower_error:
+                    self.index.follower_error = error  # shown in every page's footer
+                    self.index.touch()
             with self.index.lock:
                 behind = self.index.indexed_block < self.index.head_block
             if caught_up and not behind:
@@ -165,4 +172,4 @@ class ChainFollower:
 def _topic_bytes(topic: Any) -> bytes:
     if isinstance(topic, bytes | bytearray):
         return bytes(topic)
-    return bytes(Web3.to_bytes(hexstr=str(topic)))
+    return bytes.fromhex(str(topic).removeprefix("0x"))

@@ -199,6 +199,7 @@ class Index:
         self.accounts: dict[str, Account] = {}
         self.batches: dict[bytes, Batch] = {}  # in commit order
         self.batch_by_pointer: dict[str, bytes] = {}
+        self.batches_by_root: dict[bytes, list[bytes]] = {}
         self.receipts: dict[bytes, ReceiptEntry] = {}
         self.receipt_by_ciphertext: dict[str, bytes] = {}
         self.challenges: dict[int, Challenge] = {}
@@ -213,6 +214,7 @@ class Index:
         self.credits_by_tx: dict[bytes, list[tuple[str, int]]] = {}
         self.burnt = 0
         self.unknown_events = 0
+        self.follower_error = ""  # the chain follower's last failure ("" while it keeps up)
 
     # ---- writing ---------------------------------------------------------------------------
     def touch(self) -> None:
@@ -346,6 +348,7 @@ class Index:
         self.batches[bid] = Batch(bid, op, root, int(a["leafCount"]), str(a["daPointer"]),
                                   meta.block, meta.time)
         self.batch_by_pointer.setdefault(str(a["daPointer"]), bid)
+        self.batches_by_root.setdefault(root, []).append(bid)
         self.account(op).batches.append(bid)
 
     # ---- ChallengeManager ------------------------------------------------------------------

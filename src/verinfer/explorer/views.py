@@ -31,6 +31,7 @@ from verinfer.receipts.merkle import verify_proof
 
 PAGE_SIZE = 100
 LATEST = 10
+LIST_CAP = 200
 #: Longest search query read; every id form is shorter (an eigenda pointer aside, which is
 #: looked up only if it parses).
 MAX_QUERY = 140_000
@@ -155,6 +156,7 @@ def _status(ctx: Context) -> dict[str, Any]:
     idx = ctx.index
     version = idx.version + (ctx.prober.version if ctx.prober else 0)
     return {"head_block": idx.head_block, "indexed_block": idx.indexed_block,
+            "follower_error": idx.follower_error,
             "head_time": when(idx.head_time), "version": version,
             "chain_id": ctx.domain.chain_id, "challenge_manager": ctx.domain.verifying_contract}
 
@@ -262,16 +264,21 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
             "account": {**_operator_row(idx, a), "role": a.role.name.lower(),
                         "weight": eth(a.weight), "audits": a.audits},
             "stake_history": [{"block": p.block, "time": when(p.time), "stake": eth(p.stake),
-                               "what": p.what} for p in a.history],
-            "stake_chart": bar_chart([p.stake // 10**15 for p in a.history],
-                                     [f"block {p.block}: {p.what}" for p in a.history],
-                                     "stake after each change (milli-ETH)"),
+                               "what": p.what} for p in reversed(a.history[-LIST_CAP:])],
+            "stake_chart": bar_chart([p.stake // 10**15 for p in a.history[-60:]],
+                                     [f"block {p.block}: {p.what}" for p in a.history[-60:]],
+                                     "stake after each change (milli-ETH, latest 60)"),
             "approvals": approvals,
             "batches": [_batch_row(idx.batches[b]) for b in reversed(a.batches[-50:])],
-            "challenges": [_challenge_row(idx.challenges[c]) for c in reversed(a.challenges)],
-            "claims": [_claim_row(idx.claims[c]) for c in reversed(a.claims)],
-            "committees": [_challenge_row(idx.challenges[c]) for c in reversed(a.committees)],
-            "opened": [_challenge_row(idx.challenges[c]) for c in reversed(a.opened)],
+            # the latest LIST_CAP of each list (the totals are in "account"; /challenges
+            # pages through everything): a page's cost must not grow with an account's age
+            "challenges": [_challenge_row(idx.challenges[c])
+                           for c in reversed(a.challenges[-LIST_CAP:])],
+            "claims": [_claim_row(idx.claims[c]) for c in reversed(a.claims[-LIST_CAP:])],
+            "committees": [_challenge_row(idx.challenges[c])
+                           for c in reversed(a.committees[-LIST_CAP:])],
+            "opened": [_challenge_row(idx.challenges[c]) for c in reversed(a.opened[-LIST_CAP:])],
+            "list_cap": LIST_CAP,
             "slashes": [_slash_row(idx, s) for s in reversed(a.slashes)],
         }
 
@@ -516,8 +523,8 @@ def search(ctx: Context, query: str) -> dict[str, Any]:
         d = parse_id32(q, "q")
         finders = [lambda: _hit("receipt", hx(d)) if d in idx.receipts else None,
                    lambda: _hit("batch", hx(d)) if d in idx.batches else None,
-                   lambda: next((_hit("batch", hx(b.batch_id)) for b in idx.batches.values()
-                                 if b.root == d), None)]
+                   lambda: _hit("batch", hx(idx.batches_by_root[d][0]))
+                   if d in idx.batches_by_root else None]
     else:
         raise InvalidRequestError(
             "search takes a receipt id, batch id or root (0x + 64 hex), an address (0x + 40 "

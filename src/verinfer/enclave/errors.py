@@ -1,18 +1,19 @@
 """Typed attestation and enclave errors; ``code`` is the machine-readable reason a shard
-reports when it refuses a quote."""
+reports when it refuses a quote. Domain errors: the KMS shard app maps them to HTTP statuses
+(``verinfer.kms.shard_app.http_status``), nothing here knows HTTP."""
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError, ServerError
+from verinfer.errors import VerinferError
 
 
-class AttestationError(ClientError):
-    status_code = 403
+class AttestationError(VerinferError):
+    """A quote is not acceptable (malformed, forged, expired, foreign measurement)."""
+
     code = "quote_invalid"
 
 
 class QuoteMalformedError(AttestationError):
-    status_code = 400
     code = "quote_malformed"
 
 
@@ -34,13 +35,13 @@ class MeasurementNotAllowedError(AttestationError):
     code = "measurement_not_allowed"
 
 
-class RootKeyError(ClientError):
+class RootKeyError(VerinferError):
     """An attestation root key file is missing or malformed."""
 
     code = "root_key_invalid"
 
 
-class EnclaveError(ServerError):
+class EnclaveError(VerinferError):
     code = "enclave_error"
 
 

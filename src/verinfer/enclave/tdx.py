@@ -742,8 +742,9 @@ RTMR3_EXTEND_PATH = Path("/sys/class/misc/tdx_guest/measurements/rtmr3:sha384")
 
 
 class TsmError(AttestationError):
+    """This guest could not produce a quote (configfs-tsm); the attester's own failure."""
+
     code = "tsm_failed"
-    status_code = 500
 
 
 @dataclass

@@ -1,16 +1,19 @@
 """Typed KMS errors. Every refusal carries a machine-readable reason in ``code``.
 
 Shards answer refusals as ``{"error": {"reason": <code>, "message": ..., "shard_index": i}}``;
-the codes are part of the wire protocol (docs/kms.md).
+the codes are part of the wire protocol (docs/kms.md). These are domain errors: they say what
+went wrong, not how an HTTP server answers it. The shard app (``kms/shard_app.py:
+http_status``) is the one place that maps them to statuses — so, e.g., a tampered sealed file
+(:class:`SealError`) is the shard's own failure, never "a 400 client error".
 """
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError, ServerError
+from verinfer.errors import VerinferError
 
 
-class KmsError(ClientError):
-    """Base of the KMS client errors (bad input, refusals)."""
+class KmsError(VerinferError):
+    """Base of the KMS errors (malformed input, broken local state, refusals)."""
 
     code = "kms_error"
 
@@ -42,17 +45,14 @@ class SealError(KmsError):
 
 
 class EpochError(KmsError):
-    status_code = 404
     code = "epoch_unknown"
 
 
 class EpochExistsError(EpochError):
-    status_code = 409
     code = "epoch_exists"
 
 
 class EpochRetiredError(EpochError):
-    status_code = 403
     code = "epoch_retired"
 
 
@@ -64,19 +64,16 @@ class RegistryError(KmsError):
 
 # ---- release refusals ---------------------------------------------------------------------
 class ReleaseRefused(KmsError):
-    status_code = 403
     code = "release_refused"
 
 
 class BadReleaseRequest(ReleaseRefused):
-    status_code = 400
     code = "bad_request"
 
 
 class RequestTooLargeError(BadReleaseRequest):
     """A request body over the shard's size bound (refused before anything parses it)."""
 
-    status_code = 413
     code = "request_too_large"
 
 
@@ -99,7 +96,6 @@ class ReportDataMismatchError(ReleaseRefused):
 
 
 class RequesterSignatureError(ReleaseRefused):
-    status_code = 401
     code = "requester_signature_invalid"
 
 
@@ -129,32 +125,34 @@ class AuditNotAssignedError(ReleaseRefused):
 
 
 class RateLimitedError(ReleaseRefused):
-    status_code = 429
     code = "rate_limited"
 
 
-class NonceCapacityError(ServerError):
-    status_code = 503
+class KmsUnavailableError(KmsError):
+    """The KMS cannot serve right now (capacity, its own share, the committee source, a
+    shard); retry later or elsewhere."""
+
+    code = "kms_unavailable"
+
+
+class NonceCapacityError(KmsUnavailableError):
     code = "nonce_capacity"
 
 
-class ShareUnavailableError(ServerError):
+class ShareUnavailableError(KmsUnavailableError):
     """This shard cannot open its own share of a live epoch (missing file or wrong seal key)."""
 
-    status_code = 503
     code = "share_unavailable"
 
 
-class CommitteeUnavailableError(ServerError):
+class CommitteeUnavailableError(KmsUnavailableError):
     """The committee source (the chain behind ``ChainCommitteeOracle``) cannot be read. The
     shard refuses with this reason; it never grants on a failed read."""
 
-    status_code = 503
     code = "committee_unavailable"
 
 
-class ShardUnavailableError(ServerError):
+class ShardUnavailableError(KmsUnavailableError):
     """A shard could not be reached or answered garbage (client side)."""
 
-    status_code = 502
     code = "shard_unavailable"

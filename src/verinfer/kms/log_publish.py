@@ -40,8 +40,8 @@ import rfc8785
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from verinfer.errors import ClientError, ServerError
 from verinfer.kms.directory import ShardInfo
+from verinfer.kms.errors import KmsError
 from verinfer.kms.release_log import ReleaseLogError, SignedHead
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
@@ -57,7 +57,7 @@ MAX_POINTER_BYTES = 4096
 MAX_INDEX_BYTES = 16 * 1024 * 1024
 
 
-class LogPublicationError(ClientError):
+class LogPublicationError(KmsError):
     """A publication (transaction, bundle or index) is not a valid log-head publication.
     ``reason``: not_a_publication, bundle_unavailable, bundle_hash_mismatch,
     bundle_malformed, index_malformed."""
@@ -69,7 +69,7 @@ class LogPublicationError(ClientError):
         self.reason = reason
 
 
-class ShardHeadError(ServerError):
+class ShardHeadError(KmsError):
     """A shard's ``/v1/log/head`` answer was unreachable, unreadable or not its own head."""
 
     code = "shard_head_invalid"

@@ -38,7 +38,7 @@ from typing import Any
 import rfc8785
 from eth_account.signers.local import LocalAccount
 
-from verinfer.errors import ServerError
+from verinfer.kms.errors import KmsError
 from verinfer.kms.identity import recover_digest_signer, sign_digest
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
@@ -51,7 +51,7 @@ MAX_LINE_BYTES = 16 * 1024
 MAX_LINE_DEPTH = 4
 
 
-class ReleaseLogError(ServerError):
+class ReleaseLogError(KmsError):
     """The log or its heads do not verify. ``reason`` names the failure (docs/kms.md):
     not_json, chain_broken, entry_hash_mismatch, head_malformed, head_signature_invalid,
     head_wrong_shard, truncated_below_signed_head, diverges_from_signed_head."""

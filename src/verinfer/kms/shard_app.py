@@ -1,5 +1,7 @@
 """HTTP face of a shard (FastAPI). Refusals: ``{"error": {"reason", "message", "shard_index"}}``
-with the refusal's HTTP status (400/401/403/404/413/429/503).
+with the status :func:`http_status` gives the refusal (400/401/403/404/409/413/429/503, 500 for
+the shard's own failures): the KMS and attestation errors are domain errors that know no HTTP,
+and this table is the one place that decides what the caller is told.
 
 Every request body is hostile until proven otherwise: nothing here lets FastAPI/pydantic parse
 JSON. A body is refused by size before it is read (Content-Length) and while it is read
@@ -29,8 +31,19 @@ from prometheus_client import (
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from verinfer.errors import VerinferError
-from verinfer.kms.errors import BadReleaseRequest, RequestTooLargeError
+from verinfer.enclave.errors import AttestationError, QuoteMalformedError
+from verinfer.errors import ClientError, ServerError, VerinferError
+from verinfer.kms.errors import (
+    BadReleaseRequest,
+    EpochError,
+    EpochExistsError,
+    EpochRetiredError,
+    KmsUnavailableError,
+    RateLimitedError,
+    ReleaseRefused,
+    RequesterSignatureError,
+    RequestTooLargeError,
+)
 from verinfer.kms.shard import Decision, ShardService
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
@@ -49,9 +62,37 @@ MAX_BODY_DEPTH = 8
 DECRYPT_PATH = "/v1/decrypt"
 
 
+#: Domain error -> HTTP status, most specific first. Anything not listed is the shard's own
+#: failure (a broken registry, a sealed share that does not open, a bug): 500, never the
+#: caller's fault.
+HTTP_STATUS: tuple[tuple[type[VerinferError], int], ...] = (
+    (RequestTooLargeError, 413),
+    (BadReleaseRequest, 400),
+    (RequesterSignatureError, 401),
+    (RateLimitedError, 429),
+    (ReleaseRefused, 403),
+    (EpochExistsError, 409),
+    (EpochRetiredError, 403),
+    (EpochError, 404),
+    (QuoteMalformedError, 400),
+    (AttestationError, 403),
+    (KmsUnavailableError, 503),
+)
+
+
+def http_status(e: VerinferError) -> int:
+    """The HTTP status a shard answers ``e`` with."""
+    for kind, status in HTTP_STATUS:
+        if isinstance(e, kind):
+            return status
+    if isinstance(e, ClientError | ServerError):  # the API tree carries its own status
+        return e.status_code
+    return 500
+
+
 def _refusal(index: int, e: VerinferError) -> JSONResponse:
     return JSONResponse({"error": {"reason": e.code, "message": e.message,
-                                   "shard_index": index}}, status_code=e.status_code)
+                                   "shard_index": index}}, status_code=http_status(e))
 
 
 class BodyLimit:
@@ -121,7 +162,7 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     @app.exception_handler(VerinferError)
     async def _verinfer(_: Request, e: VerinferError) -> JSONResponse:
-        if e.status_code >= 500:
+        if http_status(e) >= 500:
             log.error("shard %d: %s", service.index, e.message)
         return _refusal(service.index, e)
 

@@ -7,8 +7,10 @@ It has two parts, and only the first is hashed:
   container image, and the hardware class *where it matters* (the ``fast`` kernels run
   PyTorch's own GEMMs, whose order depends on the ISA and the torch build; the ``invariant``
   kernels give the same bits on AVX-512, AVX2 and scalar — docs/engine.md — so for them the
-  hardware class is ``any``). This string goes into every ExecRequest, its sha256 into every
-  receipt (``engineFingerprintHash``), and governance approves that hash on chain.
+  hardware class is ``any``). The image digest comes from the container runtime
+  (engine/container.py), never from the operator: ``none`` outside a pinned image. This
+  string goes into every ExecRequest, its sha256 into every receipt
+  (``engineFingerprintHash``), and governance approves that hash on chain.
 * REPORTED (:attr:`EngineFingerprint.reported`): the CPU model string, the ISA path the
   kernels dispatched to, library versions and host facts. Shown in ``/health`` for diagnosis,
   never hashed: a host move or a library upgrade that cannot change a bit must not make every
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,9 +32,12 @@ import numpy as np
 import torch
 
 import verinfer
+from verinfer.engine.container import running_image
 from verinfer.engine.sampling import SAMPLING_RULE
 
-FINGERPRINT_VERSION = 4  # 4: approved/reported split (3 hashed CPU model and versions too)
+# 5: the image digest read from the container runtime, "none" outside one (4 read an
+# operator-set environment variable, "" when unset); 4: approved/reported split
+FINGERPRINT_VERSION = 5
 _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_tile")
 # Kernel modes whose bits do not depend on the machine (fixed summation order, exactly
 # rounded FMA, own exp): their hardware class is "any".
@@ -67,7 +71,7 @@ class EngineFingerprint:
     linear_order: str  # summation order of every matmul (Ops.linear_order)
     sampler: str  # the token sampling rule (sampling.SAMPLING_RULE)
     dtype: str
-    container_digest: str  # the pinned image (VERINFER_CONTAINER_DIGEST), "" when unpinned
+    container_digest: str  # the running image's sha256 manifest digest, or "none" (container.py)
     hardware_class: str  # "any", or what the kernels' bits depend on (fast mode)
     # ---- reported: diagnostics only, excluded from canonical()/hash ----
     reported: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -100,9 +104,11 @@ def hardware_class(kernel_mode: str, kernel_isa: str, flags: list[str]) -> str:
 
 def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
                        container_digest: str | None = None) -> EngineFingerprint:
+    """This process's fingerprint. ``container_digest`` None: the running image's, as the
+    container runtime states it (tests and tools computing another machine's pass it)."""
     name, flags = cpu_description()
-    digest = container_digest if container_digest is not None else os.environ.get(
-        "VERINFER_CONTAINER_DIGEST", "")
+    image = running_image()
+    digest = container_digest if container_digest is not None else image.digest
     return EngineFingerprint(
         version=FINGERPRINT_VERSION,
         backend="torch-cpu",
@@ -115,5 +121,19 @@ def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
         reported={"device": name, "cpu_flags": flags, "kernel_isa": kernel_isa,
                   "torch": torch.__version__, "numpy": np.__version__,
                   "verinfer": verinfer.__version__, "host": platform.node(),
-                  "python": platform.python_version()},
+                  "python": platform.python_version(), "container_source": image.source},
     )
+
+
+def local_fingerprint(kernel_mode: str = "invariant") -> EngineFingerprint:
+    """The fingerprint an engine with ``kernel_mode`` would have in this process, without
+    loading a model (it depends on the kernels, not the model): what ``operator init`` asks
+    governance to approve."""
+    from verinfer.engine.ops import make_ops
+
+    isa = "none"
+    if kernel_mode == "invariant":
+        from verinfer.engine import kernels
+
+        isa = kernels.isa()
+    return engine_fingerprint(kernel_mode, isa, make_ops(kernel_mode).linear_order)  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ Order of checks (docs/verifier.md §2), each deterministic so that honest member
 2. it opens under the receipt's binding with the epoch key          else INVALID_EVIDENCE
 3. its ExecRequest/ExecResult hash to reqHash/outHash               else INVALID_EVIDENCE
 4. this engine can judge: same model id                             else abstain (CannotJudge)
+   and same approved engine fingerprint (image digest, kernels…)   else abstain (CannotJudge)
    and the approved model's tokenizer (the model id fixes it)       else INVALID_EVIDENCE
 5. the ExecRequest is what the client's request body asked for     else INVALID_EVIDENCE
    (the body is parsed with the bounded parser: a nesting bomb is faulty evidence)
@@ -53,6 +54,20 @@ def check_engine(engine: Engine, request: ExecRequest) -> None:
     if request.model_id != parse_hex(engine.model_id, 32, "model_id"):
         raise CannotJudgeError(f"request model 0x{request.model_id.hex()} is not this "
                                f"verifier's model {engine.model_id}", param="model_id")
+
+
+def check_fingerprint(engine: Any, request: ExecRequest) -> None:
+    """Raises CannotJudgeError unless ``engine`` runs under the request's approved engine
+    fingerprint (same hash: same image digest, kernels, summation order, sampler, hardware
+    class). Another fingerprint may give other bits for honest work, so its vote could slash
+    an honest operator; the receipt's fingerprint is approved on chain (else the challenge
+    slashed at open, before any committee), so not running it is this verifier's own
+    limitation: it abstains. Any backend works: only ``engine.fingerprint.hash`` is read."""
+    mine = str(engine.fingerprint.hash).lower()
+    theirs = "0x" + request.engine_fingerprint_hash.hex()
+    if mine != theirs:
+        raise CannotJudgeError(f"request engine fingerprint {theirs} is not this verifier's "
+                               f"{mine}", param="engine_fingerprint")
 
 
 def tokenizer_matches(engine: Engine, request: ExecRequest) -> bool:
@@ -173,6 +188,7 @@ def _judge(engines: Engine | EngineResolver, receipt: Receipt, blob: bytes | Non
     # model id held): an inconsistent envelope is a vote whatever models this verifier holds.
     engine = engines if isinstance(engines, Engine) else engines(request.model_id)
     check_engine(engine, request)
+    check_fingerprint(engine, request)
     if not tokenizer_matches(engine, request):
         return _invalid(receipt, "tokenizer_mismatch",
                         f"tokenizer 0x{request.tokenizer_hash.hex()} is not model "

@@ -4,6 +4,10 @@ Usage: python bench/kernels.py [--threads N] [--quick]
 Prints a table, then one JSON object (all timings in ms, best of a few repeats) as the last line.
 Per shape, F.linear (MKL), linear (dot16 family) and linear_packed (packed outer-product family)
 are timed interleaved; for the LM-head shape also linear_q8_0 and linear_q8_0_packed.
+``--quant`` instead times the quantized panels of every GGUF block type the engine reads, at the
+Gemma 3 270M shapes that use it, against the fp32 panels of the same (dequantized) values: decode
+(M <= 4) should gain from reading fewer bytes; at large M the quantized path dequantizes a panel
+group into scratch, and this shows what that costs against holding an fp32 copy.
 """
 
 from __future__ import annotations
@@ -53,14 +57,60 @@ def q8_0_bytes(w: torch.Tensor) -> torch.Tensor:
     return torch.cat([dh, q.view(torch.uint8)], dim=2).reshape(n, k // 32 * 34).contiguous()
 
 
+QUANT_SHAPES = [("Q5_0", 2048, 640), ("Q5_0", 1024, 640), ("Q4_K", 640, 1024),
+                ("Q6_K", 640, 2048), ("Q8_0", 262144, 640)]
+
+
+def random_blocks(qtype: str, n: int, k: int) -> torch.Tensor:
+    """Random GGUF rows with small, finite fp16 scales (the values do not matter for timing)."""
+    per, nbytes = kernels.QUANT_BLOCKS[qtype]
+    raw = torch.randint(0, 256, (n, k // per, nbytes), dtype=torch.uint8)
+    half_at = {"Q6_K": [208], "Q4_1": [0, 2], "Q4_K": [0, 2]}.get(qtype, [0])
+    for off in half_at:
+        d = (torch.rand(n, k // per, 1) * 1e-3).to(torch.float16).view(torch.uint8)
+        raw[:, :, off:off + 2] = d
+    return raw.reshape(n, -1).contiguous()
+
+
+def quant_main(rows_list: list[int]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    print(f"{'type':>5} {'N':>7} {'K':>5} {'M':>4} {'fp32 ms':>9} {'quant ms':>9} {'fp32/q':>7}"
+          f" {'q GB/s':>7}")
+    for qtype, n, k in QUANT_SHAPES:
+        raw = random_blocks(qtype, n, k)
+        wqp = kernels.pack_quant(raw, qtype, k)
+        wp = kernels.pack_f32(torch.randn(n, k))
+        for m in rows_list:
+            if n == 262144 and m > 4:
+                continue
+            x = torch.randn(m, k)
+            f, q = best_ms([lambda x=x, wp=wp, n=n: kernels.linear_packed(x, wp, n),
+                            lambda x=x, wqp=wqp, t=qtype, n=n, k=k:
+                            kernels.linear_quant_packed(x, wqp, t, n, k)],
+                           rounds=6 if n == 262144 else 12)
+            gbs = wqp.numel() / (q * 1e-3) / 1e9
+            rows.append({"qtype": qtype, "N": n, "K": k, "M": m, "fp32_ms": f, "quant_ms": q,
+                         "quant_weight_gb_s": round(gbs, 2)})
+            print(f"{qtype:>5} {n:>7} {k:>5} {m:>4} {f:9.3f} {q:9.3f} {f / q:7.2f} {gbs:7.2f}",
+                  flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="skip M >= 128 on the LM-head shape")
+    ap.add_argument("--quant", action="store_true", help="quantized panels vs fp32 panels")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    if args.quant:
+        print(f"isa={kernels.isa()} threads={torch.get_num_threads()}")
+        res = quant_main([1, 4] if args.quick else [1, 4, 128])
+        print(json.dumps({"isa": kernels.isa(), "threads": torch.get_num_threads(),
+                          "results": res}))
+        return
     rows: list[dict[str, object]] = []
     print(f"isa={kernels.isa()} threads={torch.get_num_threads()}")
     print(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -73,6 +73,7 @@ from verinfer.receipts.envelope import (
 from verinfer.receipts.errors import EnvelopeDecryptionError
 
 T = TypeVar("T")
+A = TypeVar("A")  # a shard's opened answer (a partial decryption, a share buffer)
 
 #: Largest shard answer read: a release is ~600 bytes, a refusal or nonce less.
 MAX_ANSWER_BYTES = 64 * 1024
@@ -290,34 +291,23 @@ class EnclaveRunner:
         partials: dict[int, ECC.EccPoint] = {}
         corrupt: list[int] = []
 
-        async def one(idx: int) -> tuple[int, bytes | None]:
-            return idx, await self._ask_shard(
-                http, idx, "/v1/decrypt", body, "partial decryption", refusals,
-                lambda d, shard: self._open_partial(d, shard, req.epoch, rd, ephemeral))
+        def accept(idx: int, raw: bytes) -> bool:
+            try:
+                partials[idx] = tdh.verify_partial(raw, index=idx, enc=enc,
+                                                   verification=vkeys[idx],
+                                                   context=dleq_context(rd, idx))
+            except ShareVerificationError as e:
+                corrupt.append(idx)
+                refusals[idx] = f"share_verification_failed: {e.message}"
+                return False
+            return True
 
-        pending: set[asyncio.Task[tuple[int, bytes | None]]] = set()
-        queue = sorted(i for i in req.nonces if i in vkeys)
-        try:
-            while len(partials) < record.threshold:
-                while queue and len(pending) + len(partials) < record.threshold:
-                    pending.add(asyncio.create_task(one(queue.pop(0))))
-                if not pending:
-                    break
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    idx, raw = task.result()
-                    if raw is None:
-                        continue
-                    try:
-                        partials[idx] = tdh.verify_partial(
-                            raw, index=idx, enc=enc, verification=vkeys[idx],
-                            context=dleq_context(rd, idx))
-                    except ShareVerificationError as e:
-                        corrupt.append(idx)
-                        refusals[idx] = f"share_verification_failed: {e.message}"
-        finally:
-            for task in pending:
-                task.cancel()
+        await _ask_until(
+            sorted(i for i in req.nonces if i in vkeys), record.threshold,
+            lambda idx: self._ask_shard(
+                http, idx, "/v1/decrypt", body, "partial decryption", refusals,
+                lambda d, shard: self._open_partial(d, shard, req.epoch, rd, ephemeral)),
+            accept)
         if len(partials) < record.threshold:
             raise KeyReleaseError(
                 f"epoch {req.epoch}: {len(partials)} valid partial decryptions, need "
@@ -377,37 +367,25 @@ class EnclaveRunner:
         buffers: list[bytearray] = []
         corrupt: list[int] = []
 
-        async def one(idx: int) -> tuple[int, bytearray | None]:
-            return idx, await self._ask_shard(
-                http, idx, "/v1/release", body, "release", refusals,
-                lambda d, shard: self._open_release(d, shard, req.epoch, rd, ephemeral))
+        def accept(idx: int, buf: bytearray) -> bool:
+            share = Share(idx, int.from_bytes(buf, "big") % Q)
+            try:
+                verify_share(share, commitments)
+            except ShareVerificationError as e:
+                corrupt.append(idx)
+                refusals[idx] = f"share_verification_failed: {e.message}"
+                wipe(buf)
+                return False
+            buffers.append(buf)
+            shares.append(share)
+            return True
 
-        pending: set[asyncio.Task[tuple[int, bytearray | None]]] = set()
-        queue = list(candidates)
-        try:
-            while len(shares) < record.threshold:
-                while queue and len(pending) + len(shares) < record.threshold:
-                    pending.add(asyncio.create_task(one(queue.pop(0))))
-                if not pending:
-                    break
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    idx, buf = task.result()
-                    if buf is None:
-                        continue
-                    share = Share(idx, int.from_bytes(buf, "big") % Q)
-                    try:
-                        verify_share(share, commitments)
-                    except ShareVerificationError as e:
-                        corrupt.append(idx)
-                        refusals[idx] = f"share_verification_failed: {e.message}"
-                        wipe(buf)
-                        continue
-                    buffers.append(buf)
-                    shares.append(share)
-        finally:
-            for task in pending:
-                task.cancel()
+        await _ask_until(
+            candidates, record.threshold,
+            lambda idx: self._ask_shard(
+                http, idx, "/v1/release", body, "release", refusals,
+                lambda d, shard: self._open_release(d, shard, req.epoch, rd, ephemeral)),
+            accept)
         if len(shares) < record.threshold:
             wipe_all(buffers)
             raise KeyReleaseError(
@@ -517,6 +495,36 @@ def _reason(status: int, data: bytes) -> str:
             and all(c.islower() or c.isdigit() or c == "_" for c in reason) and reason.isascii():
         return reason
     return f"http_{status}"
+
+
+async def _ask_until(queue: list[int], need: int,
+                     ask: Callable[[int], Awaitable[A | None]],
+                     accept: Callable[[int, A], bool]) -> None:
+    """Asks the shards of ``queue`` in order, never more at once than answers are still
+    missing, until ``need`` answers were accepted or the queue ran dry. A shard that fails
+    (``ask`` gives None) or whose answer ``accept`` refuses is replaced by the next one;
+    questions still in flight when enough answers are in are cancelled."""
+    accepted = 0
+    pending: set[asyncio.Task[tuple[int, A | None]]] = set()
+
+    async def one(idx: int) -> tuple[int, A | None]:
+        return idx, await ask(idx)
+
+    queue = list(queue)
+    try:
+        while accepted < need:
+            while queue and len(pending) + accepted < need:
+                pending.add(asyncio.create_task(one(queue.pop(0))))
+            if not pending:
+                break
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                idx, answer = task.result()
+                if answer is not None and accept(idx, answer):
+                    accepted += 1
+    finally:
+        for task in pending:
+            task.cancel()
 
 
 def _describe(refusals: dict[int, str]) -> str:

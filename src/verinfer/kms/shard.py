@@ -242,7 +242,6 @@ class ShardService:
     def _partial_and_sign(self, req: ReleaseRequest) -> Release:
         """D_i = s_i·E with its DLEQ proof, encrypted to the enclave; E is read from the
         target's ciphertext (already checked against the receipt's ciphertextHash)."""
-        cfg = self.cfg
         assert req.target is not None
         try:
             _, enc, _ = split_envelope(req.target.ciphertext, req.target.receipt,
@@ -250,13 +249,7 @@ class ShardService:
         except EnvelopeDecryptionError as e:
             raise BadReleaseRequest("target ciphertext is not a P256 envelope of its receipt",
                                     param="target") from e
-        try:
-            buf = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
-                              share_label(req.epoch, self.index))
-        except SealError as e:
-            raise ShareUnavailableError(
-                f"shard {self.index} cannot open its share of epoch {req.epoch}: "
-                f"{e.message}") from e
+        buf = self._own_share(req.epoch)
         rd = req.report_data()
         try:
             share = tdh.ScalarShare(self.index, int.from_bytes(buf, "big"))
@@ -268,21 +261,10 @@ class ShardService:
             buf[:] = bytes(len(buf))
         ct = TRANSPORT_SUITE.encrypt(partial, X25519PublicKey.from_public_bytes(
             req.enclave_public_key), info=partial_info(req.epoch, self.index, rd))
-        unsigned = Release(epoch=req.epoch, shard_index=self.index, shard_address=self.address,
-                           report_data=rd, encrypted_share=ct, issued_at=int(cfg.now()),
-                           signature=b"")
-        sig = sign_digest(cfg.identity, release_digest(unsigned.unsigned_json()))
-        return replace(unsigned, signature=sig)
+        return self._signed_release(req.epoch, rd, ct)
 
     def _encrypt_and_sign(self, req: ReleaseRequest) -> Release:
-        cfg = self.cfg
-        try:
-            share = read_sealed(share_path(cfg.data_dir, req.epoch), cfg.seal_key,
-                                share_label(req.epoch, self.index))
-        except SealError as e:
-            raise ShareUnavailableError(
-                f"shard {self.index} cannot open its share of epoch {req.epoch}: "
-                f"{e.message}") from e
+        share = self._own_share(req.epoch)
         try:
             rd = req.report_data()
             enc = TRANSPORT_SUITE.encrypt(
@@ -290,10 +272,26 @@ class ShardService:
                 info=share_info(req.epoch, self.index, rd))
         finally:
             share[:] = bytes(len(share))
-        unsigned = Release(epoch=req.epoch, shard_index=self.index, shard_address=self.address,
-                           report_data=rd, encrypted_share=enc, issued_at=int(cfg.now()),
-                           signature=b"")
-        sig = sign_digest(cfg.identity, release_digest(unsigned.unsigned_json()))
+        return self._signed_release(req.epoch, rd, enc)
+
+    def _own_share(self, epoch: int) -> bytearray:
+        """This shard's share of ``epoch``, unsealed (the caller wipes it). A share that does
+        not open is this shard's failure (ShareUnavailableError), never the requester's."""
+        try:
+            return read_sealed(share_path(self.cfg.data_dir, epoch), self.cfg.seal_key,
+                               share_label(epoch, self.index))
+        except SealError as e:
+            raise ShareUnavailableError(
+                f"shard {self.index} cannot open its share of epoch {epoch}: "
+                f"{e.message}") from e
+
+    def _signed_release(self, epoch: int, rd: bytes, encrypted: bytes) -> Release:
+        """The release answer for ``rd``, carrying ``encrypted`` (a share or a partial
+        decryption, encrypted to the enclave), signed with this shard's identity."""
+        unsigned = Release(epoch=epoch, shard_index=self.index, shard_address=self.address,
+                           report_data=rd, encrypted_share=encrypted,
+                           issued_at=int(self.cfg.now()), signature=b"")
+        sig = sign_digest(self.cfg.identity, release_digest(unsigned.unsigned_json()))
         return replace(unsigned, signature=sig)
 
     def _log(self, req: ReleaseRequest | None, quote: VerifiedQuote | None,

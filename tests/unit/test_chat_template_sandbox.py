@@ -39,6 +39,44 @@ def test_honest_template_renders_as_jinja_does() -> None:
     assert _render(CHATML, content) == want
 
 
+# constructs of popular templates (Llama 3.x, Qwen, Mistral): namespaces, the clock, trim,
+# map/selectattr/join, tojson(indent), format, arithmetic, slicing, loop variables
+POPULAR = """{{- bos_token }}
+{%- set ns = namespace(n=0) -%}
+{%- set date_string = strftime_now("%d %b %Y") %}
+{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}
+{%- set messages = messages[1:] %}{%- else %}{%- set system_message = "" %}{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\nToday Date: " + date_string }}
+{{- system_message + "<|eot_id|>" }}
+{%- for message in messages %}{%- set ns.n = ns.n + 1 %}
+{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n' + message['content']|trim }}
+{%- if loop.last %}{{ (messages|map(attribute='role')|join(', ')) ~ ' ' ~ ns.n }}{% endif %}
+{%- endfor %}
+{{ {'a': [1, 2], 'b': 'x'}|tojson(indent=4) }}{{ "%s-%d"|format("q", 3) }}{{ '{}!'.format('x') }}
+{{ messages|selectattr('role', 'equalto', 'user')|list|length }}{{ range(3)|list|sum }}
+{{ 7 // 2 }}{{ -3 }}{{ 2 ** 10 }}{{ 'ab' * 3 }}{{ [1] + [2] }}{{ 'x'|center(5) }}{{ 'l'|upper }}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>' }}{%- endif %}"""
+
+
+def test_popular_constructs_render_as_transformers_does() -> None:
+    """Same output as transformers' environment (no budget) with the same pinned clock."""
+    import json
+
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None: json.dumps(x, indent=indent)
+    msgs = [{"role": "system", "content": " Be nice. "}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"}, {"role": "user", "content": "again"}]
+    variables = {"messages": msgs, "add_generation_prompt": True, "bos_token": "<s>"}
+    want = env.from_string(POPULAR).render(
+        **variables, strftime_now=lambda fmt: PINNED_NOW.strftime(fmt))
+    got = render_template_text(POPULAR, variables, budget=RenderBudget.for_inputs(30))
+    assert got == want and "Today Date: 01 Jan 2026" in got
+
+
 def test_big_honest_content_fits_its_budget() -> None:
     content = "word " * 800_000  # 4 MB: the budget scales with the messages
     assert len(_render(CHATML, content)) > len(content)

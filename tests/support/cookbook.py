@@ -136,6 +136,7 @@ def _start(base: Path) -> AuditNet:
                         capture_output=True, text=True, timeout=300)
     if up.returncode != 0:
         subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60, check=False)
+        shutil.rmtree(base, ignore_errors=True)
         raise RuntimeError(f"devnet up failed: {up.stderr[-3000:]}")
     try:
         dn = Devnet(d)
@@ -160,6 +161,7 @@ def _start(base: Path) -> AuditNet:
         return net
     except BaseException:
         subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60, check=False)
+        shutil.rmtree(base, ignore_errors=True)  # the error carries what the logs said
         raise
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from verinfer.auditor.report import Report, Step, Verdict
 from verinfer.errors import VerinferError
+
+if TYPE_CHECKING:
+    from verinfer.auditor.reproduce import ChainAccess
+    from verinfer.da_client.factory import DARouter
 
 app = typer.Typer(help="Reproduce a receipt on this machine (auditors).",
                   no_args_is_help=True)
@@ -126,7 +130,7 @@ def _force_isa(name: str) -> None:
 
 
 def _wire(rpc_url: str | None, deployment: Path | None, da_store: Path | None,
-          da_redis_url: str | None):  # type: ignore[no-untyped-def]
+          da_redis_url: str | None) -> tuple[ChainAccess | None, DARouter | None]:
     from web3 import Web3
 
     from verinfer.auditor.material import AuditInputError

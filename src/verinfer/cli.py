@@ -54,6 +54,9 @@ _SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
     "reproduce": _Lazy("verinfer.auditor.cli", "Auditors: reproduce a receipt on this "
                        "machine, from its signature to a replay (docs/cookbook.md).",
                        "reproduce"),
+    "model": _Lazy("verinfer.engine.model_cli", "Models: export-hf (the HF folder vLLM loads)."),
+    "selftest": _Lazy("verinfer.engine.model_cli", "Determinism self-test of a backend.",
+                      "selftest"),
     # aliases: the everyday commands under their short names
     "serve": _Lazy("verinfer.operator.cli", "Serve the OpenAI-compatible API (= `verinfer "
                    "operator serve`).", "serve"),

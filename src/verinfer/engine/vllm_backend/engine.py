@@ -1,0 +1,310 @@
+"""VllmEngine: vLLM's scheduler and kernels behind the interface of the own Engine.
+
+The operator (generation.py: ``submit`` with ``on_step``), the evidence pipeline, the request
+rule (``served_model``) and the verifier's re-execution job (``check_request``, ``replay``,
+``output_state``, ``generate``) use it exactly like :class:`verinfer.engine.engine.Engine`,
+of which it is a subclass: the request checks and the stop rule (EOS/EOT, stop strings,
+max_tokens) are inherited, so they have one home.
+
+What stays verinfer's: the model identity and tokenizer (read from the GGUF file: the model id
+is its sha256), chat rendering and tokenization (vLLM receives token ids and never loads a
+tokenizer), the stop rule, the sampling and logprob rules and the logit digests (the logits
+hook). What is vLLM's: the forward pass and its batching — run in-process by ``LLMEngine``,
+stepped by one thread of ours, so every step's outputs are read as they come.
+
+Replay: whether one prefill over prompt + output reproduces decode's bits is a property of the
+backend that the self-test measures (selftest.py); vLLM does not expose the full logits rows
+of a prefill, so ``replay`` here re-decodes and compares, and keeps that decode for the
+``generate`` call the verifier makes when the claim does not match (one decode either way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verinfer.engine.engine import (
+    MAX_TOP_LOGPROBS,
+    Engine,
+    FinishReason,
+    GenerationResult,
+    ReplayResult,
+    StepEvent,
+)
+from verinfer.engine.export_hf import HfExport, ensure_export, read_export
+from verinfer.engine.loader import LoadedModel, Weights, sha256_file
+from verinfer.engine.logprobs import TokenLogprob
+from verinfer.engine.sampling import SamplingParams
+from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
+from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
+from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
+from verinfer.errors import InvalidRequestError, ModelLoadError, ServerError
+
+log = logging.getLogger(__name__)
+
+
+class VllmBackendError(ServerError):
+    """vLLM did something the protocol cannot sign (e.g. it did not take the rule's token)."""
+
+    code = "vllm_backend"
+
+
+def light_model(gguf_path: Path) -> LoadedModel:
+    """The GGUF model's identity, config and tokenizer without its weights (vLLM holds those)."""
+    from verinfer.engine.gguf_file import GGUFFormatError, read_gguf
+    from verinfer.engine.models.registry import config_from_gguf
+    from verinfer.engine.tokenizer import Tokenizer
+    from verinfer.errors import TokenizerError
+
+    try:
+        g = read_gguf(gguf_path)
+        tokenizer = Tokenizer.from_gguf_fields(g.fields)
+    except (OSError, GGUFFormatError, TokenizerError) as e:
+        raise ModelLoadError(f"{str(gguf_path)!r} is not a usable GGUF model: {e}") from e
+    config = config_from_gguf(g.fields, tokenizer.vocab_size)
+    name = str(g.fields.get("general.name") or gguf_path.stem)
+    return LoadedModel(gguf_path, sha256_file(gguf_path), name, config, Weights({}, {}),
+                       tokenizer)
+
+
+@dataclass
+class _Req:
+    key: str
+    prompt: list[int]
+    params: SamplingParams
+    future: Future[GenerationResult]
+    track: Track
+    top_logprobs: int | None
+    on_step: Callable[[StepEvent], None] | None
+    generated: list[int] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    text: str = ""
+    finish: FinishReason | None = None
+    vllm_id: str | None = None
+
+
+class VllmEngine(Engine):
+    """Thread-safe like Engine: ``submit`` from any thread; one thread steps vLLM."""
+
+    def __init__(self, gguf_path: str | Path, export: HfExport | None = None,
+                 settings: VllmSettings | None = None, *, max_seqs: int = 16,
+                 max_context: int | None = None) -> None:
+        # Engine.__init__ builds the own model from weights; this backend has none of its own
+        self.settings = settings or VllmSettings(max_num_seqs=max_seqs)
+        self.settings.apply_environment()
+        require_vllm()
+        path = Path(gguf_path)
+        self.loaded = light_model(path)
+        self.config = self.loaded.config
+        self.tokenizer = self.loaded.tokenizer
+        self.kernel_mode = "vllm"  # type: ignore[assignment]
+        self.export = export if export is not None else ensure_export(path)
+        if self.export.source_model_id != self.loaded.model_id:
+            raise ModelLoadError(f"{self.export.path} is the export of "
+                                 f"{self.export.source_model_id}, not of {self.loaded.model_id}")
+        read_export(self.export.path, verify=True)  # the weights vLLM loads are the manifest's
+        self.max_context = min(max_context or self.config.context_length,
+                               self.config.context_length, self.settings.max_model_len)
+        self.max_seqs, self.max_batch_tokens = (self.settings.max_num_seqs,
+                                                self.settings.max_num_batched_tokens)
+        self.fingerprint = vllm_fingerprint(self.settings, self.export.weights_sha256)
+        self._llm = self._start()
+        self._cv = threading.Condition()
+        self._incoming: list[_Req] = []
+        self._live: dict[str, _Req] = {}  # by vLLM request id
+        self._closed = False
+        self._keys = itertools.count()
+        self._memo: OrderedDict[tuple[Any, ...], GenerationResult] = OrderedDict()
+        self._worker = threading.Thread(target=self._loop, name="verinfer-vllm", daemon=True)
+        self._worker.start()
+
+    def _start(self) -> Any:
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.v1.engine.llm_engine import LLMEngine
+
+        t0 = time.monotonic()
+        args = EngineArgs(model=str(self.export.path), logits_processors=[hook_class()],
+                          **self.settings.engine_kwargs())
+        llm = LLMEngine.from_engine_args(args, enable_multiprocessing=False)
+        log.info("vLLM engine started in %.1f s", time.monotonic() - t0)
+        self.start_seconds = time.monotonic() - t0
+        return llm
+
+    # ---- requests ----------------------------------------------------------------------------
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+               top_logprobs: int | None = None,
+               on_step: Callable[[StepEvent], None] | None = None
+               ) -> Future[GenerationResult]:
+        self.check_request(prompt_ids, params)
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
+                param="top_logprobs")
+        fut: Future[GenerationResult] = Future()
+        key = f"vi-{next(self._keys)}"
+        track = Track(params, top_logprobs, len(prompt_ids))
+        req = _Req(key, list(prompt_ids), params, fut, track, top_logprobs, on_step)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            TRACKS.add(key, track)
+            self._incoming.append(req)
+            self._cv.notify()
+        return fut
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+                 top_logprobs: int | None = None) -> GenerationResult:
+        memo = self._memo.pop(self._memo_key(prompt_ids, params, top_logprobs), None)
+        if memo is not None:
+            return memo
+        return self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
+
+    @staticmethod
+    def _memo_key(prompt_ids: Sequence[int], params: SamplingParams,
+                  top: int | None) -> tuple[Any, ...]:
+        return (tuple(prompt_ids), repr(params), top)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._worker.join(timeout=30)
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            with contextlib.suppress(Exception):  # best effort: the process may be ending
+                llm.engine_core.shutdown()
+
+    # ---- the stepping thread ----------------------------------------------------------------
+    def _vllm_params(self, req: _Req) -> Any:
+        from vllm import SamplingParams as VSP
+        from vllm.sampling_params import RequestOutputKind
+
+        # greedy over the hook's masked row = the rule's token; our stop rule ends the request
+        return VSP(temperature=0.0, max_tokens=req.params.max_tokens, ignore_eos=True,
+                   detokenize=False, output_kind=RequestOutputKind.CUMULATIVE,
+                   extra_args={KEY: req.key})
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and not self._incoming and not self._live:
+                    self._cv.wait()
+                if self._closed:
+                    break
+                incoming, self._incoming = self._incoming, []
+            for req in incoming:
+                try:
+                    # outputs and aborts name the request by the id we give (vLLM adds a
+                    # suffix for its own internal id)
+                    self._llm.add_request(req.key, {"prompt_token_ids": req.prompt},
+                                          self._vllm_params(req))
+                    req.vllm_id = req.key
+                    self._live[req.key] = req
+                except BaseException as e:
+                    self._fail(req, e)
+            try:
+                outputs = self._llm.step()
+            except BaseException as e:  # fail what is in flight, keep serving
+                log.exception("vLLM step failed")
+                for req in list(self._live.values()):
+                    self._fail(req, e)
+                self._live.clear()
+                continue
+            for out in outputs:
+                req = self._live.get(out.request_id)
+                if req is not None:
+                    self._advance(req, list(out.outputs[0].token_ids) if out.outputs else [],
+                                  bool(out.finished))
+        for req in itertools.chain(self._live.values(), self._incoming):
+            self._fail(req, RuntimeError("engine closed"))
+
+    def _fail(self, req: _Req, e: BaseException) -> None:
+        TRACKS.pop(req.key)
+        if req.vllm_id is not None:
+            self._live.pop(req.vllm_id, None)
+        if not req.future.done():
+            req.future.set_exception(e)
+
+    def _advance(self, req: _Req, token_ids: list[int], vllm_finished: bool) -> None:
+        if req.track.error is not None:
+            self._stop(req)
+            self._fail(req, req.track.error)
+            return
+        while req.finish is None and len(req.generated) < len(token_ids):
+            i = len(req.generated)
+            position = len(req.prompt) + i
+            rec = req.track.steps.get(position)
+            if rec is None or rec.token_id != token_ids[i]:
+                self._stop(req)
+                self._fail(req, VllmBackendError(
+                    f"vLLM produced token {token_ids[i]} at position {position}, the rule "
+                    f"chose {None if rec is None else rec.token_id}: not signing it"))
+                return
+            req.generated.append(rec.token_id)
+            req.digests.append(rec.digest)
+            if rec.logprob is not None:
+                req.logprobs.append(rec.logprob)
+            req.finish, req.text = self._finish(req.generated, req.params)
+            if req.on_step is not None:
+                try:
+                    req.on_step(StepEvent(i, rec.token_id, req.text, req.finish, rec.logprob))
+                except Exception:  # a broken consumer must not stall the others
+                    req.on_step = None
+        if req.finish is None and vllm_finished:
+            # vLLM stopped (max_tokens) where our rule did not: cannot happen with equal
+            # max_tokens; refuse rather than sign an unfinished answer
+            self._fail(req, VllmBackendError("vLLM finished a request before the stop rule"))
+            return
+        if req.finish is not None:
+            if not vllm_finished:
+                self._stop(req)
+            TRACKS.pop(req.key)
+            self._live.pop(req.vllm_id or "", None)
+            req.future.set_result(GenerationResult(
+                req.prompt, list(req.generated), req.text, req.finish, list(req.digests),
+                req.params.seed, list(req.logprobs) if req.top_logprobs is not None else None,
+                req.top_logprobs))
+
+    def _stop(self, req: _Req) -> None:
+        if req.vllm_id is not None:
+            with contextlib.suppress(Exception):  # already gone
+                self._llm.abort_request([req.vllm_id])
+
+    # ---- replay (by re-decoding) -----------------------------------------------------------
+    def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
+               params: SamplingParams, *, top_logprobs: int | None = None) -> ReplayResult:
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
+                param="top_logprobs")
+        if not claimed_ids:
+            raise InvalidRequestError("nothing to replay: the claimed output is empty")
+        self.check_request(prompt_ids, params)
+        if len(claimed_ids) > params.max_tokens:
+            raise InvalidRequestError("the claim is longer than max_tokens", param="max_tokens")
+        gen = self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
+        claim, mine = list(claimed_ids), gen.token_ids
+        n = len(claim)
+        mismatch = next((i for i, (a, b) in enumerate(zip(mine, claim, strict=False))
+                         if a != b), None)
+        if mismatch is None and len(mine) != n:
+            mismatch = min(len(mine), n)
+        checked = (mismatch + 1) if mismatch is not None else n
+        key = self._memo_key(prompt_ids, params, top_logprobs)
+        self._memo[key] = gen  # the verifier's decode, if the claim does not match
+        while len(self._memo) > 4:
+            self._memo.popitem(last=False)
+        matches = mismatch is None
+        return ReplayResult(mine[:checked], gen.step_digests[:checked],
+                            gen.finish_reason if matches else None, matches, mismatch,
+                            gen.logprobs if matches else None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -332,3 +333,33 @@ def test_an_unreachable_chain_is_shown_not_fatal() -> None:
     assert not t.is_alive() and "Connection" in idx.follower_error
     page = _client(idx).get("/").text
     assert 'id="follower-error"' in page and "chain unreachable" in page
+
+
+def test_probes_bound_what_an_endpoint_sends() -> None:
+    """A hostile shard or operator endpoint (an in-process transport standing in for it)
+    answering without end, with a nesting bomb or with junk is a status line, not an
+    exception or a process holding gigabytes."""
+    import httpx
+
+    from verinfer.explorer.probes import MAX_PROBE_BYTES, probe_endpoint, probe_shard
+
+    sent = {"bytes": 0}
+
+    def endless() -> Iterator[bytes]:
+        while True:
+            sent["bytes"] += 65536
+            yield b"[" * 65536
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, content=endless())
+        if request.url.path == "/health":
+            return httpx.Response(200, content=b"[" * 5000 + b"]" * 5000)
+        return httpx.Response(200, content=b"\xff junk")
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        ep = probe_endpoint(client, "http://op")
+        shard = probe_shard(client, "http://shard")
+    assert not ep.ok and "longer than" in ep.error
+    assert sent["bytes"] <= MAX_PROBE_BYTES + 2 * 65536
+    assert not shard.ok and shard.error

@@ -59,12 +59,21 @@ class AuditReportRow:
     signature_ok: bool
 
 
+def _get_bounded(client: httpx.Client, url: str) -> bytes:
+    """The body of a GET, read in chunks and abandoned past MAX_PROBE_BYTES: a probed
+    endpoint is not trusted to send a small answer."""
+    with client.stream("GET", url) as r:
+        r.raise_for_status()
+        body = bytearray()
+        for chunk in r.iter_bytes():
+            body += chunk
+            if len(body) > MAX_PROBE_BYTES:
+                raise ValueError(f"answer longer than {MAX_PROBE_BYTES} bytes")
+    return bytes(body)
+
+
 def _get_json(client: httpx.Client, url: str) -> Any:
-    r = client.get(url)
-    r.raise_for_status()
-    if len(r.content) > MAX_PROBE_BYTES:
-        raise ValueError(f"answer of {len(r.content)} bytes")
-    return loads_untrusted(r.content, max_bytes=MAX_PROBE_BYTES, what=url)
+    return loads_untrusted(_get_bounded(client, url), max_bytes=MAX_PROBE_BYTES, what=url)
 
 
 def probe_shard(client: httpx.Client, url: str) -> ShardStatus:
@@ -72,7 +81,7 @@ def probe_shard(client: httpx.Client, url: str) -> ShardStatus:
     try:
         h = _get_json(client, url + "/health")
         head = _get_json(client, url + "/v1/log/head")
-        metrics = client.get(url + "/metrics").text[:MAX_PROBE_BYTES]
+        metrics = _get_bounded(client, url + "/metrics").decode("utf-8", "replace")
     except (httpx.HTTPError, ValueError, UntrustedJsonError) as e:
         st.error = f"{type(e).__name__}: {e}"[:200]
         return st

@@ -159,6 +159,14 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
                 cases.append(Case(f"prompt{pi}[{len(probe)} tok]/{mode}/batch{size}@{at}",
                                   not diff, diff))
     replay_ok = True
+    probe = getattr(engine, "prefill_reproduces_decode", None)
+    if probe is not None:  # a backend whose replay re-decodes: test a real prefill apart
+        prefill_ok = True
+        for pi, p in enumerate(probes):
+            ok, detail = probe(p, GREEDY.max_tokens)
+            prefill_ok = prefill_ok and ok
+            cases.append(Case(f"prompt{pi}/greedy/one-prefill-vs-decode", True,
+                              "" if ok else f"informational: {detail}"))
     for (pi, mode), ref in refs.items():
         params = GREEDY if mode == "greedy" else SEEDED
         rr = engine.replay(probes[pi], ref.token_ids, params, top_logprobs=TOP_LOGPROBS)
@@ -170,7 +178,9 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
         cases.append(Case(f"prompt{pi}/{mode}/replay", ok, detail))
     failed = [c for c in cases if not c.passed]
     fp = engine.fingerprint
-    own_prefill = type(engine) is Engine  # the own engine's replay is one prefill pass
+    own_prefill = probe is None  # the own engine's replay is one prefill pass
+    if probe is not None:
+        replay_ok = prefill_ok
     return SelfTestReport(
         version=REPORT_VERSION, backend=fp.backend, fingerprint_hash=fp.hash,
         fingerprint=fp.approved(), model_id=engine.model_id, passed=not failed, cases=cases,
@@ -179,6 +189,18 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
         seconds=round(time.monotonic() - t0, 2),
         first_failure=(f"{failed[0].name}: {failed[0].detail}" if failed else None),
         reported=dict(fp.reported))
+
+
+def load_report(path: str | Path) -> SelfTestReport | None:
+    """A kept report, or None when there is none readable (then the self-test runs again)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        if doc.get("version") != REPORT_VERSION:
+            return None
+        doc["cases"] = [Case(**c) for c in doc["cases"]]
+        return SelfTestReport(**doc)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def require_pass(report: SelfTestReport) -> None:

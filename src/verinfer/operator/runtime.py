@@ -22,6 +22,7 @@ operator key) are listed by :func:`unsafe_reasons`; `verinfer serve` refuses the
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,6 +121,7 @@ class OperatorRuntime:
     readiness: Readiness = field(default_factory=Readiness)
     monitors: MonitorThread | None = None
     unsafe: list[str] = field(default_factory=list)
+    selftest: SelfTestGate | None = None
 
     def close(self, drain_timeout_s: float = 10.0) -> None:
         if self.monitors is not None:
@@ -182,10 +184,72 @@ def _bind_chain(sink: ChainSink, domain: Domain) -> Any:
     return contracts
 
 
+class SelfTestGate:
+    """The determinism self-test as a readiness blocker (issue 18): no receipt is signed
+    under an engine before its backend has passed the self-test on this machine, and never
+    after it failed. The report is kept with the operator's state
+    (``selftest/<fingerprint hash>.json``) and reused while the approved fingerprint — backend,
+    versions, settings, weights, device and threads — is the same; its summary is shown in
+    /health (``engine_fingerprint.reported.selftest``) and a failure also there under
+    ``not_ready`` (and as ``verinfer_ready`` 0 in /metrics)."""
+
+    NAME = "selftest"
+
+    def __init__(self, readiness: Readiness, engines: Sequence[Engine], state_dir: Path,
+                 run: Callable[[Engine], Any] | None = None) -> None:
+        self.readiness, self.engines, self.state_dir = readiness, list(engines), state_dir
+        self._run = run
+        self.thread: threading.Thread | None = None
+
+    def report_path(self, engine: Engine) -> Path:
+        return self.state_dir / "selftest" / f"{engine.fingerprint.hash[2:]}.json"
+
+    def start(self) -> SelfTestGate:
+        self.readiness.block(self.NAME, "the engine determinism self-test is running",
+                             retry_after_s=30.0)
+        self.thread = threading.Thread(target=self._check_all, name="verinfer-selftest",
+                                       daemon=True)
+        self.thread.start()
+        return self
+
+    def _check_all(self) -> None:
+        from verinfer.engine.selftest import SelfTestFailedError, require_pass
+
+        try:
+            for eng in self.engines:
+                report = self._report(eng)
+                eng.fingerprint.reported["selftest"] = report.summary()
+                require_pass(report)
+        except SelfTestFailedError as e:
+            self.readiness.block(self.NAME, e.args[0], retry_after_s=3600.0)
+            return
+        except Exception as e:  # the self-test could not even run: nothing proven
+            log.exception("engine self-test crashed")
+            self.readiness.block(self.NAME, f"the engine self-test could not run "
+                                 f"({type(e).__name__}: {str(e)[:200]})", retry_after_s=3600.0)
+            return
+        self.readiness.clear(self.NAME)
+
+    def _report(self, eng: Engine) -> Any:
+        from verinfer.engine.selftest import load_report, run_selftest
+
+        path = self.report_path(eng)
+        kept = load_report(path)
+        if kept is not None and kept.passed and kept.fingerprint_hash == eng.fingerprint.hash:
+            log.info("engine self-test: reusing the passed report %s", path)
+            return kept
+        report = (self._run or run_selftest)(eng)
+        report.save(path)
+        log.warning("engine self-test %s (%s cases, %.0f s); report in %s",
+                    "PASSED" if report.passed else "FAILED", len(report.cases), report.seconds,
+                    path)
+        return report
+
+
 def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
                   clock: Callable[[], float] = time.time,
                   monitor_interval_s: float | None = None,
-                  check_identity: bool = True) -> OperatorRuntime:
+                  check_identity: bool = True, selftest: bool = False) -> OperatorRuntime:
     """``engine``: the served engine, or every one when several models are served. Each
     model's id and engine fingerprint is checked against the allowlists on its own; while any
     one is not approved, signing stops for all (one readiness gate: a receipt for an unapproved
@@ -245,4 +309,6 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
                               unsafe_reasons(cfg))
     runtime.monitors = monitors.start()
+    if selftest:
+        runtime.selftest = SelfTestGate(readiness, engines, cfg.root).start()
     return runtime

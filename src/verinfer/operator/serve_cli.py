@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -56,6 +56,18 @@ def serve(
     unsafe_skip_identity_check: Annotated[bool, typer.Option(
         hidden=True, help="Sign even while the model or engine fingerprint is not approved "
                           "on chain (tests that play a careless operator).")] = False,
+    backend: Annotated[str, typer.Option(
+        help="Engine backend: own (the invariant CPU engine) | vllm (one --model, a .gguf; "
+             "needs scripts/ci-extras.d/30-vllm or a CUDA vLLM, docs/backends.md).")] = "own",
+    vllm_export_dir: Annotated[Path | None, typer.Option(
+        help="vllm: the `verinfer model export-hf` folder (default: exported into the "
+             "cache on first use).")] = None,
+    vllm_threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
+    selftest: Annotated[bool | None, typer.Option(
+        "--selftest/--no-selftest",
+        help="Run the determinism self-test before signing (a failed one stops signing; the "
+             "report is kept in the operator directory). Default: on for vllm, off for own "
+             "(its kernels are invariant by construction, tested in CI).")] = None,
 ) -> None:
     """Serve the OpenAI-compatible API."""
     import uvicorn
@@ -79,8 +91,15 @@ def serve(
         typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
                    "without any verifiable evidence, --unsafe-no-evidence", err=True)
         raise typer.Exit(2)
+    if backend not in ("own", "vllm"):
+        typer.echo(f"error: unknown --backend {backend!r} (own | vllm)", err=True)
+        raise typer.Exit(2)
+    if backend == "vllm" and len(wanted) != 1:
+        typer.echo("error: --backend vllm serves one --model (one vLLM engine per process)",
+                   err=True)
+        raise typer.Exit(2)
     loaded_by_name: dict[str, LoadedModel] = {}
-    for m in wanted:
+    for m in (wanted if backend == "own" else []):
         try:
             loaded = load_model(_model_path(m))
         except VerinferError as e:
@@ -91,8 +110,12 @@ def serve(
             typer.echo(f"error: two models would be served as {served!r}", err=True)
             raise typer.Exit(2)
         loaded_by_name[served] = loaded
-    engines = {n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
-                         max_context=max_context) for n, lm in loaded_by_name.items()}
+    engines: dict[str, Engine] = {
+        n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
+                  max_context=max_context) for n, lm in loaded_by_name.items()}
+    if backend == "vllm":
+        engines = _vllm_engines(wanted[0], name, vllm_export_dir, vllm_threads, max_seqs,
+                                max_context)
     runtime = None
     unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
         if unsafe_no_evidence else []
@@ -112,7 +135,9 @@ def serve(
                            "demo", err=True)
                 raise typer.Exit(2)
             runtime = build_runtime(cfg, list(engines.values()),
-                                    check_identity=not unsafe_skip_identity_check)
+                                    check_identity=not unsafe_skip_identity_check,
+                                    selftest=selftest if selftest is not None
+                                    else backend == "vllm")
         except VerinferError as e:
             for eng in engines.values():
                 eng.close()
@@ -134,6 +159,32 @@ def serve(
             runtime.close()
         for eng in engines.values():
             eng.close()
+
+
+def _vllm_engines(model: str, name: str | None, export_dir: Path | None, threads: int,
+                  max_seqs: int, max_context: int) -> dict[str, Any]:
+    """The one vLLM engine, by served name; a clear error (exit 2) when it cannot start."""
+    from verinfer.engine.loader import MODEL_NAMES
+    from verinfer.errors import VerinferError
+
+    try:
+        from verinfer.engine.export_hf import ensure_export
+        from verinfer.engine.vllm_backend.engine import VllmEngine
+        from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
+
+        require_vllm()
+        path = _model_path(model)
+        if path.suffix != ".gguf":
+            raise typer.BadParameter("--backend vllm takes a .gguf model (its identity and "
+                                     "tokenizer); vLLM loads its export-hf folder")
+        eng = VllmEngine(path, ensure_export(path, export_dir),
+                         VllmSettings(threads=threads, max_num_seqs=max_seqs),
+                         max_context=max_context)
+    except (VerinferError, ImportError) as e:
+        typer.echo(f"error: {model}: {getattr(e, 'message', str(e))}", err=True)
+        raise typer.Exit(2) from e
+    served = name or (model if model in MODEL_NAMES else _default_name(eng.loaded.name))
+    return {served: eng}
 
 
 def _default_name(model_name: str) -> str:

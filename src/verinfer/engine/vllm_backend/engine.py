@@ -91,6 +91,7 @@ class _Req:
     text: str = ""
     finish: FinishReason | None = None
     vllm_id: str | None = None
+    probe: dict[str, Any] | None = None  # self-test probe: extra vLLM params, raw output back
 
 
 class VllmEngine(Engine):
@@ -189,6 +190,10 @@ class VllmEngine(Engine):
         from vllm import SamplingParams as VSP
         from vllm.sampling_params import RequestOutputKind
 
+        if req.probe is not None:  # vLLM alone (no hook): its own greedy and logprobs
+            return VSP(temperature=0.0, max_tokens=req.params.max_tokens, ignore_eos=True,
+                       detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY,
+                       **req.probe)
         # greedy over the hook's masked row = the rule's token; our stop rule ends the request
         return VSP(temperature=0.0, max_tokens=req.params.max_tokens, ignore_eos=True,
                    detokenize=False, output_kind=RequestOutputKind.CUMULATIVE,
@@ -222,7 +227,11 @@ class VllmEngine(Engine):
                 continue
             for out in outputs:
                 req = self._live.get(out.request_id)
-                if req is not None:
+                if req is not None and req.probe is not None:
+                    if out.finished:
+                        self._live.pop(req.key, None)
+                        req.future.set_result(out)  # type: ignore[arg-type]
+                elif req is not None:
                     self._advance(req, list(out.outputs[0].token_ids) if out.outputs else [],
                                   bool(out.finished))
         for req in itertools.chain(self._live.values(), self._incoming):
@@ -308,3 +317,34 @@ class VllmEngine(Engine):
         return ReplayResult(mine[:checked], gen.step_digests[:checked],
                             gen.finish_reason if matches else None, matches, mismatch,
                             gen.logprobs if matches else None)
+
+    # ---- self-test probe: does one prefill reproduce decode? ----------------------------------
+    def _probe(self, prompt: Sequence[int], max_tokens: int, **extra: Any) -> Any:
+        fut: Future[Any] = Future()
+        key = f"probe-{next(self._keys)}"
+        req = _Req(key, list(prompt), SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                   fut, Track(SamplingParams(), None, len(prompt)), None, None, probe=extra)
+        with self._cv:
+            self._incoming.append(req)
+            self._cv.notify()
+        return fut.result()
+
+    def prefill_reproduces_decode(self, prompt: Sequence[int], n: int) -> tuple[bool, str]:
+        """Decodes ``n`` greedy tokens asking vLLM for each sampled token's logprob, then runs
+        ONE prefill over prompt + those tokens asking for the prompt logprobs, and compares
+        the two float32 logprobs of every generated token bit for bit (vLLM's own
+        log-softmax on both sides: equal rows give equal values). vLLM exposes no prefill
+        logits rows, so this is the test of whether a verifier could replay instead of
+        re-decoding; (result, first difference)."""
+        dec = self._probe(prompt, n, logprobs=0)
+        toks = list(dec.outputs[0].token_ids)
+        dec_lp = [step[t].logprob for step, t in zip(dec.outputs[0].logprobs, toks,
+                                                      strict=True)]
+        pre = self._probe(list(prompt) + toks[:-1], 1, prompt_logprobs=0)
+        p = len(prompt)
+        for i, t in enumerate(toks):
+            entry = pre.prompt_logprobs[p + i]
+            got = entry[t].logprob if entry is not None and t in entry else None
+            if got is None or got != dec_lp[i]:
+                return False, (f"step {i}: decode logprob {dec_lp[i]!r}, prefill {got!r}")
+        return True, ""

@@ -1,10 +1,10 @@
 """The vLLM engine fingerprint: the same EngineFingerprint type as the own engine's, with
 vLLM's bit-relevant facts folded into its approved fields.
 
-Approved (hashed, on chain): backend ``vllm``; ``kernels`` = the vLLM and torch builds and the
-batch-invariant flag; ``linear_order`` = the scheduler/compilation settings that can change bits
-(eager vs CUDA graphs, chunked prefill, prefix caching, batch-invariant mode) plus the sha256
-of the exported weights vLLM computes with; ``sampler`` = the protocol's rule (the logits hook
+Approved (hashed, on chain): backend ``vllm``; ``kernels`` = the vLLM build; ``linear_order`` =
+the torch build, the scheduler/compilation settings that can change bits (eager vs CUDA graphs,
+chunked prefill, prefix caching, batch-invariant mode) and the sha256 of the exported weights
+vLLM computes with; ``sampler`` = the protocol's rule (the logits hook
 applies it); ``dtype``; the pinned image; ``hardware_class`` = the device where the bits depend
 on it — for the CPU build the CPU model, ISA flags and thread count (oneDNN/ATen GEMM blocking
 follows them), for CUDA the GPU SKU, driver and CUDA version. Unlike the own invariant kernels,
@@ -57,9 +57,9 @@ def vllm_fingerprint(settings: VllmSettings, weights_sha256: str,
     return EngineFingerprint(
         version=FINGERPRINT_VERSION,
         backend=BACKEND,
-        kernels=f"vllm-{vllm.__version__};torch-{torch.__version__};"
-                f"batch_invariant={int(settings.batch_invariant)}",
-        linear_order=f"{settings.bits_relevant()};weights={weights_sha256}",
+        kernels=f"vllm-{vllm.__version__}",  # short: it is in the OpenAI system_fingerprint
+        linear_order=f"torch-{torch.__version__};{settings.bits_relevant()};"
+                     f"weights={weights_sha256}",
         sampler=SAMPLING_RULE,
         dtype=settings.dtype,
         container_digest=digest,

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import redis
 from openai import OpenAI
 
 from verinfer.chain.structs import Status
@@ -263,6 +264,11 @@ def test_light_audits_and_kms_pages(browser: Browser, explorer: str, devnet: Dev
     audits page shows the on-chain records and the signed reports from the Redis stream; the
     KMS page shows the 5 shards up, the epoch and the accepted TEE."""
     start = answered["located"].batch.block_number
+    # anyone with Redis access can write to the stream: junk is counted, never shown as valid
+    r = redis.Redis.from_url(devnet.state["redis_url"])
+    stream = devnet.state["redis_prefix"] + "audit:reports"
+    r.xadd(stream, {"job": "junk", "report": "[" * 100_000})
+    r.xadd(stream, {"job": "junk", "report": '{"report": "<script>alert(1)</script>"}'})
     out = subprocess.run(
         [*VI, "audit", "--sample-rate", "1", "--seed", "1", "--from-block", str(start),
          "--rpc-url", devnet.rpc_url, "--deployment", str(devnet.dir / "deployment.json"),
@@ -286,7 +292,8 @@ def test_light_audits_and_kms_pages(browser: Browser, explorer: str, devnet: Dev
     page.goto(explorer + "/audits")
     assert page.locator(f'a[href="/receipt/{answered["verification"]["receipt_id"]}"]').count()
     assert "NO" in page.content()  # the cheat's mismatch
-    assert counts["stream"]["malformed"] == 0
+    assert counts["stream"]["malformed"] == 2
+    assert "<script>alert" not in page.content()
     assert "✗" not in page.content()  # every stream report's signature checks
     page.goto(explorer + "/kms")
     assert page.locator("text=up").count() == 5

@@ -130,15 +130,20 @@ class AuditReportReader:
         self.malformed = 0
         self.error = ""
 
-    def poll(self) -> int:
+    def fetch(self) -> list[tuple[str, dict[str, Any]]]:
+        """The entries after the last one seen (a Redis call: made outside any lock)."""
         lo = "-" if self.last_id == "0-0" else f"({self.last_id}"
         entries: Any = self.r.xrange(self.keys.reports, min=lo, count=self.batch)
+        return [(str(i), dict(f)) for i, f in entries]
+
+    def fold(self, entries: list[tuple[str, dict[str, Any]]]) -> int:
+        """Parses and checks fetched entries into ``rows`` (under the prober's lock)."""
         for entry_id, f in entries:
-            self.last_id = str(entry_id)
+            self.last_id = entry_id
             try:
                 signed = SignedAuditReport.from_json(loads_untrusted(
                     str(f.get("report", "")), max_bytes=64 * 1024, what="audit report"))
-            except (VerinferError, ValueError):
+            except (VerinferError, ValueError, TypeError):
                 self.malformed += 1
                 continue
             try:
@@ -176,11 +181,13 @@ class Prober:
         new_reports = 0
         if self.audits is not None:
             try:
+                entries = self.audits.fetch()
                 with self.lock:
-                    new_reports = self.audits.poll()
+                    new_reports = self.audits.fold(entries)
                     self.audits.error = ""
             except Exception as e:  # Redis down: the page says so
-                self.audits.error = f"{type(e).__name__}: {e}"[:200]
+                with self.lock:
+                    self.audits.error = f"{type(e).__name__}: {e}"[:200]
         with self.lock:
             changed = new_reports > 0 or [(s.ok, s.log_count, s.released) for s in shards] != \
                 [(s.ok, s.log_count, s.released) for s in self.shards] or \

@@ -133,6 +133,11 @@ class VllmEngine(Engine):
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
+        import torch
+
+        # the process is vLLM's: its CPU worker then freezes torch's thread count (it patches
+        # torch.set_num_threads), so the fingerprint's thread count must be set first
+        torch.set_num_threads(self.settings.threads)
         t0 = time.monotonic()
         args = EngineArgs(model=str(self.export.path), logits_processors=[hook_class()],
                           **self.settings.engine_kwargs())

@@ -33,7 +33,7 @@ from verinfer.enclave.tdx import (
     verinfer_events,
 )
 from verinfer.enclave.tee_gate import TeeGate, build_tee_gate
-from verinfer.kms.identity import sign_digest
+from verinfer.kms.identity import sign_eip191
 from verinfer.kms.local_cluster import build_shard_service, provision
 from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest
 from verinfer.kms.shard import ShardService
@@ -212,7 +212,7 @@ def release_body(client: TestClient, lay: object, member: object,
                      enclave_public_key=pub, nonces=nonces)
     req = ReleaseRequest(epoch=1, purpose="full_challenge", challenge_id="c1",
                          requester=requester,
-                         requester_signature=sign_digest(member, requester_digest(rd)),  # type: ignore[arg-type]
+                         requester_signature=sign_eip191(member, requester_digest(rd)),  # type: ignore[arg-type]
                          enclave_public_key=pub, nonces=nonces,
                          quote=quote_for(rd))  # type: ignore[operator]
     return req.to_json()

@@ -20,7 +20,7 @@ from adversarial.enclave_evil_child import evil_child
 from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import MAX_SIGN_REQUESTS, EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner
-from verinfer.kms.identity import recover_digest_signer
+from verinfer.kms.identity import recover_eip191_signer
 
 ACCOUNT = Account.from_key(hashlib.sha256(b"verifier behind a hostile enclave").digest())
 
@@ -82,5 +82,5 @@ def test_malformed_child_messages_are_typed_errors(enclave: HostileEnclave, how:
 def test_a_well_formed_answer_still_gets_through(enclave: HostileEnclave) -> None:
     out = _run(enclave, "sign-then-result")
     sig = bytes.fromhex(out.result["signature"][2:])  # type: ignore[attr-defined]
-    assert recover_digest_signer(b"\xab" * 32, sig) == ACCOUNT.address.lower()
+    assert recover_eip191_signer(b"\xab" * 32, sig) == ACCOUNT.address.lower()
     assert out.shards_used == [1, 2, 3]  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from verinfer.enclave.attestation import measurement
 from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms import tdh
 from verinfer.kms.epochs import FileEpochRegistry
-from verinfer.kms.identity import sign_digest
+from verinfer.kms.identity import sign_eip191
 from verinfer.kms.local_cluster import ClusterLayout, build_shard_service, provision
 from verinfer.kms.protocol import (
     ANY_AUDITOR,
@@ -112,7 +112,7 @@ def _body(env: Env, target: DecryptTarget | None, *, signer: LocalAccount | None
     rd = report_data(epoch=1, purpose=purpose, challenge_id="c1", requester=who,
                      enclave_public_key=pub, nonces=nonces, target=target)
     req = ReleaseRequest(epoch=1, purpose=purpose, challenge_id="c1", requester=who,
-                         requester_signature=sign_digest(signer, requester_digest(rd)),
+                         requester_signature=sign_eip191(signer, requester_digest(rd)),
                          enclave_public_key=pub, nonces=nonces, quote=env.attester.quote(rd),
                          target=target, assignment=assignment)
     return req.to_json(), eph, rd
@@ -190,7 +190,7 @@ def test_decrypt_body_bound(env: Env) -> None:
 def _assign(by: LocalAccount, receipt_hash: bytes, auditor: str,
             expires_at: int = 1_700_000_600) -> AuditAssignment:
     unsigned = AuditAssignment(receipt_hash, auditor.lower(), expires_at, b"")
-    return replace(unsigned, signature=sign_digest(by, unsigned.digest()))
+    return replace(unsigned, signature=sign_eip191(by, unsigned.digest()))
 
 
 def test_light_audit_needs_a_schedulers_assignment_of_that_receipt(env: Env) -> None:

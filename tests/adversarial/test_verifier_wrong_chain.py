@@ -18,7 +18,6 @@ from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import (
     ManifestEntry,
     build_manifest,
-    decode_signed_receipt,
     parse_manifest,
 )
 from verinfer.da_client.pointer import Pointer
@@ -78,8 +77,8 @@ def test_manifest_parser_refuses_a_batch_with_a_wrong_chain_receipt() -> None:
         m.verify_signatures(DOMAIN)
     with pytest.raises(ManifestError, match="chainId"):
         parse_manifest(m.to_bytes(), DOMAIN)
-    with pytest.raises(ManifestError, match="chainId"):
-        decode_signed_receipt(rfc8785.dumps(_wrong().to_json()))
+    with pytest.raises(WrongChainError, match="chainId"):
+        SignedReceipt.from_bytes(rfc8785.dumps(_wrong().to_json()))
 
 
 @pytest.mark.parametrize("form", ["api_response", "verification", "signed", "manifest_entry"])

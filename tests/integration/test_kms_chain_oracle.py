@@ -35,7 +35,7 @@ from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.chain_oracle import ChainCommitteeOracle, parse_challenge_id
 from verinfer.kms.cli import app as kms_app
 from verinfer.kms.errors import CommitteeUnavailableError, RegistryError
-from verinfer.kms.identity import sign_digest
+from verinfer.kms.identity import sign_eip191
 from verinfer.kms.local_cluster import (
     ChainSource,
     ClusterLayout,
@@ -235,7 +235,7 @@ def release_body(lay: ClusterLayout, client: TestClient, signer: LocalAccount, *
     att = SoftwareAttester(load_root_private(lay.root_key), M, time.time)
     return ReleaseRequest(epoch=1, purpose=purpose, challenge_id=challenge_id,
                           requester=requester,
-                          requester_signature=sign_digest(signer, requester_digest(rd)),
+                          requester_signature=sign_eip191(signer, requester_digest(rd)),
                           enclave_public_key=pub, nonces=nonces, quote=att.quote(rd)).to_json()
 
 

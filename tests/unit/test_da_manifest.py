@@ -12,13 +12,12 @@ from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import (
     ManifestEntry,
     build_manifest,
-    decode_signed_receipt,
-    encode_signed_receipt,
     inclusion_proof,
     parse_manifest,
 )
 from verinfer.da_client.pointer import Pointer
 from verinfer.receipts.eip712 import Domain
+from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import build_tree, verify_proof
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.testing.sample import SAMPLE_DOMAIN, sample_signed_receipt
@@ -143,9 +142,11 @@ def test_signature_check_catches_wrong_domain_and_signer() -> None:
 
 def test_signed_receipt_wire_form() -> None:
     s = sample_signed_receipt(b"payload")
-    assert decode_signed_receipt(encode_signed_receipt(s)) == s
-    with pytest.raises(ManifestError):
-        decode_signed_receipt(b'{"receipt": {}}')
+    assert SignedReceipt.from_bytes(s.to_bytes()) == s
+    with pytest.raises(ReceiptFormatError, match="exactly digest, domain, receipt, signature"):
+        SignedReceipt.from_bytes(b'{"receipt": {}}')
+    with pytest.raises(ReceiptFormatError, match="depth"):
+        SignedReceipt.from_bytes(b"[" * 100 + b"]" * 100)
 
 
 def test_manifest_names_its_domain_and_holds_receipts_signed_receipts() -> None:
@@ -184,14 +185,14 @@ def test_a_batch_has_one_domain() -> None:
 
 def test_outbox_receipt_bytes_are_the_signed_receipt_json() -> None:
     s = sample_signed_receipt(b"payload")
-    assert encode_signed_receipt(s) == rfc8785.dumps(s.to_json())
-    with pytest.raises(ManifestError, match="digest"):
-        decode_signed_receipt(rfc8785.dumps({**s.to_json(), "digest": "0x" + "00" * 32}))
+    assert s.to_bytes() == rfc8785.dumps(s.to_json())
+    with pytest.raises(ReceiptFormatError, match="digest"):
+        SignedReceipt.from_bytes(rfc8785.dumps({**s.to_json(), "digest": "0x" + "00" * 32}))
 
 
 def test_outbox_receipt_bytes_without_domain_are_refused() -> None:
-    with pytest.raises(ManifestError, match="exactly digest, domain, receipt, signature"):
-        decode_signed_receipt(LEGACY_RECEIPT)
+    with pytest.raises(ReceiptFormatError, match="exactly digest, domain, receipt, signature"):
+        SignedReceipt.from_bytes(LEGACY_RECEIPT)
 
 
 _M3 = build_manifest(_entries(3)).to_bytes()

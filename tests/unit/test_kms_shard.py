@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from verinfer.enclave.attestation import measurement
 from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.epochs import FileEpochRegistry
-from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.identity import recover_eip191_signer, sign_eip191
 from verinfer.kms.local_cluster import ClusterLayout, build_shard_service, provision
 from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
@@ -95,7 +95,7 @@ def request(env: Env, *, signer: LocalAccount | None = None, requester: str | No
                                                           **kw)  # type: ignore[arg-type]
     req = ReleaseRequest(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
                          requester=requester,
-                         requester_signature=sign_digest(signer, requester_digest(rd)),
+                         requester_signature=sign_eip191(signer, requester_digest(rd)),
                          enclave_public_key=pub, nonces=nonces,
                          quote=(attester or env.attester).quote(rd_quoted))
     return req.to_json(), eph
@@ -114,7 +114,7 @@ def test_release_delivers_a_verifiable_share(env: Env) -> None:
     r = env.client.post("/v1/release", json=body)
     assert r.status_code == 200, r.text
     rel = Release.from_json(r.json())
-    assert recover_digest_signer(release_digest(rel.unsigned_json()), rel.signature) \
+    assert recover_eip191_signer(release_digest(rel.unsigned_json()), rel.signature) \
         == env.address == rel.shard_address
     rd = ReleaseRequest.from_json(body).report_data()
     pt = TRANSPORT_SUITE.decrypt(rel.encrypted_share, eph, info=share_info(1, 1, rd))
@@ -154,7 +154,7 @@ def test_refused_copy_does_not_spend_the_nonce(env: Env) -> None:
     body, _ = request(env)
     refused(env, {**body, "challenge_id": "c2"}, 403, "report_data_mismatch")
     forged = Account.create()
-    refused(env, {**body, "requester_signature": "0x" + sign_digest(
+    refused(env, {**body, "requester_signature": "0x" + sign_eip191(
         forged, b"\x00" * 32).hex()}, 401, "requester_signature_invalid")
     assert env.client.post("/v1/release", json=body).status_code == 200
 

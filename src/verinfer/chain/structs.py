@@ -63,14 +63,6 @@ class VoteState(enum.IntEnum):
     REVEALED = 3
 
 
-class Fault(enum.IntEnum):
-    """IChallengeManagerTypes.Fault: why an operator was slashed (OperatorSlashed events)."""
-
-    REEXECUTION = 0
-    INVALID_RECEIPT = 1
-    UNPUBLISHED = 2
-
-
 class ClaimStatus(enum.IntEnum):
     NONE = 0
     OPEN = 1

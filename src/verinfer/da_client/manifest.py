@@ -197,33 +197,6 @@ def inclusion_proof(manifest: bytes | BatchManifest, receipt_digest: bytes,
     return m.proof(receipt_digest)
 
 
-# ---- signed receipt wire form (the outbox's receipt bytes) -------------------------------------
-
-
-def encode_signed_receipt(signed: SignedReceipt) -> bytes:
-    """Canonical JSON of :meth:`SignedReceipt.to_json`: ``{"digest": "0x..", "domain": {...},
-    "receipt": {...}, "signature": "0x.."}``."""
-    return bytes(rfc8785.dumps(signed.to_json()))
-
-
-def decode_signed_receipt(data: bytes) -> SignedReceipt:
-    """Inverse of :func:`encode_signed_receipt`."""
-    try:
-        obj = loads_untrusted(data, max_bytes=1 << 16, depth=MANIFEST_MAX_DEPTH,
-                              what="signed receipt")
-    except UntrustedJsonError as e:
-        raise ManifestError(e.message) from e
-    if not isinstance(obj, dict) or set(obj) != {"digest", "domain", "receipt", "signature"}:
-        raise ManifestError("a signed receipt must be an object with exactly digest, domain, "
-                            f"receipt, signature; got {str(obj)[:200]}")
-    try:
-        signed = SignedReceipt.from_json(obj)
-        check_receipt_domain(signed.receipt, signed.domain)
-    except (ReceiptFormatError, WrongChainError) as e:
-        raise ManifestError(f"signed receipt: {e.message}", param=e.param) from e
-    return signed
-
-
 # ---- helpers ---------------------------------------------------------------------------------
 def _parse_entry(i: int, e: object, domain: Domain) -> ManifestEntry:
     where = f"entries[{i}]"

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.da_client.errors import OutboxConflictError, OutboxError
-from verinfer.da_client.manifest import decode_signed_receipt
 from verinfer.da_client.pointer import sha256
 from verinfer.errors import VerinferError
+from verinfer.receipts.signed import SignedReceipt
 
 ENTRY_STATES = ("queued", "published", "batched", "committed")
 BATCH_STATES = ("built", "published", "committed")
@@ -245,7 +245,7 @@ class Outbox:
         # Refuse now what could never be batched later: the receipt must decode, name this
         # digest, and commit to exactly this ciphertext.
         try:
-            signed = decode_signed_receipt(receipt)
+            signed = SignedReceipt.from_bytes(receipt)
         except VerinferError as e:
             raise OutboxError(f"receipt 0x{digest.hex()} does not decode: {e.message}",
                               param="receipt") from e

@@ -29,11 +29,12 @@ from typing import IO
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.errors import DAUnavailableError, PublisherBusyError
-from verinfer.da_client.manifest import ManifestEntry, build_manifest, decode_signed_receipt
+from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sinks import BatchCommitment, BatchSink
 from verinfer.errors import VerinferError
+from verinfer.receipts.signed import SignedReceipt
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class Publisher:
             entries = self.outbox.oldest_published(self.batch_max_entries)
             if not entries:
                 return formed
-            signed = [decode_signed_receipt(e.receipt) for e in entries]
+            signed = [SignedReceipt.from_bytes(e.receipt) for e in entries]
             # A manifest names one EIP-712 domain: a batch ends where the domain changes.
             same = next((i for i, s in enumerate(signed) if s.domain != signed[0].domain),
                         len(signed))

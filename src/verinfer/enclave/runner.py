@@ -46,7 +46,7 @@ from verinfer.kms.app_keys import EpochPrivateKey, app_keypair
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.epochs import EpochRecord, EpochRegistry
 from verinfer.kms.errors import ShareVerificationError
-from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.identity import recover_eip191_signer, sign_eip191
 from verinfer.kms.protocol import (
     TRANSPORT_SUITE,
     AuditAssignment,
@@ -103,7 +103,7 @@ class AccountSigner:
         return str(self._account.address).lower()
 
     def sign(self, digest: bytes) -> bytes:
-        return sign_digest(self._account, digest)
+        return sign_eip191(self._account, digest)
 
 
 @dataclass
@@ -193,23 +193,10 @@ class EnclaveRunner:
             raise EnclaveError(f"epoch {epoch} ({record.suite}) is never rebuilt: open its "
                                "envelopes one by one with open_receipt")
         ephemeral = X25519PrivateKey.generate()
-        enclave_pub = ephemeral.public_key().public_bytes_raw()
         refusals: dict[int, str] = {}
         async with httpx.AsyncClient(timeout=self.timeout_s, transport=self._transport) as http:
-            nonces = await self._collect_nonces(http, refusals)
-            if len(nonces) < record.threshold:
-                raise KeyReleaseError(
-                    f"epoch {epoch}: only {len(nonces)} of {len(self.shards)} shards issued a "
-                    f"nonce, need {record.threshold} ({_describe(refusals)})",
-                    refusals=refusals, corrupt_shards=[])
-            rd = report_data(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
-                             requester=self.signer.address, enclave_public_key=enclave_pub,
-                             nonces=nonces)
-            req = ReleaseRequest(epoch=epoch, purpose=purpose, challenge_id=challenge_id,
-                                 requester=self.signer.address,
-                                 requester_signature=self.signer.sign(requester_digest(rd)),
-                                 enclave_public_key=enclave_pub, nonces=nonces,
-                                 quote=self.attester.quote(rd))
+            req, rd = await self._attested_request(http, record, ephemeral, refusals,
+                                                   purpose=purpose, challenge_id=challenge_id)
             shares, buffers, corrupt = await self._collect_shares(
                 http, req, rd, record, ephemeral, refusals)
         del ephemeral
@@ -244,24 +231,11 @@ class EnclaveRunner:
             raise EnvelopeDecryptionError() from None
         target = DecryptTarget(receipt, ciphertext)
         ephemeral = X25519PrivateKey.generate()
-        enclave_pub = ephemeral.public_key().public_bytes_raw()
         refusals: dict[int, str] = {}
         async with httpx.AsyncClient(timeout=self.timeout_s, transport=self._transport) as http:
-            nonces = await self._collect_nonces(http, refusals)
-            if len(nonces) < record.threshold:
-                raise KeyReleaseError(
-                    f"epoch {record.epoch}: only {len(nonces)} of {len(self.shards)} shards "
-                    f"issued a nonce, need {record.threshold} ({_describe(refusals)})",
-                    refusals=refusals, corrupt_shards=[])
-            rd = report_data(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
-                             requester=self.signer.address, enclave_public_key=enclave_pub,
-                             nonces=nonces, target=target)
-            req = ReleaseRequest(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
-                                 requester=self.signer.address,
-                                 requester_signature=self.signer.sign(requester_digest(rd)),
-                                 enclave_public_key=enclave_pub, nonces=nonces,
-                                 quote=self.attester.quote(rd), target=target,
-                                 assignment=assignment)
+            req, rd = await self._attested_request(
+                http, record, ephemeral, refusals, purpose=purpose, challenge_id=challenge_id,
+                target=target, assignment=assignment)
             partials, corrupt = await self._collect_partials(http, req, rd, record, enc,
                                                              ephemeral, refusals)
         del ephemeral
@@ -272,6 +246,32 @@ class EnclaveRunner:
             lambda e, info, ct: tdh.open_single_shot(dh, e, pk_r, info, ct))
         return ReceiptOpening(contents, sorted(partials), corrupt, refusals,
                               (self._clock() - t0) * 1000)
+
+    async def _attested_request(
+            self, http: httpx.AsyncClient, record: EpochRecord, ephemeral: X25519PrivateKey,
+            refusals: dict[int, str], *, purpose: str, challenge_id: str,
+            target: DecryptTarget | None = None, assignment: AuditAssignment | None = None,
+    ) -> tuple[ReleaseRequest, bytes]:
+        """(request, report_data) for a release or a per-receipt decryption: fresh nonces
+        from at least t shards, report_data binding them to the enclave key, the requester,
+        the purpose and the target, the requester's signature and a quote over it."""
+        nonces = await self._collect_nonces(http, refusals)
+        if len(nonces) < record.threshold:
+            raise KeyReleaseError(
+                f"epoch {record.epoch}: only {len(nonces)} of {len(self.shards)} shards "
+                f"issued a nonce, need {record.threshold} ({_describe(refusals)})",
+                refusals=refusals, corrupt_shards=[])
+        enclave_pub = ephemeral.public_key().public_bytes_raw()
+        rd = report_data(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
+                         requester=self.signer.address, enclave_public_key=enclave_pub,
+                         nonces=nonces, target=target)
+        req = ReleaseRequest(epoch=record.epoch, purpose=purpose, challenge_id=challenge_id,
+                             requester=self.signer.address,
+                             requester_signature=self.signer.sign(requester_digest(rd)),
+                             enclave_public_key=enclave_pub, nonces=nonces,
+                             quote=self.attester.quote(rd), target=target,
+                             assignment=assignment)
+        return req, rd
 
     def _verification_keys(self, record: EpochRecord) -> dict[int, ECC.EccPoint]:
         key = (record.epoch, record.commitments)
@@ -320,7 +320,7 @@ class EnclaveRunner:
         rel = Release.from_json(d)
         if rel.epoch != epoch or rel.shard_index != shard.index or rel.report_data != rd:
             raise ValueError(f"answer from shard {shard.index} answers another request")
-        signer = recover_digest_signer(release_digest(rel.unsigned_json()), rel.signature)
+        signer = recover_eip191_signer(release_digest(rel.unsigned_json()), rel.signature)
         if signer != shard.address or rel.shard_address != shard.address:
             raise ValueError(f"answer signed by {signer}, shard {shard.index} is {shard.address}")
         return TRANSPORT_SUITE.decrypt(rel.encrypted_share, ephemeral,
@@ -451,7 +451,7 @@ class EnclaveRunner:
         rel = Release.from_json(d)
         if rel.epoch != epoch or rel.shard_index != shard.index or rel.report_data != rd:
             raise ValueError(f"release from shard {shard.index} answers another request")
-        signer = recover_digest_signer(release_digest(rel.unsigned_json()), rel.signature)
+        signer = recover_eip191_signer(release_digest(rel.unsigned_json()), rel.signature)
         if signer != shard.address or rel.shard_address != shard.address:
             raise ValueError(f"release signed by {signer}, shard {shard.index} is {shard.address}")
         pt = TRANSPORT_SUITE.decrypt(rel.encrypted_share, ephemeral,

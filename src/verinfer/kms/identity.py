@@ -48,12 +48,17 @@ def load_or_create_identity(data_dir: Path, index: int, seal_key: bytes,
     return acct
 
 
-def sign_digest(account: LocalAccount, digest: bytes) -> bytes:
+def sign_eip191(account: LocalAccount, digest: bytes) -> bytes:
+    """The KMS identities' scheme: an EIP-191 personal-message signature over ``digest``
+    (releases, log heads, requester and audit signatures). Receipts use another scheme, the
+    raw EIP-712 digest signature (``verinfer.receipts.eip712.sign_digest``); the distinct
+    names keep the two from being confused."""
     return bytes(account.sign_message(encode_defunct(primitive=digest)).signature)
 
 
-def recover_digest_signer(digest: bytes, signature: bytes) -> str:
-    """Lower-case 0x address; raises SealError-free ValueError on garbage signatures."""
+def recover_eip191_signer(digest: bytes, signature: bytes) -> str:
+    """The signer of :func:`sign_eip191`: lower-case 0x address; ValueError on garbage
+    signatures."""
     try:
         addr: str = Account.recover_message(encode_defunct(primitive=digest),
                                             signature=signature)
@@ -62,5 +67,5 @@ def recover_digest_signer(digest: bytes, signature: bytes) -> str:
     return addr.lower()
 
 
-__all__ = ["SealError", "identity_label", "load_or_create_identity", "recover_digest_signer",
-           "sign_digest"]
+__all__ = ["SealError", "identity_label", "load_or_create_identity", "recover_eip191_signer",
+           "sign_eip191"]

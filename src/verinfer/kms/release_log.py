@@ -39,7 +39,7 @@ import rfc8785
 from eth_account.signers.local import LocalAccount
 
 from verinfer.kms.errors import KmsError
-from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.identity import recover_eip191_signer, sign_eip191
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
@@ -97,7 +97,7 @@ class SignedHead:
              time_s: int) -> SignedHead:
         unsigned = cls(shard_index, account.address.lower(), count, head, time_s, b"")
         return cls(shard_index, unsigned.address, count, head, time_s,
-                   sign_digest(account, unsigned.digest()))
+                   sign_eip191(account, unsigned.digest()))
 
     @classmethod
     def from_json(cls, d: Any) -> SignedHead:
@@ -129,7 +129,7 @@ class SignedHead:
 
     def check_signature(self, expected_address: str | None = None) -> None:
         try:
-            signer = recover_digest_signer(self.digest(), self.signature)
+            signer = recover_eip191_signer(self.digest(), self.signature)
         except ValueError as e:
             raise ReleaseLogError("head_signature_invalid", str(e)) from e
         if signer != self.address:

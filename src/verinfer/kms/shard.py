@@ -58,7 +58,7 @@ from verinfer.kms.errors import (
     ShareUnavailableError,
     ThresholdEpochError,
 )
-from verinfer.kms.identity import recover_digest_signer, sign_digest
+from verinfer.kms.identity import recover_eip191_signer, sign_eip191
 from verinfer.kms.keygen import share_label, share_path
 from verinfer.kms.nonces import NonceBook, NonceGrant, Spend
 from verinfer.kms.protocol import (
@@ -182,7 +182,7 @@ class ShardService:
                 f"requester (quote 0x{verified.report_data.hex()[:16]}…, "
                 f"request 0x{rd.hex()[:16]}…)")
         try:
-            signer = recover_digest_signer(requester_digest(rd), req.requester_signature)
+            signer = recover_eip191_signer(requester_digest(rd), req.requester_signature)
         except ValueError as e:
             raise RequesterSignatureError(f"requester signature: {e}") from e
         if signer != req.requester:
@@ -229,7 +229,7 @@ class ShardService:
         if a is None or target is None or not self.cfg.audit_schedulers:
             return False
         try:
-            signer = recover_digest_signer(a.digest(), a.signature)
+            signer = recover_eip191_signer(a.digest(), a.signature)
         except ValueError:
             return False
         if signer not in self.cfg.audit_schedulers or a.receipt_hash != target.receipt_hash \
@@ -291,7 +291,7 @@ class ShardService:
         unsigned = Release(epoch=epoch, shard_index=self.index, shard_address=self.address,
                            report_data=rd, encrypted_share=encrypted,
                            issued_at=int(self.cfg.now()), signature=b"")
-        sig = sign_digest(self.cfg.identity, release_digest(unsigned.unsigned_json()))
+        sig = sign_eip191(self.cfg.identity, release_digest(unsigned.unsigned_json()))
         return replace(unsigned, signature=sig)
 
     def _log(self, req: ReleaseRequest | None, quote: VerifiedQuote | None,

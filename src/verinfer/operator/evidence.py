@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from verinfer.da_client.manifest import encode_signed_receipt
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.engine.engine import Engine, GenerationResult
@@ -108,7 +107,7 @@ class EvidencePipeline:
         ``verification`` object. Blocking: call it off the event loop. ``owner``: sha256 of
         the paying API key (only it may read the receipts back)."""
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
-        self.outbox.enqueue_many([(signed.digest, encode_signed_receipt(signed), blob)
+        self.outbox.enqueue_many([(signed.digest, signed.to_bytes(), blob)
                                   for signed, blob, _, _ in made], owner=owner)
         entries = [self._entry(ex, signed, blob, req, res)
                    for ex, (signed, blob, req, res) in zip(executions, made, strict=True)]

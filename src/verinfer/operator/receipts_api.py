@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from verinfer.da_client.manifest import decode_signed_receipt, inclusion_proof
+from verinfer.da_client.manifest import inclusion_proof
 from verinfer.da_client.outbox import Outbox
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
 from verinfer.protocol.hexutil import HexFormatError, parse_hex
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.hexutil import to_hex
+from verinfer.receipts.signed import SignedReceipt
 
 
 class ReceiptNotFoundError(ModelNotFoundError):
@@ -42,7 +43,7 @@ def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str, *,
     if raw is None or state is None:
         raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
                                    param="receipt_id")
-    signed = decode_signed_receipt(raw)
+    signed = SignedReceipt.from_bytes(raw)
     entry_state, pointer, batch_id = state
     out: dict[str, Any] = {
         "receipt_id": to_hex(digest),

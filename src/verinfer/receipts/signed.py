@@ -1,5 +1,6 @@
 """A receipt together with its domain and signature: the unit that travels in API responses,
-batch manifests and challenges."""
+batch manifests and challenges, and its wire form (``to_bytes``/``from_bytes``: the bytes the
+operator's outbox stores for every receipt)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner, verify_receipt
+import rfc8785
+
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+from verinfer.receipts.eip712 import (
+    Domain,
+    Receipt,
+    ReceiptSigner,
+    check_receipt_domain,
+    verify_receipt,
+)
 from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.hexutil import parse_hex, to_hex
+
+#: The wire form is ~1 KB; anything far larger is not a signed receipt.
+MAX_WIRE_BYTES = 1 << 16
+#: {"receipt": {...}, "domain": {...}, ...} nests 2 deep; deeper is hostile.
+MAX_WIRE_DEPTH = 8
+WIRE_KEYS = frozenset({"digest", "domain", "receipt", "signature"})
 
 
 @dataclass(frozen=True)
@@ -55,3 +71,25 @@ class SignedReceipt:
             raise ReceiptFormatError(f"digest {data['digest']!r} does not match the receipt "
                                      f"({to_hex(out.digest)})", param="digest")
         return out
+
+    def to_bytes(self) -> bytes:
+        """The wire form: RFC 8785 canonical JSON of :meth:`to_json`, ``{"digest": "0x..",
+        "domain": {...}, "receipt": {...}, "signature": "0x.."}``."""
+        return bytes(rfc8785.dumps(self.to_json()))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SignedReceipt:
+        """Inverse of :meth:`to_bytes`, strict: a bounded parse, exactly the four keys, the
+        digest recomputed, and the receipt's chain the domain's (``WrongChainError``: such a
+        receipt could never be disputed). Other failures are :class:`ReceiptFormatError`."""
+        try:
+            obj = loads_untrusted(data, max_bytes=MAX_WIRE_BYTES, depth=MAX_WIRE_DEPTH,
+                                  what="signed receipt")
+        except UntrustedJsonError as e:
+            raise ReceiptFormatError(e.message) from e
+        if not isinstance(obj, dict) or set(obj) != WIRE_KEYS:
+            raise ReceiptFormatError("a signed receipt must be an object with exactly digest, "
+                                     f"domain, receipt, signature; got {str(obj)[:200]}")
+        signed = cls.from_json(obj)
+        check_receipt_domain(signed.receipt, signed.domain)
+        return signed

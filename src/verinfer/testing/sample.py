@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from functools import cache
 
-from verinfer.da_client.manifest import encode_signed_receipt
 from verinfer.da_client.pointer import sha256
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
@@ -38,4 +37,4 @@ def sample_signed_receipt(payload: bytes, *, issued_at: int = 1_700_000_000,
 def sample_entry(payload: bytes, **kw: object) -> tuple[bytes, bytes, bytes]:
     """(receipt digest, signed receipt bytes, payload): the arguments of Outbox.enqueue."""
     signed = sample_signed_receipt(payload, **kw)  # type: ignore[arg-type]
-    return signed.digest, encode_signed_receipt(signed), payload
+    return signed.digest, signed.to_bytes(), payload

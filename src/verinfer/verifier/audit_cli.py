@@ -65,7 +65,7 @@ def _assigner(key_file: Path | None, timeout_s: float
         return None
     from eth_account import Account
 
-    from verinfer.kms.identity import sign_digest
+    from verinfer.kms.identity import sign_eip191
     from verinfer.kms.protocol import ANY_AUDITOR
 
     account = Account.from_key(key_file.read_text().strip())
@@ -74,7 +74,7 @@ def _assigner(key_file: Path | None, timeout_s: float
     def sign(s: SignedReceipt) -> AuditAssignment:
         a = AuditAssignment(s.receipt.struct_hash, ANY_AUDITOR, expires, b"")
         return AuditAssignment(a.receipt_hash, a.auditor, a.expires_at,
-                               sign_digest(account, a.digest()))
+                               sign_eip191(account, a.digest()))
     return sign
 
 

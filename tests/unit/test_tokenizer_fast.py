@@ -127,3 +127,15 @@ def test_merge_ranks_follow_the_reference_priority(pair: tuple[Tokenizer, SpmTok
     expected = {(p[:k], p[k:]) for p in pieces for k in range(1, len(p))
                 if p[:k] in pieces and p[k:] in pieces}
     assert set(merges) == expected
+
+
+def test_merge_with_a_byte_token_keeps_the_reference() -> None:
+    """A piece "<0xA9>z" would let HF merge a fallback byte (from "é") with "z"; the reference
+    never merges fallback bytes, so such a vocabulary is encoded by the reference."""
+    fields = tiny_spm_vocab(["<0xA9>z"])
+    fast = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    assert isinstance(fast, FastSpmTokenizer)
+    ref = SpmTokenizer(fast.spec)
+    assert fast.encode("éz") == ref.encode("éz")
+    assert fast.token_to_id("<0xA9>z") not in fast.encode("éz")
+    assert fast._rust(False) is None and fast._rust(True) is None

@@ -16,7 +16,8 @@ Why the two are equal (variant ``"gemma"``, the one Gemma files use):
   a piece spanning the cut), so the words merge independently and their ids concatenate to the
   reference's.
 * A character that is not a piece falls back to its UTF-8 byte tokens in both, and never merges:
-  no merge here has a byte token on either side (:func:`fast_spm_refusal` checks it).
+  no merge here has a byte token on either side (checked while the merge list is built; a
+  vocabulary where one would, has its tokenizer encode with the reference instead).
 * Control/unknown tokens (when special parsing is on) and user-defined tokens (always) are cut
   out of the raw text first, leftmost-longest, by HF's added-token matcher as by the reference's
   trie; the text between them is normalized (``add_space_prefix``, ``" "`` -> ``"▁"``) and merged.
@@ -55,8 +56,15 @@ __all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
 # of a spec are built; one lock for building (a first use from several threads builds once).
 # Built backends are never reconfigured, so using them needs no lock.
 _BACKENDS: dict[tuple[TokenizerSpec, bool], Any] = {}
-_MERGES: dict[TokenizerSpec, list[tuple[str, str]]] = {}
+_MERGES: dict[TokenizerSpec, Any] = {}
 _BUILD_LOCK = threading.Lock()
+
+
+class _NotExact(Exception):
+    """The merge list would let HF merge what the reference never merges."""
+
+
+_REFERENCE: Any = object()  # in _BACKENDS / _MERGES: this spec is encoded by the reference
 
 
 def fast_spm_refusal(spec: TokenizerSpec) -> str | None:
@@ -105,34 +113,38 @@ class FastSpmTokenizer(SpmTokenizer):
                 super()._encode_into(text, parse_special, out)
                 return
         backend = self._rust(parse_special)
+        if backend is None:
+            super()._encode_into(text, parse_special, out)
+            return
         try:  # the batch call without offsets: a third faster than encode() on long text
             out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
         except Exception as e:  # the Rust side raises a bare Exception
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
 
-    def _rust(self, parse_special: bool) -> Any:
-        """The backend for one special-token mode, built on first use: prompts (special
-        parsing off) never pay for the other one."""
+    def _rust(self, parse_special: bool) -> Any | None:
+        """The backend for one special-token mode, built on first use (prompts, with special
+        parsing off, never pay for the other one); None: the reference encodes this vocabulary."""
         backend = self._mine.get(parse_special)
-        if backend is not None:
-            return backend
-        slot = (self._key, parse_special)
-        backend = _BACKENDS.get(slot)
         if backend is None:
+            slot = (self._key, parse_special)
             with _BUILD_LOCK:
                 backend = _BACKENDS.get(slot)
                 if backend is None:
                     merges = _MERGES.get(self._key)
                     if merges is None:
-                        merges = _MERGES[self._key] = self._merge_list()
-                    backend = self._build(merges, encode_special=not parse_special)
+                        try:
+                            merges = _MERGES[self._key] = self._merge_list()
+                        except _NotExact:
+                            merges = _MERGES[self._key] = _REFERENCE
+                    backend = _REFERENCE if merges is _REFERENCE else self._build(
+                        merges, encode_special=not parse_special)
                     _BACKENDS[slot] = backend
                     if all((self._key, mode) in _BACKENDS for mode in (True, False)):
                         del _MERGES[self._key]  # both built: the list is not needed again
                     while len(_BACKENDS) > 4:  # two specs' worth; oldest first
                         _BACKENDS.pop(next(iter(_BACKENDS)))
-        self._mine[parse_special] = backend
-        return backend
+            self._mine[parse_special] = backend
+        return None if backend is _REFERENCE else backend
 
     def _merge_list(self) -> list[tuple[str, str]]:
         pieces = self._piece_id
@@ -145,7 +157,7 @@ class FastSpmTokenizer(SpmTokenizer):
                 if left in pieces and right in pieces:
                     if left in byte_tokens or right in byte_tokens:
                         # the reference never merges a fallback byte; a rank here would
-                        raise TokenizerError(f"merge {left!r} + {right!r} involves a byte token")
+                        raise _NotExact(f"merge {left!r} + {right!r} involves a byte token")
                     ranked.append((pid, -k, left, right))
         ranked.sort()
         return [(left, right) for _, _, left, right in ranked]

@@ -53,6 +53,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     tmp = tmp_path_factory.mktemp("explorer")
     da = LocalDAClient(tmp / "da")
     idx = Index()
+    params = {"publicationDeadline": 600, "minOperatorStake": ETHER, "quorumBps": 6667,
+              "challengeBond": ETHER // 10, "commitPeriod": 300}
+    idx.apply("ParamsSet", {"params": params}, _meta(0))
     idx.apply("Registered", {"account": OPERATOR.address, "role": int(Role.OPERATOR),
                              "amount": 20 * ETHER}, _meta(1))
     for m in MEMBERS:
@@ -171,7 +174,17 @@ def test_hostile_manifest_only_labels_its_batch(world: dict[str, object]) -> Non
     assert r.status_code == 200 and "invalid" in r.text
     assert _get(world, f"/api/batch/{bomb}").json()["batch"]["manifest"] == "invalid"
     good = "0x" + world["batch_id"].hex()  # type: ignore[attr-defined]
-    assert _get(world, f"/api/batch/{good}").json()["batch"]["manifest"] == "ok"
+    api = _get(world, f"/api/batch/{good}").json()
+    assert api["batch"]["manifest"] == "ok" and len(api["receipts"]) == 5
+    # the earliest receipt's issuedAt (1_700_000_000) + the publication deadline (600 s)
+    assert api["publication_deadline"] == "2023-11-14 22:23:20 UTC" and api["publication_met"]
+
+
+def test_protocol_parameters_are_shown_in_their_units(world: dict[str, object]) -> None:
+    shown = {p["name"]: p["value"] for p in _get(world, "/api/overview").json()["params"]}
+    assert shown == {"publication deadline": "600 s", "min operator stake": "1 ETH",
+                     "quorum bps": "66.67 %", "challenge bond": "0.1 ETH",
+                     "commit period": "300 s"}
 
 
 @pytest.mark.parametrize("path", [

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verinfer.errors import VerinferError
 from verinfer.explorer import views
+from verinfer.explorer.ids import parse_int_id
 from verinfer.explorer.views import Context
 
 log = logging.getLogger("verinfer.explorer")
@@ -143,5 +144,5 @@ def _args(request: Request, paged: bool) -> dict[str, Any]:
     args: dict[str, Any] = dict(request.path_params)
     raw = request.query_params.get("page")
     if paged and raw is not None:
-        args["page"] = views.parse_int_id(raw, "page") if raw else 1
+        args["page"] = parse_int_id(raw, "page") if raw else 1
     return args

@@ -319,8 +319,10 @@ class Index:
 
     # ---- ProtocolConfig --------------------------------------------------------------------
     def _on_ParamsSet(self, a: Mapping[str, Any], meta: EventMeta) -> None:
+        # the struct's camelCase names as the Params dataclass spells them (snake_case)
         p = a["params"]
-        self.params = {k: int(v) for k, v in p.items()} if isinstance(p, Mapping) else {}
+        self.params = {_snake(k): int(v) for k, v in p.items()} if isinstance(p, Mapping) \
+            else {}
 
     def _on_Approved(self, a: Mapping[str, Any], meta: EventMeta) -> None:
         kind, item = Kind(int(a["kind"])), bytes(a["id"])
@@ -458,3 +460,7 @@ class Index:
 
     def verifiers(self) -> list[Account]:
         return [a for a in self.accounts.values() if a.role is Role.VERIFIER]
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)

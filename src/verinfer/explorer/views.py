@@ -2,40 +2,45 @@
 JSON-able dicts. The HTML templates render exactly these dicts and ``/api/...`` returns them,
 so a script sees what a person sees.
 
-Ids from a path or the search box are parsed strictly here, once (``protocol.hexutil``,
-``da_client.pointer``): a malformed one is a 400, a well-formed one the index lacks a 404.
+Ids from a path are parsed strictly, once (``ids``): a malformed one is a 400, a well-formed
+one the index lacks a 404; the search box is ``search``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from verinfer.chain.structs import ETHER, ClaimStatus, Kind, Status
-from verinfer.da_client.errors import MalformedPointerError
+from verinfer.chain.structs import Kind, Status
 from verinfer.da_client.factory import DARouter
 from verinfer.da_client.pointer import Pointer
-from verinfer.errors import InvalidRequestError, VerinferError
+from verinfer.errors import VerinferError
 from verinfer.explorer.charts import bar_chart
 from verinfer.explorer.errors import NotFoundError
-from verinfer.explorer.index import FAULTS, Account, Batch, Challenge, Claim, Index
+from verinfer.explorer.ids import parse_address, parse_id32, parse_int_id
+from verinfer.explorer.index import Challenge, Index
 from verinfer.explorer.probes import Prober
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.explorer.rows import (
+    PHASES,
+    batch_row,
+    challenge_row,
+    claim_row,
+    eth,
+    hx,
+    operator_row,
+    phase,
+    slash_row,
+    verifier_row,
+    when,
+)
+from verinfer.explorer.search import search as search_index
 from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain, recover_signer
-from verinfer.receipts.eip712 import parse_address as receipt_address
-from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import verify_proof
 
 PAGE_SIZE = 100
 LATEST = 10
 LIST_CAP = 200
-#: Longest search query read; every id form is shorter (an eigenda pointer aside, which is
-#: looked up only if it parses).
-MAX_QUERY = 140_000
-PHASES = ("opened", "drawn", "commits", "reveals", "verdict")
 #: A DA availability answer is reused this long: a page view must not become a DA request.
 DA_CHECK_TTL_S = 5.0
 
@@ -52,104 +57,6 @@ class Context:
     rpc_url: str
     deployment_path: str
     da_args: tuple[str, ...] = ()
-
-
-def hx(b: bytes) -> str:
-    return "0x" + b.hex()
-
-
-def eth(wei: int) -> str:
-    s = f"{wei / ETHER:.6f}".rstrip("0").rstrip(".")
-    return f"{s} ETH"
-
-
-def when(ts: int) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else ""
-
-
-# ---- strict parsing of ids -----------------------------------------------------------------
-def parse_id32(text: str, what: str) -> bytes:
-    return parse_hex(text, 32, what)
-
-
-def parse_address(text: str) -> str:
-    """0x + 40 hex -> the checksummed address; mixed case must be a valid EIP-55 checksum."""
-    try:
-        return receipt_address(text, "address")
-    except ReceiptFormatError as e:
-        raise InvalidRequestError(e.message, param="address") from e
-
-
-def parse_int_id(text: str, what: str) -> int:
-    if not (isinstance(text, str) and text.isascii() and text.isdigit() and len(text) <= 78):
-        raise InvalidRequestError(f"{what} must be a decimal number, got {text[:80]!r}",
-                                  param=what)
-    return int(text)
-
-
-# ---- rows ------------------------------------------------------------------------------------
-def _operator_state(idx: Index, a: Account) -> str:
-    minimum = idx.params.get("min_operator_stake", ETHER)
-    if a.stake - a.locked < minimum and a.stake >= minimum:
-        return "locked by disputes"
-    return "active" if a.stake >= minimum else "below minimum stake"
-
-
-def _operator_row(idx: Index, a: Account) -> dict[str, Any]:
-    chs = [idx.challenges[c] for c in a.challenges]
-    return {"address": a.address, "stake": eth(a.stake), "stake_wei": str(a.stake),
-            "locked": eth(a.locked), "unbonding": eth(a.unbonding),
-            "state": _operator_state(idx, a), "batches": len(a.batches),
-            "receipts": sum(idx.batches[b].leaf_count for b in a.batches),
-            "open_challenges": sum(not c.final for c in chs),
-            "resolved_challenges": sum(c.final for c in chs), "slashes": len(a.slashes),
-            "slashed": eth(sum(s.amount for s in a.slashes))}
-
-
-def _verifier_row(a: Account) -> dict[str, Any]:
-    return {"address": a.address, "stake": eth(a.stake), "weight": eth(a.weight),
-            "committees": len(a.committees), "audits": a.audits}
-
-
-def _batch_row(b: Batch) -> dict[str, Any]:
-    return {"batch_id": hx(b.batch_id), "operator": b.operator, "root": hx(b.root),
-            "leaf_count": b.leaf_count, "da_pointer": b.da_pointer, "block": b.block,
-            "time": when(b.time), "manifest": b.manifest}
-
-
-def _phase(c: Challenge) -> str:
-    if c.final:
-        return "verdict"
-    if not c.votes:
-        return "opened"
-    commits = sum(1 for v in c.votes.values() if v.committed_at)
-    reveals = sum(1 for v in c.votes.values() if v.revealed_at)
-    if reveals or commits == len(c.votes):
-        return "reveals"
-    return "commits" if commits else "drawn"
-
-
-def _challenge_row(c: Challenge) -> dict[str, Any]:
-    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
-            "challenger": c.challenger, "status": c.status.name.lower(), "phase": _phase(c),
-            "bond": eth(c.bond), "opened": when(c.opened_at), "resolved": when(c.resolved_at),
-            "slashed": eth(c.slashed)}
-
-
-def _claim_row(c: Claim) -> dict[str, Any]:
-    status = {ClaimStatus.OPEN: "open", ClaimStatus.ANSWERED: "answered",
-              ClaimStatus.SLASHED: "upheld"}.get(c.status, c.status.name.lower())
-    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
-            "claimant": c.claimant, "status": status, "publish_by": when(c.publish_by),
-            "response_deadline": when(c.response_deadline), "opened": when(c.opened_at),
-            "slashed": eth(c.slashed)}
-
-
-def _slash_row(idx: Index, s: Any) -> dict[str, Any]:
-    kind = "claim" if s.fault == FAULTS[2] else "challenge"
-    return {"operator": s.operator, "receipt": hx(s.receipt_digest), "fault": s.fault,
-            "amount": eth(s.amount), "dispute": s.dispute_id, "dispute_kind": kind,
-            "time": when(s.time), "block": s.block}
 
 
 def _status(ctx: Context) -> dict[str, Any]:
@@ -177,17 +84,17 @@ def overview(ctx: Context) -> dict[str, Any]:
         recent = batches[-40:]
         out = {
             "status": _status(ctx),
-            "operators": [_operator_row(idx, a) for a in idx.operators()],
-            "verifiers": [_verifier_row(a) for a in idx.verifiers()],
+            "operators": [operator_row(idx, a) for a in idx.operators()],
+            "verifiers": [verifier_row(a) for a in idx.verifiers()],
             "totals": {"batches": len(batches), "receipts": sum(b.leaf_count for b in batches),
                        "challenges": len(chs), "open_challenges": len(open_chs),
                        "slashes": len(idx.slashes), "claims": len(idx.claims),
                        "slashed": eth(sum(s.amount for s in idx.slashes))},
-            "latest_batches": [_batch_row(b) for b in reversed(batches[-LATEST:])],
-            "open_challenges": [_challenge_row(c) for c in reversed(open_chs[-LATEST:])],
-            "resolved_challenges": [_challenge_row(c) for c in reversed(resolved[-LATEST:])],
-            "claims": [_claim_row(c) for c in reversed(list(idx.claims.values())[-LATEST:])],
-            "slashes": [_slash_row(idx, s) for s in reversed(idx.slashes[-LATEST:])],
+            "latest_batches": [batch_row(b) for b in reversed(batches[-LATEST:])],
+            "open_challenges": [challenge_row(c) for c in reversed(open_chs[-LATEST:])],
+            "resolved_challenges": [challenge_row(c) for c in reversed(resolved[-LATEST:])],
+            "claims": [claim_row(c) for c in reversed(list(idx.claims.values())[-LATEST:])],
+            "slashes": [slash_row(s) for s in reversed(idx.slashes[-LATEST:])],
             "audits": _audit_counts(ctx),
             "charts": {
                 "receipts_per_batch": bar_chart(
@@ -196,7 +103,20 @@ def overview(ctx: Context) -> dict[str, Any]:
                 "challenges_over_time": _challenges_chart(chs),
             },
             "endpoints": _endpoints(ctx),
+            "params": _params(idx.params),
         }
+    return out
+
+
+def _params(p: dict[str, int]) -> list[dict[str, str]]:
+    """The protocol parameters in force, wei as ETH, basis points as percent."""
+    out = []
+    for k, v in p.items():
+        shown = eth(v) if k in ("challenge_bond", "slash_amount", "non_reveal_penalty",
+                                "min_operator_stake", "min_verifier_stake") \
+            else f"{v / 100:g} %" if k.endswith("_bps") else f"{v} s" if k.endswith(
+                ("_period", "_window", "_deadline")) else str(v)
+        out.append({"name": k.replace("_", " "), "value": shown})
     return out
 
 
@@ -261,7 +181,7 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
                      for ap in idx.approvals.values()]
         return {
             "status": _status(ctx),
-            "account": {**_operator_row(idx, a), "role": a.role.name.lower(),
+            "account": {**operator_row(idx, a), "role": a.role.name.lower(),
                         "weight": eth(a.weight), "audits": a.audits},
             "stake_history": [{"block": p.block, "time": when(p.time), "stake": eth(p.stake),
                                "what": p.what} for p in reversed(a.history[-LIST_CAP:])],
@@ -269,17 +189,17 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
                                      [f"block {p.block}: {p.what}" for p in a.history[-60:]],
                                      "stake after each change (milli-ETH, latest 60)"),
             "approvals": approvals,
-            "batches": [_batch_row(idx.batches[b]) for b in reversed(a.batches[-50:])],
+            "batches": [batch_row(idx.batches[b]) for b in reversed(a.batches[-50:])],
             # the latest LIST_CAP of each list (the totals are in "account"; /challenges
             # pages through everything): a page's cost must not grow with an account's age
-            "challenges": [_challenge_row(idx.challenges[c])
+            "challenges": [challenge_row(idx.challenges[c])
                            for c in reversed(a.challenges[-LIST_CAP:])],
-            "claims": [_claim_row(idx.claims[c]) for c in reversed(a.claims[-LIST_CAP:])],
-            "committees": [_challenge_row(idx.challenges[c])
+            "claims": [claim_row(idx.claims[c]) for c in reversed(a.claims[-LIST_CAP:])],
+            "committees": [challenge_row(idx.challenges[c])
                            for c in reversed(a.committees[-LIST_CAP:])],
-            "opened": [_challenge_row(idx.challenges[c]) for c in reversed(a.opened[-LIST_CAP:])],
+            "opened": [challenge_row(idx.challenges[c]) for c in reversed(a.opened[-LIST_CAP:])],
             "list_cap": LIST_CAP,
-            "slashes": [_slash_row(idx, s) for s in reversed(a.slashes)],
+            "slashes": [slash_row(s) for s in reversed(a.slashes)],
         }
 
 
@@ -301,10 +221,13 @@ def batch(ctx: Context, batch_id: str, page: int = 1) -> dict[str, Any]:
                              "indexed": e is not None})
         issued = [idx.receipts[d].signed.receipt.issued_at for d in b.receipts
                   if d in idx.receipts and idx.receipts[d].batch_id == bid]
-        return {"status": _status(ctx), "batch": {**_batch_row(b),
+        first_deadline = min(issued) + deadline if issued and deadline is not None else None
+        return {"status": _status(ctx), "batch": {**batch_row(b),
                                                   "manifest_error": b.manifest_error},
-                "publication_deadline": when(min(issued) + deadline)
-                if issued and deadline is not None else "",
+                "publication_deadline": when(first_deadline) if first_deadline else "",
+                # committed after the earliest receipt's deadline: that receipt could be
+                # claimed unpublished (the contract compares with the commit time)
+                "publication_met": first_deadline is None or b.time <= first_deadline,
                 "publication_deadline_s": deadline, "receipts": receipts, "paging": paging}
 
 
@@ -342,14 +265,14 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
         # own operator
         in_batch = b.operator == e.signed.receipt.operator and \
             verify_proof(digest, proof, b.root)
-        chs = [_challenge_row(idx.challenges[c]) for c in idx.challenges_by_receipt.get(digest,
+        chs = [challenge_row(idx.challenges[c]) for c in idx.challenges_by_receipt.get(digest,
                                                                                         [])]
-        claims = [_claim_row(idx.claims[c]) for c in idx.claims_by_receipt.get(digest, [])]
+        claims = [claim_row(idx.claims[c]) for c in idx.claims_by_receipt.get(digest, [])]
         audits = [{"auditor": a.auditor, "matches": a.matches,
                    "observed_out_hash": hx(a.observed_out_hash), "time": when(a.time)}
                   for a in (idx.audits[i] for i in idx.audits_by_receipt.get(digest, []))]
         signed, ciphertext = e.signed, e.ciphertext
-        batch_row = _batch_row(b)
+        batch_of = batch_row(b)
     r = signed.receipt
     try:  # the signature, recovered here on the server (not taken from the manifest's word)
         signer = recover_signer(r, ctx.domain, signed.signature)
@@ -369,7 +292,7 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
         "receipt_id": hx(digest), "fields": fields, "issued_at": when(r.issued_at),
         "domain": ctx.domain.to_json(), "signature": hx(signed.signature),
         "signature_ok": sig_ok, "signer": signer, "signature_note": sig_note,
-        "in_batch": in_batch, "batch": batch_row,
+        "in_batch": in_batch, "batch": batch_of,
         "proof": {**proof.to_json(), "root": hx(b.root)},
         "ciphertext": ciphertext, "da_availability": _da_available(ctx, ciphertext),
         "challenges": chs, "claims": claims, "audits": audits,
@@ -385,11 +308,11 @@ def challenge(ctx: Context, challenge_id: str) -> dict[str, Any]:
         c = idx.challenges.get(cid)
         if c is None:
             raise NotFoundError(f"no challenge {cid}", param="challenge_id")
-        phase = _phase(c)
+        current = phase(c)
         commits = [v for v in c.votes.values() if v.committed_at]
         reveals = [v for v in c.votes.values() if v.revealed_at]
         members = len(c.votes)
-        reached = PHASES.index(phase)
+        reached = PHASES.index(current)
         times = [c.opened_at, c.drawn_at, max((v.committed_at for v in commits), default=0),
                  max((v.revealed_at for v in reveals), default=0), c.resolved_at]
         notes = [f"by {c.challenger}, bond {eth(c.bond)}, draw at block {c.target_block}"
@@ -413,7 +336,7 @@ def challenge(ctx: Context, challenge_id: str) -> dict[str, Any]:
                       "revealed": when(v.revealed_at), "penalty": eth(v.penalty),
                       "payout": eth(payouts.get(v.member, 0))} for v in c.votes.values()]
         others = {a: eth(w) for a, w in payouts.items() if a not in c.votes}
-        return {"status": _status(ctx), "challenge": _challenge_row(c), "phase": phase,
+        return {"status": _status(ctx), "challenge": challenge_row(c), "phase": current,
                 "timeline": timeline, "committee": committee,
                 "commit_deadline": when(c.commit_deadline),
                 "reveal_deadline": when(c.reveal_deadline),
@@ -430,7 +353,7 @@ def claim(ctx: Context, claim_id: str) -> dict[str, Any]:
         c = idx.claims.get(cid)
         if c is None:
             raise NotFoundError(f"no withholding claim {cid}", param="claim_id")
-        return {"status": _status(ctx), "claim": _claim_row(c),
+        return {"status": _status(ctx), "claim": claim_row(c),
                 "answered_batch": hx(c.answered_batch) if c.answered_batch else "",
                 "settled": when(c.settled_at)}
 
@@ -476,7 +399,7 @@ def challenges_list(ctx: Context, page: int = 1) -> dict[str, Any]:
     idx = ctx.index
     with idx.lock:
         rows, paging = _page(list(reversed(idx.challenges.values())), page)
-        return {"status": _status(ctx), "challenges": [_challenge_row(c) for c in rows],
+        return {"status": _status(ctx), "challenges": [challenge_row(c) for c in rows],
                 "paging": paging}
 
 
@@ -484,58 +407,10 @@ def batches_list(ctx: Context, page: int = 1) -> dict[str, Any]:
     idx = ctx.index
     with idx.lock:
         rows, paging = _page(list(reversed(idx.batches.values())), page)
-        return {"status": _status(ctx), "batches": [_batch_row(b) for b in rows],
+        return {"status": _status(ctx), "batches": [batch_row(b) for b in rows],
                 "paging": paging}
 
 
-# ---- search ----------------------------------------------------------------------------------
 def search(ctx: Context, query: str) -> dict[str, Any]:
-    """The page a query names: {"kind", "url"}. Accepts a receipt id, a batch id or batch
-    root (0x + 64 hex), an address (0x + 40 hex), a DA pointer (a manifest's or a
-    ciphertext's) and a challenge id (digits; ``claim N`` for a withholding claim)."""
-    q = query.strip()
-    if not q:
-        raise InvalidRequestError("empty search", param="q")
-    if len(q) > MAX_QUERY:
-        raise InvalidRequestError(f"search of {len(q)} characters: no id is that long",
-                                  param="q")
-    idx = ctx.index
-    finders: list[Callable[[], dict[str, Any] | None]]
-    if q.startswith("da://"):
-        try:
-            pointer = str(Pointer.parse(q))
-        except MalformedPointerError as e:
-            raise InvalidRequestError(e.message, param="q") from e
-        finders = [lambda: _hit("batch", hx(idx.batch_by_pointer[pointer]))
-                   if pointer in idx.batch_by_pointer else None,
-                   lambda: _hit("receipt", hx(idx.receipt_by_ciphertext[pointer]))
-                   if pointer in idx.receipt_by_ciphertext else None]
-    elif q.lower().startswith("claim ") and q[6:].strip().isdigit():
-        n = parse_int_id(q[6:].strip(), "claim_id")
-        finders = [lambda: _hit("claim", str(n)) if n in idx.claims else None]
-    elif q.isascii() and q.isdigit():
-        n = parse_int_id(q, "challenge_id")
-        finders = [lambda: _hit("challenge", str(n)) if n in idx.challenges else None]
-    elif len(q) == 42:
-        addr = parse_address(q)
-        finders = [lambda: _hit("operator", addr) if addr in idx.accounts else None]
-    elif len(q) == 66:
-        d = parse_id32(q, "q")
-        finders = [lambda: _hit("receipt", hx(d)) if d in idx.receipts else None,
-                   lambda: _hit("batch", hx(d)) if d in idx.batches else None,
-                   lambda: _hit("batch", hx(idx.batches_by_root[d][0]))
-                   if d in idx.batches_by_root else None]
-    else:
-        raise InvalidRequestError(
-            "search takes a receipt id, batch id or root (0x + 64 hex), an address (0x + 40 "
-            "hex), a DA pointer (da://…), a challenge id (digits) or `claim N`", param="q")
-    with idx.lock:
-        for find in finders:
-            hit = find()
-            if hit is not None:
-                return hit
-    raise NotFoundError(f"nothing indexed matches {q[:100]}", param="q")
-
-
-def _hit(kind: str, ident: str) -> dict[str, Any]:
-    return {"kind": kind, "id": ident, "url": f"/{kind}/{ident}"}
+    """The page a search query names (``search.search`` over this explorer's index)."""
+    return search_index(ctx.index, query)

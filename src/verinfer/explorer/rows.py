@@ -1,0 +1,90 @@
+"""One row per record, as the tables of several pages show it (plain JSON-able dicts), and
+the formatting of wei, times and hashes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from verinfer.chain.structs import ETHER, ClaimStatus
+from verinfer.explorer.index import FAULTS, Account, Batch, Challenge, Claim, Index, Slash
+
+#: A challenge's phases, in order (the timeline on its page).
+PHASES = ("opened", "drawn", "commits", "reveals", "verdict")
+
+
+def hx(b: bytes) -> str:
+    return "0x" + b.hex()
+
+
+def eth(wei: int) -> str:
+    s = f"{wei / ETHER:.6f}".rstrip("0").rstrip(".")
+    return f"{s} ETH"
+
+
+def when(ts: int) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else ""
+
+
+def _operator_state(idx: Index, a: Account) -> str:
+    minimum = idx.params.get("min_operator_stake", ETHER)
+    if a.stake - a.locked < minimum and a.stake >= minimum:
+        return "locked by disputes"
+    return "active" if a.stake >= minimum else "below minimum stake"
+
+
+def operator_row(idx: Index, a: Account) -> dict[str, Any]:
+    chs = [idx.challenges[c] for c in a.challenges]
+    return {"address": a.address, "stake": eth(a.stake), "stake_wei": str(a.stake),
+            "locked": eth(a.locked), "unbonding": eth(a.unbonding),
+            "state": _operator_state(idx, a), "batches": len(a.batches),
+            "receipts": sum(idx.batches[b].leaf_count for b in a.batches),
+            "open_challenges": sum(not c.final for c in chs),
+            "resolved_challenges": sum(c.final for c in chs), "slashes": len(a.slashes),
+            "slashed": eth(sum(s.amount for s in a.slashes))}
+
+
+def verifier_row(a: Account) -> dict[str, Any]:
+    return {"address": a.address, "stake": eth(a.stake), "weight": eth(a.weight),
+            "committees": len(a.committees), "audits": a.audits}
+
+
+def batch_row(b: Batch) -> dict[str, Any]:
+    return {"batch_id": hx(b.batch_id), "operator": b.operator, "root": hx(b.root),
+            "leaf_count": b.leaf_count, "da_pointer": b.da_pointer, "block": b.block,
+            "time": when(b.time), "manifest": b.manifest}
+
+
+def phase(c: Challenge) -> str:
+    if c.final:
+        return "verdict"
+    if not c.votes:
+        return "opened"
+    commits = sum(1 for v in c.votes.values() if v.committed_at)
+    reveals = sum(1 for v in c.votes.values() if v.revealed_at)
+    if reveals or commits == len(c.votes):
+        return "reveals"
+    return "commits" if commits else "drawn"
+
+
+def challenge_row(c: Challenge) -> dict[str, Any]:
+    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
+            "challenger": c.challenger, "status": c.status.name.lower(), "phase": phase(c),
+            "bond": eth(c.bond), "opened": when(c.opened_at), "resolved": when(c.resolved_at),
+            "slashed": eth(c.slashed)}
+
+
+def claim_row(c: Claim) -> dict[str, Any]:
+    status = {ClaimStatus.OPEN: "open", ClaimStatus.ANSWERED: "answered",
+              ClaimStatus.SLASHED: "upheld"}.get(c.status, c.status.name.lower())
+    return {"id": c.id, "receipt": hx(c.receipt_digest), "operator": c.operator,
+            "claimant": c.claimant, "status": status, "publish_by": when(c.publish_by),
+            "response_deadline": when(c.response_deadline), "opened": when(c.opened_at),
+            "slashed": eth(c.slashed)}
+
+
+def slash_row(s: Slash) -> dict[str, Any]:
+    kind = "claim" if s.fault == FAULTS[2] else "challenge"
+    return {"operator": s.operator, "receipt": hx(s.receipt_digest), "fault": s.fault,
+            "amount": eth(s.amount), "dispute": s.dispute_id, "dispute_kind": kind,
+            "time": when(s.time), "block": s.block}

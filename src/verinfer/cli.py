@@ -33,7 +33,7 @@ _VERIFIER: dict[str, _Lazy] = {
     "audit": _Lazy("verinfer.verifier.audit_cli", "Light audits (no slashing); escalate "
                    "mismatches to full challenges."),
     "challenge": _Lazy("verinfer.verifier.challenge_cli", "Open a full challenge (or a "
-                       "withholding claim) and follow it."),
+                       "unpublished claim) and follow it."),
 }
 _SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
     "operator": _Lazy("verinfer.operator.cli", "Operator: serve the API, keystore, evidence "

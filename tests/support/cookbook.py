@@ -79,6 +79,7 @@ class AuditNet:
     ids: dict[str, str] = field(default_factory=dict)  # name -> receipt id
     #: name -> what the auditor must find: step of the first wrong token, the right token
     expected: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, dict[str, Any]] = field(default_factory=dict)  # bodies the SDK sent
 
     @property
     def deployment(self) -> Path:
@@ -174,15 +175,15 @@ def _save(net: AuditNet, name: str, doc: dict[str, Any], receipt_id: str) -> Non
 def _honest(net: AuditNet, client: OpenAI) -> None:
     """Through the operator's real API with the openai SDK, as a client would."""
     m = net.served_model
-    r = client.chat.completions.create(
-        model=m, temperature=0, max_tokens=12,
-        messages=[{"role": "user", "content": "Why do lighthouses blink?"}])
-    doc = r.model_dump()
+    greedy: dict[str, Any] = {"model": m, "temperature": 0, "max_tokens": 12, "messages": [
+        {"role": "user", "content": "Why do lighthouses blink?"}]}
+    doc = client.chat.completions.create(**greedy).model_dump()
     _save(net, "greedy", doc, doc["verification"]["receipt_id"])
-    c = client.completions.create(model=m, prompt="The keeper of the light", seed=7,
-                                  max_tokens=12)
-    doc = c.model_dump()
+    seeded: dict[str, Any] = {"model": m, "prompt": "The keeper of the light", "seed": 7,
+                              "max_tokens": 12}
+    doc = client.completions.create(**seeded).model_dump()
     _save(net, "seeded", doc, doc["verification"]["receipt_id"])
+    net.requests.update(greedy=greedy, seeded=seeded)
     last: Any = None
     for chunk in client.chat.completions.create(
             model=m, seed=11, max_tokens=12, stream=True,

@@ -16,11 +16,21 @@ A transcript (``verinfer reproduce --app-key K --save-transcript T`` writes one)
      "readable": {"exec_request": {...}, "exec_result": {...}}}
 
 Only the canonical CBOR counts (it is what reqHash/outHash hash); ``readable`` is for people.
+A client's own transcript (no key ever held) is the other form::
+
+    {"request": <the request body it sent, object or string>,
+     "response": <the (non-streamed) API response it received>}
+
+the ExecRequest is rebuilt from the body by the request rule (it reads values, so the body's
+byte layout does not matter), the ExecResult from the answering choice's ``verinfer`` evidence
+and text.
 Both files are read with the bounded JSON parser: whoever handed them over may be hostile.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,8 +97,49 @@ def write_app_key(path: Path, suite: str, seed: bytes, key_epoch: int | None) ->
     path.write_text(_dumps(doc))
 
 
-def load_transcript(path: Path | str) -> EnvelopeContents:
+@dataclass(frozen=True)
+class ClientTranscript:
+    """What a client kept of its own exchange: the request body it sent and the API response
+    (non-streamed) it got. The ExecRequest is rebuilt from the body by the request rule once
+    the model is loaded; the ExecResult from the response's choices (each carries its output
+    token ids and logit digest in ``verinfer``)."""
+
+    request_body: bytes
+    response: dict[str, Any]
+    response_body: bytes
+
+    def results(self) -> list[ExecResult]:
+        """One candidate ExecResult per choice (the receipt's is the one of its outHash)."""
+        choices = self.response.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise AuditInputError("the transcript's response has no choices", param="transcript")
+        out = []
+        for i, c in enumerate(choices):
+            try:
+                ev = c["verinfer"]
+                text = c["message"]["content"] if "message" in c else c["text"]
+                if c.get("logprobs") is not None:
+                    raise AuditInputError("a client transcript with logprobs cannot be checked "
+                                          "(their float encoding is the envelope's): use an "
+                                          "envelope transcript", param="transcript")
+                out.append(ExecResult(
+                    output_token_ids=tuple(ev["output_token_ids"]),
+                    finish_reason=c["finish_reason"],
+                    logit_digest=parse_hex(ev["logit_digest"], 32, "logit_digest"),
+                    text_sha256=hashlib.sha256((text or "").encode()).digest()))
+            except AuditInputError:
+                raise
+            except (KeyError, TypeError, VerinferError) as e:
+                raise AuditInputError(f"the transcript's choice {i} is not a verinfer answer "
+                                      f"({type(e).__name__}: {str(e)[:120]})",
+                                      param="transcript") from None
+        return out
+
+
+def load_transcript(path: Path | str) -> EnvelopeContents | ClientTranscript:
     doc = _read_json(path, "transcript")
+    if isinstance(doc, dict) and "format" not in doc and {"request", "response"} <= set(doc):
+        return _client_transcript(doc)
     keys = {"exec_request", "exec_result", "request_body", "response_body"}
     if not isinstance(doc, dict) or doc.get("format") != TRANSCRIPT_FORMAT \
             or not keys <= set(doc):
@@ -106,6 +157,22 @@ def load_transcript(path: Path | str) -> EnvelopeContents:
         raise AuditInputError(f"the transcript {path}: {e.message}",
                               param="transcript") from None
     return EnvelopeContents(request, result, bodies[0].encode(), bodies[1].encode())
+
+
+def _client_transcript(doc: dict[str, Any]) -> ClientTranscript:
+    req, resp = doc["request"], doc["response"]
+    if isinstance(req, str):
+        body = req.encode()
+    elif isinstance(req, dict):  # the rule reads values, not the bytes' layout
+        body = json.dumps(req, separators=(",", ":")).encode()
+    else:
+        raise AuditInputError("the transcript's request must be the body (object or string)",
+                              param="transcript")
+    if not isinstance(resp, dict):
+        raise AuditInputError("the transcript's response must be the API response object "
+                              "(a streamed answer: use an envelope transcript)",
+                              param="transcript")
+    return ClientTranscript(body, resp, json.dumps(resp, separators=(",", ":")).encode())
 
 
 def transcript_json(contents: EnvelopeContents, receipt_id: str) -> dict[str, Any]:
@@ -127,6 +194,4 @@ def save_transcript(path: Path, contents: EnvelopeContents, receipt_id: str) -> 
 
 
 def _dumps(doc: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(doc, indent=2) + "\n"

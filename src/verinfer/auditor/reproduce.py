@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.auditor.environment import find_model, fingerprint_diffs
-from verinfer.auditor.material import AppKey, save_transcript
+from verinfer.auditor.material import AppKey, ClientTranscript, save_transcript
 from verinfer.auditor.report import Report, Step, Stop, Verdict, cannot, mismatch
 from verinfer.auditor.sources import Resolved, fetch_ciphertext, resolve_ref
 from verinfer.chain.bindings import Contracts
@@ -64,7 +64,7 @@ class ChainAccess:
 class AuditConfig:
     models: list[str] = field(default_factory=list)  # files or shipped model names
     app_key: AppKey | None = None
-    transcript: EnvelopeContents | None = None
+    transcript: EnvelopeContents | ClientTranscript | None = None
     operator_url: str | None = None
     save_transcript: Path | None = None
     #: how the auditor reaches DA, repeated in the printed `verinfer challenge` command
@@ -82,6 +82,7 @@ class _Audit:
     located: Located | None = None
     blob: bytes | None = None
     contents: EnvelopeContents | None = None
+    client: tuple[ClientTranscript, ExecResult] | None = None  # before its request is rebuilt
     engine: Engine | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -266,6 +267,24 @@ class Auditor:
             if self.cfg.save_transcript is not None:
                 save_transcript(self.cfg.save_transcript, contents, "0x" + a.signed.digest.hex())
                 source += f"; transcript written to {self.cfg.save_transcript}"
+        elif isinstance(transcript, ClientTranscript):
+            claimed = [res for res in transcript.results() if res.hash == r.out_hash]
+            if not claimed:
+                raise self._fail(a, "open", cannot(
+                    "no choice of the transcript's response hashes to the receipt's outHash: "
+                    "it is not this receipt's answer"))
+            try:
+                loads_untrusted(transcript.request_body, what="the transcript's request body")
+            except UntrustedJsonError as e:
+                raise self._fail(a, "open", cannot(f"the transcript's request body is not "
+                                                   f"acceptable JSON ({e.message[:120]})")
+                                 ) from None
+            a.client = (transcript, claimed[0])
+            return Step("open", "ok", "the client's transcript: its answer hashes to outHash "
+                        f"({len(claimed[0].output_token_ids)} output tokens); its request is "
+                        "rebuilt with the request rule once the model is loaded",
+                        {"out_hash": "0x" + r.out_hash.hex(),
+                         "claimed_tokens": list(claimed[0].output_token_ids)})
         elif transcript is not None:
             bad = [n for n, ok in (("reqHash", transcript.request.hash == r.req_hash),
                                    ("outHash", transcript.result.hash == r.out_hash)) if not ok]
@@ -294,6 +313,35 @@ class Auditor:
                     {"req_hash": "0x" + r.req_hash.hex(), "out_hash": "0x" + r.out_hash.hex(),
                      "claimed_tokens": list(res.output_token_ids)})
 
+    def _client_contents(self, a: _Audit, engine: Engine) -> EnvelopeContents:
+        """The client transcript's ExecRequest: the request rule over its body with this
+        engine's model, tokenizer and fingerprint; the one of the receipt's reqHash."""
+        assert a.client is not None and a.signed is not None
+        transcript, result = a.client
+        r = a.signed.receipt
+        fp = engine.fingerprint
+        if fp.hash != "0x" + r.engine_fingerprint_hash.hex():
+            raise self._fail(a, "environment", cannot(
+                f"this engine's fingerprint {fp.hash[:18]}… is not the receipt's "
+                f"0x{r.engine_fingerprint_hash.hex()[:16]}…, and a client transcript does not "
+                "carry the operator's fingerprint fields to compare (an envelope transcript "
+                "does)"))
+        try:
+            requests = exec_requests(transcript.request_body,
+                                     served_model(engine, fp.canonical().decode()),
+                                     prompt_tokenizer(engine))
+        except (VerinferError, ValueError, TypeError, KeyError) as e:
+            raise self._fail(a, "environment", cannot(
+                f"the request rule refuses the transcript's request body ({type(e).__name__})"
+            )) from None
+        match = [q for q in requests if q.hash == r.req_hash]
+        if not match:
+            raise self._fail(a, "environment", cannot(
+                "the transcript's request body does not give the receipt's reqHash under the "
+                "request rule: it is not this receipt's request"))
+        return EnvelopeContents(match[0], result, transcript.request_body,
+                                transcript.response_body)
+
     def _undecryptable(self, epoch: int, key: AppKey) -> Stop:
         """A wrong key is the auditor's problem; the right key failing is the operator's."""
         if self.chain is None:
@@ -314,9 +362,8 @@ class Auditor:
 
     # ---- 5. environment ---------------------------------------------------------------------
     def _environment(self, a: _Audit, ref: str) -> Step:
-        assert a.signed is not None and a.contents is not None
-        request = a.contents.request
-        model_id = "0x" + request.model_id.hex()
+        assert a.signed is not None and (a.contents is not None or a.client is not None)
+        model_id = "0x" + a.signed.receipt.model_id.hex()
         path, seen = find_model(model_id, self.cfg.models)
         if path is None:
             raise self._fail(a, "environment", cannot(
@@ -332,6 +379,9 @@ class Auditor:
         data: dict[str, Any] = {"model_file": str(path), "model_id": model_id,
                                 "kernel_isa": kernels.isa(),
                                 "supported_isas": kernels.supported_isas()}
+        if a.contents is None:
+            a.contents = self._client_contents(a, engine)
+        request = a.contents.request
         if not tokenizer_matches(engine, request):
             raise self._fail(a, "environment", mismatch(
                 f"the ExecRequest names tokenizer 0x{request.tokenizer_hash.hex()[:16]}…, not "

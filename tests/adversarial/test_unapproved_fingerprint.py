@@ -5,6 +5,8 @@ Attacks:
   kernel build): whatever it answered, the signed receipt alone slashes it when a challenge
   opens — on anvil with the real contracts (ProtocolConfig approvals, BatchRegistry,
   ChallengeManager), no committee. An approved fingerprint's receipt is not slashed there.
+* an operator approving its own image with its own key: refused (approvals are governance's;
+  `operator init --approve-image-key-env` takes the governance key of a devnet/test chain).
 * a verifier running another image digest than the receipt's must not vote: its bits may
   differ for honest work, so its vote could slash an honest operator. The real re-execution
   job abstains (CannotJudgeError; the node logs it), also through the enclave job entry.
@@ -13,12 +15,17 @@ Attacks:
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from verinfer.chain.anvil import Anvil
+from verinfer.chain.deploy import deploy_all
 from verinfer.chain.structs import Kind, Status
 from verinfer.da_client.local import LocalDAClient
 from verinfer.devnet.network import (
@@ -31,6 +38,7 @@ from verinfer.devnet.network import (
     roles,
 )
 from verinfer.engine.engine import Engine
+from verinfer.engine.fingerprint import local_fingerprint
 from verinfer.engine.loader import LoadedModel
 from verinfer.receipts import EnvelopeSuite, derive_epoch_keypair
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
@@ -126,3 +134,39 @@ def test_verifier_on_another_image_abstains(tiny_engine: Engine, rogue_engine: E
     mine = _evidence(tiny_engine)
     assert judge(tiny_engine, mine.signed.receipt, mine.blob, SK).reason == "match"
     assert judge(rogue_engine, theirs.signed.receipt, theirs.blob, SK).reason == "match"
+
+
+def _init(directory: Path, dep: Path, url: str, key_env: str, key: str
+          ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(directory),
+                           "--light-kdf", "--unsafe-dev", "--rpc-url", url, "--deployment",
+                           str(dep), "--approve-image-key-env", key_env],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, key_env: key})
+
+
+def test_operator_init_approves_its_own_image_only_with_the_governance_key(
+        tmp_path: Path) -> None:
+    """`operator init --approve-image-key-env` approves the fingerprint of the image it runs
+    in (here the host: container none). The operator's own key cannot: approvals are
+    governance's (Ownable), and a refused init leaves no operator directory behind."""
+    r = roles(1)
+    with Anvil() as node:
+        w3 = node.web3()
+        d = deploy_all(w3, r.governance, devnet_params())
+        dep = tmp_path / "deployment.json"
+        d.save(dep)
+        mine = local_fingerprint()
+        item = bytes.fromhex(mine.hash[2:])
+        refused = _init(tmp_path / "self", dep, node.url, "VI_T_KEY", r.operator.key.hex())
+        assert refused.returncode == 2 and mine.hash in refused.stderr, refused.stderr
+        assert not (tmp_path / "self").exists()
+        assert not bind(w3, d).config.is_approved(Kind.ENGINE_FINGERPRINT, item)
+
+        ok = _init(tmp_path / "op", dep, node.url, "VI_T_KEY", r.governance.key.hex())
+        assert ok.returncode == 0, ok.stderr
+        out = json.loads(ok.stdout.strip().splitlines()[-1])
+        assert out["engine_fingerprint_hash"] == mine.hash
+        assert out["container_digest"] == mine.container_digest == "none"
+        assert bind(w3, d).config.is_approved(Kind.ENGINE_FINGERPRINT, item)
+        assert (tmp_path / "op" / "operator.json").exists()

@@ -62,6 +62,11 @@ def init(
         help="Allow a demo set-up: no chain (receipts for chain 31337 with a zero "
              "verifyingContract, batches to a JSONL file) and/or a KMS provisioned in DIR.")]
     = False,
+    approve_image_key_env: Annotated[str | None, typer.Option(
+        help="Env var with the GOVERNANCE key (0x hex) of a devnet or test chain: approve the "
+             "engine fingerprint of the image this command runs in (its digest from the "
+             "container runtime, docs/deploy.md) on ProtocolConfig. Run init inside the image "
+             "the operator will serve from. Needs --rpc-url and --deployment.")] = None,
 ) -> None:
     """Create the operator keystore and operator.json (and a local KMS epoch if none given)."""
     if (directory / CONFIG_NAME).exists():
@@ -72,6 +77,9 @@ def init(
         raise typer.Exit(2)
     if (rpc_url is None) != (deployment is None):
         typer.echo("error: --rpc-url and --deployment go together", err=True)
+        raise typer.Exit(2)
+    if approve_image_key_env is not None and deployment is None:
+        typer.echo("error: --approve-image-key-env needs --rpc-url and --deployment", err=True)
         raise typer.Exit(2)
     unsafe = ([] if deployment is not None else
               ["no --deployment: receipts for chain 31337 with a zero verifyingContract, "
@@ -92,6 +100,10 @@ def init(
         dep = Deployment.load(deployment)
         chain_id, challenge_manager = dep.chain_id, dep.challenge_manager
         sink = {"kind": "chain", "rpc_url": rpc_url, "deployment": str(deployment.resolve())}
+    approved: dict[str, str] = {}
+    if approve_image_key_env is not None:  # before anything is written: a refusal leaves none
+        assert rpc_url is not None and deployment is not None  # checked above
+        approved = _approve_own_image(rpc_url, deployment, approve_image_key_env)
     directory.mkdir(parents=True, exist_ok=True)
     key = (parse_hex_lenient(os.environ[private_key_env], 32, private_key_env) if private_key_env
            else secrets.token_bytes(32))
@@ -124,7 +136,33 @@ def init(
         "sink": sink,
         "kms_provisioned_locally": epochs_file_given is False,
     })
-    typer.echo(json.dumps({"operator": address, "config": str(directory / CONFIG_NAME)}))
+    typer.echo(json.dumps({"operator": address, "config": str(directory / CONFIG_NAME),
+                           **approved}))
+
+
+def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str, str]:
+    """Governance approves the engine fingerprint of this process's image (issue 17)."""
+    from eth_account import Account
+    from web3 import Web3
+
+    from verinfer.chain.bindings import TxSender
+    from verinfer.chain.deploy import Deployment
+    from verinfer.chain.structs import Kind
+    from verinfer.engine.fingerprint import local_fingerprint
+    from verinfer.errors import VerinferError
+
+    fp = local_fingerprint()
+    try:
+        key = parse_hex_lenient(os.environ.get(key_env, ""), 32, key_env)
+        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+        gov = Deployment.load(deployment).bind(w3, TxSender(w3, Account.from_key(key)))
+        item = bytes.fromhex(fp.hash[2:])
+        if not gov.config.is_approved(Kind.ENGINE_FINGERPRINT, item):
+            gov.config.approve(Kind.ENGINE_FINGERPRINT, item)
+    except VerinferError as e:
+        typer.echo(f"error: approving engine fingerprint {fp.hash}: {e.message}", err=True)
+        raise typer.Exit(2) from e
+    return {"engine_fingerprint_hash": fp.hash, "container_digest": fp.container_digest}
 
 
 @app.command()

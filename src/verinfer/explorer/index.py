@@ -19,7 +19,7 @@ from verinfer.da_client.manifest import BatchManifest
 from verinfer.receipts.merkle import MerkleTree, build_tree
 from verinfer.receipts.signed import SignedReceipt
 
-#: ChallengeManager.Fault, by value (Unpublished: a withholding claim upheld).
+#: ChallengeManager.Fault, by value (Unpublished: an unpublished claim upheld).
 FAULTS = ("reexecution", "invalid receipt", "unpublished")
 
 

@@ -22,7 +22,7 @@ MAX_QUERY = 140_000
 def search(idx: Index, query: str) -> dict[str, Any]:
     """The page a query names: {"kind", "url"}. Accepts a receipt id, a batch id or batch
     root (0x + 64 hex), an address (0x + 40 hex), a DA pointer (a manifest's or a
-    ciphertext's) and a challenge id (digits; ``claim N`` for a withholding claim)."""
+    ciphertext's) and a challenge id (digits; ``claim N`` for an unpublished claim)."""
     q = query.strip()
     if not q:
         raise InvalidRequestError("empty search", param="q")

@@ -352,7 +352,7 @@ def claim(ctx: Context, claim_id: str) -> dict[str, Any]:
     with idx.lock:
         c = idx.claims.get(cid)
         if c is None:
-            raise NotFoundError(f"no withholding claim {cid}", param="claim_id")
+            raise NotFoundError(f"no unpublished claim {cid}", param="claim_id")
         return {"status": _status(ctx), "claim": claim_row(c),
                 "answered_batch": hx(c.answered_batch) if c.answered_batch else "",
                 "settled": when(c.settled_at)}

@@ -5,7 +5,8 @@ It deploys the contracts on the compose anvil, approves the model and this image
 fingerprint (and the software-enclave measurement), stakes the operator, provisions a 3-of-5
 KMS whose shards listen on fixed loopback ports 9101-9105, registers its epoch, creates the
 operator directory and writes the two launch scripts the kms-N and verifier-N services run.
-Idempotent: an existing <state>/deployment.json means the network was set up already.
+Idempotent: <state>/setup.done (written last) means the network was set up already; a
+set-up that died half way is redone from scratch in a fresh directory.
 Anvil's dev accounts and the software enclave: a local network, not a production one.
 """
 
@@ -52,9 +53,12 @@ def main() -> None:
     ap.add_argument("--model", default="gemma3-270m")
     a = ap.parse_args()
     state: Path = a.state
-    if (state / "deployment.json").exists():
-        print(f"setup: {state / 'deployment.json'} exists, nothing to do")
+    if (state / "setup.done").exists():
+        print(f"setup: {state / 'setup.done'} exists, nothing to do")
         return
+    if state.exists() and any(state.iterdir()):
+        sys.exit(f"setup: {state} holds a half-done set-up: remove the volume and start again")
+    state.mkdir(parents=True, exist_ok=True)
     w3 = Web3(Web3.HTTPProvider(a.rpc_url, request_kwargs={"timeout": 30}))
     _wait_for_chain(w3)
     model = resolve_model_path(a.model)
@@ -105,6 +109,7 @@ def main() -> None:
         lines.append(f"  {i}) {key} exec {shlex.join(cmd)} ;;")
     lines += ['  *) echo "verifier.sh: no verifier $1" >&2; exit 2 ;;', "esac"]
     (state / "verifier.sh").write_text("\n".join(lines) + "\n")
+    (state / "setup.done").write_text("ok\n")
     print(f"setup: network state in {state}")
 
 

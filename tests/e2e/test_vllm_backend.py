@@ -105,7 +105,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path, export: A
             [sys.executable, "-m", "verinfer", "serve", "--backend", "vllm", "--model",
              str(gemma_path), "--name", "gemma", "--vllm-export-dir", str(export.path),
              "--operator-dir", str(op_dir), "--unsafe-dev", "--port", str(port),
-             "--max-seqs", "8", "--max-context", "1024"], stdout=out, stderr=subprocess.STDOUT)
+             "--max-seqs", "1", "--max-context", "1024"], stdout=out, stderr=subprocess.STDOUT)
     got: dict[str, Any] = {"op_dir": op_dir}
     try:
         _wait(lambda: _ok(base + "/health"), "server start", proc, log, START_S)

@@ -48,6 +48,7 @@ def selftest_cmd(
     export_dir: Annotated[Path | None, typer.Option(
         help="vllm: the export-hf folder (default: exported once into the cache).")] = None,
     threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
+    max_seqs: Annotated[int, typer.Option(help="Sequences the engine batches together.")] = 16,
     kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
     out: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
 ) -> None:
@@ -58,7 +59,7 @@ def selftest_cmd(
 
     try:
         engine = open_backend(backend, model, export_dir=export_dir, threads=threads,
-                              kernels=kernels)
+                              kernels=kernels, max_seqs=max_seqs)
     except (VerinferError, ImportError) as e:
         typer.echo(f"error: {getattr(e, 'message', str(e))}", err=True)
         raise typer.Exit(2) from e

@@ -130,14 +130,16 @@ class VllmEngine(Engine):
         self._worker.start()
 
     def _start(self) -> Any:
+        import torch
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
-        import torch
-
-        # the process is vLLM's: its CPU worker then freezes torch's thread count (it patches
-        # torch.set_num_threads), so the fingerprint's thread count must be set first
-        torch.set_num_threads(self.settings.threads)
+        # The process is vLLM's: its CPU worker then freezes torch's thread count (it patches
+        # torch.set_num_threads), so the fingerprint's thread count is set first — here and,
+        # with the original function, in the stepping thread (OpenMP's thread count is per
+        # thread, and vLLM's CPU attention checks that planning and running agree).
+        self._set_threads = torch.set_num_threads
+        self._set_threads(self.settings.threads)
         t0 = time.monotonic()
         args = EngineArgs(model=str(self.export.path), logits_processors=[hook_class()],
                           **self.settings.engine_kwargs())
@@ -205,6 +207,7 @@ class VllmEngine(Engine):
                    extra_args={KEY: req.key})
 
     def _loop(self) -> None:
+        self._set_threads(self.settings.threads)
         while True:
             with self._cv:
                 while not self._closed and not self._incoming and not self._live:

@@ -8,7 +8,8 @@
 * a verifier re-executing with the vLLM backend (a separate process, as a verifier node is)
   confirms the real vLLM receipt (a challenge is dismissed), votes the correct outHash against
   a tampered vLLM answer (slash), and a verifier on the own engine abstains on the vLLM receipt
-  (another approved fingerprint: it must never vote against honest vLLM work).
+  (another approved fingerprint: it must never vote against honest vLLM work) — but slashes
+  vLLM bits signed under the own engine's fingerprint (lying about the backend).
 
 ONE vLLM engine at a time: the server first (its answers are collected, then it stops), then
 one verifier process judges everything. Skips without vLLM: run scripts/ci-extras.d/30-vllm.
@@ -242,6 +243,14 @@ def test_own_engine_verifier_abstains_on_a_vllm_receipt(verdicts: dict[str, Any]
     assert "engine fingerprint" in verdicts["own_engine"]["abstain"], verdicts["own_engine"]
 
 
+def test_vllm_bits_under_the_own_fingerprint_are_slashed(verdicts: dict[str, Any]) -> None:
+    """Lying about the backend does not pay: own-engine verifiers judge the receipt, get other
+    logits bits and vote another outHash."""
+    lie = verdicts["lying"]
+    assert lie["reason"] == "output_mismatch" and lie["agrees"] is False, lie
+    assert lie["vote"] != lie["claimed"]
+
+
 def _judge_job(path: str) -> None:
     """The verifier process: one VllmEngine judges the real receipt and a tampered answer;
     an own engine is asked about the vLLM receipt. Prints one JSON line."""
@@ -268,6 +277,7 @@ def _judge_job(path: str) -> None:
     receipt = Receipt.from_json(job["receipt"])
     blob = base64.b64decode(job["blob"])
     out: dict[str, Any] = {}
+    own = Engine.from_path(job["gguf"])
     eng = VllmEngine(Path(job["gguf"]), read_export(job["export"]))
     try:
         out["honest"] = judge(eng, receipt, blob, sk).to_json()
@@ -285,9 +295,16 @@ def _judge_job(path: str) -> None:
         t["honest_out_hash"] = "0x" + honest.hash.hex()
         t["claimed"] = "0x" + ev.signed.receipt.out_hash.hex()
         out["tampered"] = t
+        # an operator serving vLLM's bits under the own engine's (approved) fingerprint
+        real_fp, eng.fingerprint = eng.fingerprint, own.fingerprint
+        try:
+            lie = factory.honest(body)
+        finally:
+            eng.fingerprint = real_fp
+        out["lying"] = judge(own, lie.signed.receipt, lie.blob, tsk).to_json()
+        out["lying"]["claimed"] = "0x" + lie.signed.receipt.out_hash.hex()
     finally:
         eng.close()
-    own = Engine.from_path(job["gguf"])
     try:
         try:
             out["own_engine"] = judge(own, receipt, blob, sk).to_json()

@@ -261,7 +261,7 @@ def _cheats(devnet: Devnet, engine: Engine, tmp: Path) -> tuple[dict[str, Eviden
     return cheats, withheld
 
 
-def test_each_cheat_is_slashed_and_withholding_is_upheld(devnet: Devnet, engine: Engine,
+def test_each_cheat_is_slashed_and_unpublished_claim_is_upheld(devnet: Devnet, engine: Engine,
                                                          tmp_path: Path) -> None:
     cheats, withheld = _cheats(devnet, engine, tmp_path)
     devnet.unsafe_publish_as_operator([*cheats.values(), withheld], withheld=[withheld])

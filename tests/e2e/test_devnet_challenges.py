@@ -262,7 +262,7 @@ def _cheats(devnet: Devnet, engine: Engine, tmp: Path) -> tuple[dict[str, Eviden
 
 
 def test_each_cheat_is_slashed_and_unpublished_claim_is_upheld(devnet: Devnet, engine: Engine,
-                                                         tmp_path: Path) -> None:
+                                                               tmp_path: Path) -> None:
     cheats, withheld = _cheats(devnet, engine, tmp_path)
     devnet.unsafe_publish_as_operator([*cheats.values(), withheld], withheld=[withheld])
     operator = devnet.state["accounts"]["operator"]

@@ -35,10 +35,11 @@ import pytest
 import redis
 from openai import OpenAI
 
-from verinfer.chain.structs import Status
+from verinfer.chain.structs import ClaimStatus, Status
 from verinfer.devnet.harness import Devnet
 from verinfer.engine.engine import Engine
 from verinfer.testing.evidence import chat_body
+from verinfer.verifier.challenger import Located
 
 VI = [sys.executable, "-m", "verinfer"]
 MODEL = "verinfer-tiny-llama-seed0"
@@ -333,6 +334,34 @@ def test_search_finds_each_kind_of_id(browser: Browser, explorer: str, devnet: D
             box.press("Enter")
         assert urlsplit(page.url).path == path, (query, page.url)
         assert page.locator("#error").count() == 0, (query, page.content()[:500])
+
+
+def test_unpublished_claim_is_upheld_on_its_page(browser: Browser, explorer: str,
+                                                 devnet: Devnet) -> None:
+    """A receipt signed with the operator's key but never published: the claim (chain time
+    moved past its publication deadline and the response period) is upheld, and its page and
+    the operator's slashes say so."""
+    engine = Engine.from_path(Path(devnet.state["model"]))
+    try:
+        withheld = devnet.unsafe_operator_factory(engine).honest(
+            chat_body("explorer withheld", max_tokens=4, seed=12))
+    finally:
+        engine.close()
+    ch = devnet.challenger()
+    kind, claim_id = ch.open(Located(withheld.signed, None, None, None))
+    assert kind == "claim" and ch.settle_claim(claim_id) is ClaimStatus.SLASHED
+    _wait_api(explorer, f"/api/claim/{claim_id}")
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{explorer}/api/claim/{claim_id}", timeout=5).json()["claim"]["status"] \
+            != "upheld":
+        assert time.monotonic() < deadline
+        time.sleep(0.25)
+    page = browser.page
+    page.goto(f"{explorer}/claim/{claim_id}")
+    assert "upheld" in page.locator("main").inner_text()
+    page.goto(f"{explorer}/operator/{devnet.state['accounts']['operator']}")
+    row = page.locator("tr.slash-row").filter(has_text="unpublished")
+    assert row.count() == 1 and f"claim {claim_id}" in row.inner_text()
 
 
 @pytest.mark.parametrize("path", ["/receipt/0x" + "ab" * 32, "/batch/0x" + "cd" * 32,

@@ -61,7 +61,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     args = ap.parse_args()
     path = resolve_model_path(args.model)
-    work = Path(tempfile.mkdtemp(prefix="verinfer-bench-reproduce-"))
+    with tempfile.TemporaryDirectory(prefix="verinfer-bench-reproduce-") as tmp:
+        run(path, Path(tmp), args.rounds)
+
+
+def run(path: Path, work: Path, rounds: int) -> None:
     engine = engine_for(path)
     scalar = 1 + secrets.randbelow(P256_ORDER - 1)
     seed = scalar.to_bytes(32, "big")
@@ -88,7 +92,7 @@ def main() -> None:
     auditor = Auditor(AuditConfig(models=[str(path)], app_key=load_app_key(key_file),
                                   da_backends=["local"]), da=da)
     gen_s, rep = [], []
-    for i in range(args.rounds):
+    for i in range(rounds):
         t = time.perf_counter()
         gen = engine.generate(list(request.prompt_token_ids), request.sampling_params())
         gen_s.append(time.perf_counter() - t)
@@ -115,7 +119,7 @@ def main() -> None:
     assert len({r["out_hash"] for r in isa_results.values()}) == 1
     generate_s = statistics.median(gen_s)
     print(json.dumps({
-        "model": path.name, "output_tokens": len(gen.token_ids), "rounds": args.rounds,
+        "model": path.name, "output_tokens": len(gen.token_ids), "rounds": rounds,
         "reproduce_s": round(median_s, 4), "generate_s": round(generate_s, 4),
         "reproduce_over_generate": round(median_s / generate_s, 4),
         "replay_s": steps["replay"], "steps_s": steps, "isa_results": isa_results,

@@ -65,8 +65,13 @@ def test_random_unicode_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
 
 
 def test_long_text_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:
-    """One long document: long words, whitespace runs and every class at once."""
+    """One long document: long words, whitespace runs and every class at once; long enough to
+    be cut at newlines and encoded in parallel, with newline runs (single Gemma tokens up to 31
+    newlines) straddling the cut targets."""
     fast, ref = pair
-    text = "".join(random_texts(400, seed=5, max_chunks=40))
-    assert len(text) > 20_000
-    assert fast.encode(text) == ref.encode(text)
+    assert isinstance(fast, FastSpmTokenizer)
+    parts = list(random_texts(3000, seed=5, max_chunks=40))
+    text = "".join(p + "\n" * (i % 40) for i, p in enumerate(parts))
+    assert len(fast._chunks(text)) > 2
+    for special in (True, False):
+        assert fast.encode(text, parse_special=special) == ref.encode(text, parse_special=special)

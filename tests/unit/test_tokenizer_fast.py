@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from support.random_text import random_texts
-from verinfer.engine.tokenizer import SPACE, SpmTokenizer, Tokenizer, tiny_spm_vocab
+from verinfer.engine.tokenizer import SPACE, SpmTokenizer, Tokenizer, fast_spm, tiny_spm_vocab
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer, fast_spm_refusal
 from verinfer.errors import TokenizerError
 
@@ -139,3 +139,21 @@ def test_merge_with_a_byte_token_keeps_the_reference() -> None:
     assert fast.encode("éz") == ref.encode("éz")
     assert fast.token_to_id("<0xA9>z") not in fast.encode("éz")
     assert fast._rust(False) is None and fast._rust(True) is None
+
+
+def test_long_text_is_cut_at_newlines_and_stays_equal(
+        pair: tuple[Tokenizer, SpmTokenizer]) -> None:
+    fast, ref = pair
+    assert isinstance(fast, FastSpmTokenizer)
+    parts = list(random_texts(8000, seed=11, specials=_specials(fast), max_chunks=12))
+    # newline runs of every length, CRLF and cuts landing inside runs
+    text = "".join(p + "\n" * (i % 5) + ("\r" if i % 7 == 0 else "") for i, p in enumerate(parts))
+    assert len(text) >= 2 * fast_spm.PARALLEL_MIN_CHARS
+    chunks = fast._chunks(text)
+    assert len(chunks) > 2 and "".join(chunks) == text
+    assert all(c.startswith("\n") and c[:1] != c.lstrip("\n")[:1] for c in chunks[1:])
+    for special in (True, False):
+        assert fast.encode(text, parse_special=special) == ref.encode(text, parse_special=special)
+    one_line = text.replace("\n", " ")
+    assert fast._chunks(one_line) == [one_line]
+    assert fast.encode(one_line) == ref.encode(one_line)

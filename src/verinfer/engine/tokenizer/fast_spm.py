@@ -58,6 +58,9 @@ __all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
 _BACKENDS: dict[tuple[TokenizerSpec, bool], Any] = {}
 _MERGES: dict[TokenizerSpec, Any] = {}
 _BUILD_LOCK = threading.Lock()
+# texts this long are cut at newlines and encoded in parallel (HF's batch runs on every core)
+PARALLEL_MIN_CHARS = 1 << 16
+PARALLEL_CHUNKS = 8
 
 
 class _NotExact(Exception):
@@ -102,6 +105,10 @@ class FastSpmTokenizer(SpmTokenizer):
         # one pair of backends (a process that loads a model twice builds them once)
         self._key = dataclasses.replace(spec, chat_template=None)
         self._mine: dict[bool, Any] = {}  # parse_special -> backend (hashing the spec is slow)
+        nl = self._token_to_id.get("\n")
+        self._newline_cuts = nl is not None and self._types[nl] == TOKEN_USER_DEFINED and all(
+            set(t) == {"\n"} for t, ty in zip(spec.tokens, self._types, strict=True)
+            if "\n" in t and ty in (TOKEN_CONTROL, TOKEN_UNKNOWN, TOKEN_USER_DEFINED))
 
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
         if not text:
@@ -116,10 +123,37 @@ class FastSpmTokenizer(SpmTokenizer):
         if backend is None:
             super()._encode_into(text, parse_special, out)
             return
-        try:  # the batch call without offsets: a third faster than encode() on long text
-            out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+        chunks = self._chunks(text) if len(text) >= PARALLEL_MIN_CHARS else [text]
+        try:  # the batch call: no offsets (a third faster), chunks encoded in parallel
+            for enc in backend.encode_batch_fast(chunks, add_special_tokens=False):
+                out.extend(enc.ids)
         except Exception as e:  # the Rust side raises a bare Exception
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
+
+    def _chunks(self, text: str) -> list[str]:
+        """``text`` cut into about :data:`PARALLEL_CHUNKS` pieces whose ids concatenate to the
+        ids of the whole: each cut lies just before a newline that follows another character.
+        That holds when ``"\n"`` is a user-defined token (split out in both special modes, so no
+        merge crosses it) and every added token holding a newline is a run of newlines (so no
+        match spans the cut); otherwise the text stays whole."""
+        if not self._newline_cuts:
+            return [text]
+        step = max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS)
+        chunks: list[str] = []
+        start = 0
+        while len(text) - start > step:
+            cut = text.find("\n", start + step)
+            while cut > 0 and text[cut - 1] == "\n":  # inside a run begun earlier: skip it
+                end = cut
+                while end < len(text) and text[end] == "\n":
+                    end += 1
+                cut = text.find("\n", end)
+            if cut < 0:
+                break
+            chunks.append(text[start:cut])
+            start = cut
+        chunks.append(text[start:])
+        return chunks
 
     def _rust(self, parse_special: bool) -> Any | None:
         """The backend for one special-token mode, built on first use (prompts, with special

@@ -129,6 +129,15 @@ class VllmEngine(Engine):
         self._worker = threading.Thread(target=self._loop, name="verinfer-vllm", daemon=True)
         self._worker.start()
 
+    @classmethod
+    def from_path(cls, path: str | Path, kernels: str = "vllm",  # type: ignore[override]
+                  **kw: Any) -> VllmEngine:
+        """The engine for a GGUF file (exported once into the cache): what a verifier's job
+        builds from a model path and the backend name."""
+        if kernels != "vllm":
+            raise ValueError(f"VllmEngine runs the vllm backend, not {kernels!r}")
+        return cls(path, **kw)
+
     def _start(self) -> Any:
         import torch
         from vllm.engine.arg_utils import EngineArgs
@@ -240,8 +249,8 @@ class VllmEngine(Engine):
                         self._live.pop(req.key, None)
                         req.future.set_result(out)  # type: ignore[arg-type]
                 elif req is not None:
-                    self._advance(req, list(out.outputs[0].token_ids) if out.outputs else [],
-                                  bool(out.finished))
+                    self._take(req, list(out.outputs[0].token_ids) if out.outputs else [],
+                               bool(out.finished))
         for req in itertools.chain(self._live.values(), self._incoming):
             self._fail(req, RuntimeError("engine closed"))
 
@@ -252,7 +261,7 @@ class VllmEngine(Engine):
         if not req.future.done():
             req.future.set_exception(e)
 
-    def _advance(self, req: _Req, token_ids: list[int], vllm_finished: bool) -> None:
+    def _take(self, req: _Req, token_ids: list[int], vllm_finished: bool) -> None:
         if req.track.error is not None:
             self._stop(req)
             self._fail(req, req.track.error)

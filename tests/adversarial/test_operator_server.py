@@ -94,7 +94,10 @@ def test_receipt_is_visible_only_to_the_key_that_paid(server: Server) -> None:
 def test_health_stays_fast_while_oversized_requests_arrive(server: Server) -> None:
     """Two clients keep sending, back to back, a 3.9 MB chat body (refused before tokenizing)
     and a body just under the character limit (tokenized on a worker thread, then refused:
-    longer than the context): /health p99 < 100 ms (it was 17 s per 3.9 MB body before)."""
+    longer than the context): /health is never stuck behind them. The attack made it wait
+    seconds (17 s per 3.9 MB body before the fix), so the bound is 1 s at p99: an order of
+    magnitude under the attack, and far enough above scheduling noise on a loaded 2-core CI
+    machine that it tests "not blocked", not speed (the speed itself belongs to bench/serve.py)."""
     stop = threading.Event()
     huge = json.dumps({**CHAT, "messages": [{"role": "user",
                                              "content": "lorem ipsum " * 330_000}]})
@@ -128,7 +131,7 @@ def test_health_stays_fast_while_oversized_requests_arrive(server: Server) -> No
     p99 = lat[int(len(lat) * 0.99) - 1]
     assert statuses and set(statuses) <= {400, 503}, set(statuses)
     assert 400 in statuses
-    assert p99 < 0.100, f"/health p99 {p99 * 1000:.1f} ms (max {lat[-1] * 1000:.1f} ms)"
+    assert p99 < 1.0, f"/health p99 {p99 * 1000:.1f} ms (max {lat[-1] * 1000:.1f} ms)"
     print(f"/health under flood: p50 {lat[len(lat) // 2] * 1000:.1f} ms, "
           f"p99 {p99 * 1000:.1f} ms, {len(statuses)} oversized requests answered")
 

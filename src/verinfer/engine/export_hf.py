@@ -108,7 +108,7 @@ def export_hf(gguf_path: str | Path, out_dir: str | Path, *, force: bool = False
             str(src.parent), gguf_file=src.name, dtype=torch.float32)
         # What remains of the GGUF loading path would make vLLM look for GGUF kernels: the
         # tensors are plain float32 now.
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(str(tmp), safe_serialization=True)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from verinfer.engine.engine import Engine
 
 app = typer.Typer(help="Models: export-hf (the HF folder vLLM loads), backend self-test.",
                   no_args_is_help=True)
@@ -81,7 +84,7 @@ def selftest_cmd(
 
 def open_backend(backend: str, model: str, *, export_dir: Path | None = None,
                  threads: int = 1, kernels: str = "invariant", max_seqs: int = 16,
-                 max_context: int | None = None):  # type: ignore[no-untyped-def]
+                 max_context: int | None = None) -> Engine:
     """The engine of ``backend`` for ``model`` (a name or a .gguf path)."""
     from verinfer.engine.loader import resolve_model_path
 

@@ -159,11 +159,11 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
                 cases.append(Case(f"prompt{pi}[{len(probe)} tok]/{mode}/batch{size}@{at}",
                                   not diff, diff))
     replay_ok = True
-    probe = getattr(engine, "prefill_reproduces_decode", None)
-    if probe is not None:  # a backend whose replay re-decodes: test a real prefill apart
+    prefill_probe = getattr(engine, "prefill_reproduces_decode", None)
+    if prefill_probe is not None:  # a backend whose replay re-decodes: test a real prefill apart
         prefill_ok = True
-        for pi, p in enumerate(probes):
-            ok, detail = probe(p, GREEDY.max_tokens)
+        for pi, prompt in enumerate(probes):
+            ok, detail = prefill_probe(prompt, GREEDY.max_tokens)
             prefill_ok = prefill_ok and ok
             cases.append(Case(f"prompt{pi}/greedy/one-prefill-vs-decode", True,
                               "" if ok else f"informational: {detail}"))
@@ -178,8 +178,8 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
         cases.append(Case(f"prompt{pi}/{mode}/replay", ok, detail))
     failed = [c for c in cases if not c.passed]
     fp = engine.fingerprint
-    own_prefill = probe is None  # the own engine's replay is one prefill pass
-    if probe is not None:
+    own_prefill = prefill_probe is None  # the own engine's replay is one prefill pass
+    if prefill_probe is not None:
         replay_ok = prefill_ok
     return SelfTestReport(
         version=REPORT_VERSION, backend=fp.backend, fingerprint_hash=fp.hash,

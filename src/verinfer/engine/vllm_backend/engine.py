@@ -130,7 +130,7 @@ class VllmEngine(Engine):
         self._worker.start()
 
     @classmethod
-    def from_path(cls, path: str | Path, kernels: str = "vllm",  # type: ignore[override]
+    def from_path(cls, path: str | Path, kernels: str = "vllm",
                   **kw: Any) -> VllmEngine:
         """The engine for a GGUF file (exported once into the cache): what a verifier's job
         builds from a model path and the backend name."""
@@ -243,13 +243,13 @@ class VllmEngine(Engine):
                 self._live.clear()
                 continue
             for out in outputs:
-                req = self._live.get(out.request_id)
-                if req is not None and req.probe is not None:
+                live = self._live.get(out.request_id)
+                if live is not None and live.probe is not None:
                     if out.finished:
-                        self._live.pop(req.key, None)
-                        req.future.set_result(out)  # type: ignore[arg-type]
-                elif req is not None:
-                    self._take(req, list(out.outputs[0].token_ids) if out.outputs else [],
+                        self._live.pop(live.key, None)
+                        live.future.set_result(out)
+                elif live is not None:
+                    self._take(live, list(out.outputs[0].token_ids) if out.outputs else [],
                                bool(out.finished))
         for req in itertools.chain(self._live.values(), self._incoming):
             self._fail(req, RuntimeError("engine closed"))

@@ -70,6 +70,8 @@ class VllmSettings:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        # stdout belongs to the command (`verinfer selftest` prints its JSON report there)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
         if self.batch_invariant:
             os.environ["VLLM_BATCH_INVARIANT"] = "1"

@@ -1,30 +1,60 @@
 """One exception tree for all of verinfer.
 
-Client errors (4xx) are the caller's fault and carry an HTTP status plus an OpenAI error
-``type``/``param``/``code``; server errors (5xx) are ours. The HTTP mapping lives in one place:
-``verinfer.operator.errors``.
+Every error says *whose fault* it is, and nothing about how an edge answers it:
+``caller_fault`` is True for :class:`BadInputError` (the input handed in is wrong — a malformed
+pointer, a bad signature, an unknown model: the caller can fix it) and False otherwise (this
+side failed — a node down, a backend lying, a tampered local file, a bug). The edges read the
+marker: a CLI exits 2 vs 1 (:mod:`verinfer.cli_errors`), an HTTP app answers 4xx vs 5xx.
+
+Domain errors (DA, receipts, chain, KMS, attestation) carry only that marker and a
+machine-readable ``code``; the HTTP status is chosen at the edge — the operator API
+(``verinfer.operator.errors``), the KMS shard app (``verinfer.kms.shard_app``). Only the
+OpenAI API tree below (:class:`ClientError` 4xx / :class:`ServerError` 5xx, the errors the
+operator's OpenAI-compatible API is specified to answer) carries its own status and OpenAI
+error ``type``/``param``/``code``.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class VerinferError(Exception):
-    """Base of every error verinfer raises on purpose."""
+    """Base of every error verinfer raises on purpose. Not the caller's fault unless a
+    subclass says so (:class:`BadInputError`)."""
 
-    status_code: int = 500
-    error_type: str = "server_error"
+    caller_fault: ClassVar[bool] = False
     code: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = param  # the offending field, where there is one
         if code is not None:
             self.code = code
 
+    # The generic HTTP reading of the marker (400 / 500), for an HTTP edge with no table of its
+    # own; the OpenAI API tree overrides both with class attributes.
+    @property
+    def status_code(self) -> int:
+        return 400 if self.caller_fault else 500
 
-# ---- client errors (4xx) -------------------------------------------------------------------
-class ClientError(VerinferError):
+    @property
+    def error_type(self) -> str:
+        return "invalid_request_error" if self.caller_fault else "server_error"
+
+
+class BadInputError(VerinferError):
+    """The caller's fault: what was handed in is malformed, inconsistent or refused. Catch this
+    (not :class:`ClientError`) for "the input is wrong" whichever part raised it."""
+
+    caller_fault = True
+
+
+# ---- the OpenAI API tree: client errors (4xx) -------------------------------------------------
+class ClientError(BadInputError):
+    """A request the OpenAI-compatible API refuses, with its own HTTP status."""
+
     status_code = 400
     error_type = "invalid_request_error"
 
@@ -73,6 +103,8 @@ class TokenizerError(ClientError):
 
 # ---- server errors (5xx) -------------------------------------------------------------------
 class ServerError(VerinferError):
+    """A failure of ours the OpenAI-compatible API answers with its own 5xx status."""
+
     status_code = 500
     error_type = "server_error"
 

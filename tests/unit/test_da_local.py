@@ -65,7 +65,7 @@ def test_missing_blob(store: LocalDAClient) -> None:
     assert not store.exists(p)
     with pytest.raises(BlobNotFoundError) as ei:
         store.get(p)
-    assert ei.value.status_code == 404
+    assert ei.value.caller_fault and ei.value.code == "da_blob_not_found"
 
 
 def test_oversized_blob(tmp_path: Path) -> None:

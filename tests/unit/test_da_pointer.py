@@ -55,7 +55,7 @@ H = "ab" * 32
 def test_malformed_pointers_are_typed_errors(text: str) -> None:
     with pytest.raises(MalformedPointerError) as ei:
         Pointer.parse(text)
-    assert ei.value.status_code == 400
+    assert ei.value.caller_fault  # the caller handed in a bad pointer
 
 
 def test_non_string_and_bad_fields() -> None:

@@ -1,11 +1,13 @@
-"""Typed errors of the chain bindings."""
+"""Typed errors of the chain bindings: :class:`ChainError` where the node or the toolchain
+failed, :class:`~verinfer.errors.BadInputError` where the caller's input (a key, a deployment
+file, a transaction the contracts refuse) is wrong. No HTTP here: edges map them."""
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError, ServerError
+from verinfer.errors import BadInputError, VerinferError
 
 
-class ChainError(ServerError):
+class ChainError(VerinferError):
     """The node or the toolchain failed (RPC down, build failed, transaction not mined)."""
 
     code = "chain_error"
@@ -23,10 +25,9 @@ class AnvilError(ChainError):
     code = "anvil_error"
 
 
-class ContractRevertError(ClientError):
+class ContractRevertError(BadInputError):
     """A contract call reverted; `error_name`/`error_args` carry the decoded custom error."""
 
-    status_code = 409
     code = "contract_revert"
 
     def __init__(self, message: str, *, error_name: str, error_args: tuple[object, ...],
@@ -37,19 +38,19 @@ class ContractRevertError(ClientError):
         self.data = data
 
 
-class KeyLoadError(ClientError):
+class KeyLoadError(BadInputError):
     """A private key could not be loaded from the keystore file or the environment."""
 
     code = "key_load_error"
 
 
-class DeploymentFileError(ClientError):
+class DeploymentFileError(BadInputError):
     """A deployment JSON file is missing or malformed."""
 
     code = "deployment_file_error"
 
 
-class StakeActionError(ClientError):
+class StakeActionError(BadInputError):
     """A stake action was asked for with arguments it cannot take (a missing, non-positive or
     superfluous amount; a role other than operator or verifier)."""
 

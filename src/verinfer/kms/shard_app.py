@@ -87,7 +87,7 @@ def http_status(e: VerinferError) -> int:
             return status
     if isinstance(e, ClientError | ServerError):  # the API tree carries its own status
         return e.status_code
-    return 500
+    return 400 if e.caller_fault else 500  # e.g. a malformed receipt in a decryption request
 
 
 def _refusal(index: int, e: VerinferError) -> JSONResponse:

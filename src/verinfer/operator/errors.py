@@ -11,10 +11,42 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from verinfer.errors import RateLimitError, VerinferError
+from verinfer.chain.errors import ContractRevertError
+from verinfer.da_client.errors import (
+    BlobNotFoundError,
+    BlobTooLargeError,
+    CommitmentMismatchError,
+    DAProtocolError,
+    DAUnavailableError,
+    OutboxConflictError,
+)
+from verinfer.errors import ClientError, RateLimitError, ServerError, VerinferError
 from verinfer.operator.protocol import ErrorBody, ErrorResponse
 
 log = logging.getLogger(__name__)
+
+#: Domain error -> HTTP status where it is not the marker's generic 400 (caller's fault) /
+#: 500 (ours); most specific first. The OpenAI API tree (ClientError/ServerError) carries its
+#: own status.
+HTTP_STATUS: tuple[tuple[type[VerinferError], int], ...] = (
+    (BlobTooLargeError, 413),
+    (BlobNotFoundError, 404),
+    (OutboxConflictError, 409),
+    (ContractRevertError, 409),
+    (CommitmentMismatchError, 502),  # a backend returned bytes that are not the blob
+    (DAProtocolError, 502),
+    (DAUnavailableError, 503),
+)
+
+
+def http_status(e: VerinferError) -> int:
+    """The HTTP status the operator's API answers ``e`` with."""
+    if isinstance(e, ClientError | ServerError):
+        return e.status_code
+    for kind, status in HTTP_STATUS:
+        if isinstance(e, kind):
+            return status
+    return 400 if e.caller_fault else 500
 
 
 def _body(message: str, type_: str, param: str | None = None,
@@ -35,9 +67,10 @@ def error_response(status: int, message: str, type_: str, param: str | None = No
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(VerinferError)
     async def _verinfer(_: Request, e: VerinferError) -> JSONResponse:
-        if e.status_code >= 500:
+        status = http_status(e)
+        if status >= 500:
             log.error("server error: %s", e.message)
-        resp = JSONResponse(error_payload(e), status_code=e.status_code)
+        resp = JSONResponse(error_payload(e), status_code=status)
         retry_after = getattr(e, "retry_after", None)  # 429 rate limit, 503 not ready
         if isinstance(e, RateLimitError) or isinstance(retry_after, (int, float)):
             resp.headers["Retry-After"] = str(max(1, math.ceil(retry_after or 1)))

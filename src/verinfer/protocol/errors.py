@@ -7,12 +7,12 @@ identically); :mod:`verinfer.receipts.errors` re-exports them under the same nam
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError
+from verinfer.errors import BadInputError
 
 __all__ = ["NonCanonicalEncodingError", "ReceiptFormatError", "UnsupportedVersionError"]
 
 
-class ReceiptFormatError(ClientError):
+class ReceiptFormatError(BadInputError):
     """A receipt, encoding or proof field is malformed (bad hex, wrong length, bad type/range)."""
 
     code = "receipt_format_error"

@@ -1,8 +1,12 @@
-"""Typed errors of the receipts part. Each carries the offending value in its message."""
+"""Typed errors of the receipts part. Each carries the offending value in its message.
+
+All are the caller's fault (:class:`~verinfer.errors.BadInputError`): a receipt, signature,
+proof or envelope handed in is wrong. Whether that is a 400, an exit code 2 or evidence against
+an operator is decided where it is caught."""
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError
+from verinfer.errors import BadInputError
 
 # the format errors live with the ExecRequest in the protocol layer; same classes, re-exported
 from verinfer.protocol.errors import NonCanonicalEncodingError as NonCanonicalEncodingError
@@ -10,7 +14,7 @@ from verinfer.protocol.errors import ReceiptFormatError as ReceiptFormatError
 from verinfer.protocol.errors import UnsupportedVersionError as UnsupportedVersionError
 
 
-class SignatureError(ClientError):
+class SignatureError(BadInputError):
     """A signature is malformed, does not recover, or recovers to the wrong signer."""
 
     code = "invalid_signature"
@@ -31,13 +35,13 @@ class IssuedAtSkewError(ReceiptFormatError):
     code = "issued_at_skew"
 
 
-class MerkleError(ClientError):
+class MerkleError(BadInputError):
     """A Merkle batch or proof is invalid (empty batch, index out of range, bad siblings)."""
 
     code = "invalid_merkle_proof"
 
 
-class EnvelopeDecryptionError(ClientError):
+class EnvelopeDecryptionError(BadInputError):
     """The envelope could not be opened. Deliberately opaque: wrong key, wrong receipt binding,
     truncation and tampering all look the same, so the error is no decryption oracle."""
 
@@ -47,7 +51,7 @@ class EnvelopeDecryptionError(ClientError):
         super().__init__("the envelope could not be opened")
 
 
-class EnvelopeContentError(ClientError):
+class EnvelopeContentError(BadInputError):
     """The envelope opened (so its sealer had the binding) but what it holds is malformed or
     does not hash to the receipt's req_hash/out_hash: evidence against the operator."""
 

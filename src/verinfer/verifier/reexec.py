@@ -26,7 +26,7 @@ from typing import Any
 
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import sha256_file
-from verinfer.errors import ClientError, InvalidRequestError
+from verinfer.errors import BadInputError, InvalidRequestError
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -85,7 +85,7 @@ def unexecutable(engine: Engine, request: ExecRequest) -> str | None:
     so such evidence is faulty; the verifier's refusal must not escape the job as an error."""
     try:
         engine.check_request(list(request.prompt_token_ids), request.sampling_params())
-    except ClientError as e:
+    except BadInputError as e:
         return f"the engine refuses the request ({e.code or type(e).__name__}, {e.param})"
     except (ValueError, TypeError) as e:  # parameters the engine cannot even represent
         return f"the engine refuses the request ({type(e).__name__})"
@@ -202,7 +202,7 @@ def _judge(engines: Engine | EngineResolver, receipt: Receipt, blob: bytes | Non
                         f"request body is not acceptable JSON ({e.message[:120]})")
     try:
         problems = request_problems(engine, request, contents.request_body)
-    except (ValueError, TypeError, KeyError, AttributeError, ClientError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, BadInputError) as e:
         # a body shape the rule cannot even read: no honest server accepted and ran it
         problems = [f"request body cannot be read by the request rule ({type(e).__name__})"]
     if problems:
@@ -212,7 +212,7 @@ def _judge(engines: Engine | EngineResolver, receipt: Receipt, blob: bytes | Non
         return _invalid(receipt, "request_unexecutable", why)
     try:
         mine, replayed, decoded = recompute(engine, request, contents.result)
-    except ClientError as e:  # the engine refused it after all: the operator's request
+    except BadInputError as e:  # the engine refused it after all: the operator's request
         return _invalid(receipt, "request_unexecutable",
                         f"the engine refuses the request ({e.code or type(e).__name__})")
     reason = "match" if mine.hash == receipt.out_hash else "output_mismatch"

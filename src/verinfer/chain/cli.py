@@ -15,6 +15,7 @@ from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.keys import load_account
 from verinfer.chain.stake import StakeAction, StakeResult, stake_action
 from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 
 app = typer.Typer(help="Contracts: deploy, stake, unbond.", no_args_is_help=True)
@@ -51,11 +52,6 @@ def _sender(rpc: str, keystore: Path | None) -> TxSender:
     return TxSender(w3, load_account(keystore))
 
 
-def _fail(e: VerinferError) -> typer.Exit:
-    typer.echo(f"error: {e.message}", err=True)
-    return typer.Exit(2)
-
-
 @app.command()
 def deploy(
     out: Annotated[Path, typer.Option("--out", help="Where to write the deployment JSON.")],
@@ -68,7 +64,7 @@ def deploy(
         s = _sender(rpc, keystore)
         d = deploy_all(s.w3, s.account, default_params(), governance)
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     d.save(out)
     typer.echo(f"deployed on chain {d.chain_id}: ChallengeManager {d.challenge_manager} -> {out}")
 
@@ -80,7 +76,7 @@ def _stake(action: StakeAction, amount: str, deployment: Path, rpc: str,
         d = Deployment.load(deployment)
         return stake_action(d, s, action, parse_ether(amount), role=role)
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
 
 
 def _register(role: Role, stake: str, deployment: Path, rpc: str, keystore: Path | None) -> None:

@@ -12,9 +12,10 @@ from typing import Annotated
 
 import typer
 
+from verinfer.cli_errors import fail
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
-from verinfer.errors import ClientError, VerinferError
+from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex_lenient
 
 app = typer.Typer(help="Data availability: get/put blobs, batch proofs, the publication outbox.",
@@ -43,8 +44,7 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except VerinferError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        raise typer.Exit(2 if isinstance(e, ClientError) else 1) from e
+        raise fail(e) from e  # exit 2 for the caller's fault, 1 for a backend's
 
 
 @app.command()
@@ -123,8 +123,7 @@ def status(db: DbOpt, as_json: Annotated[bool, typer.Option("--json")] = False) 
     from verinfer.da_client.outbox import Outbox
 
     if not db.exists():
-        typer.echo(f"error: no outbox at {db}", err=True)
-        raise typer.Exit(2)
+        raise fail(f"no outbox at {db}", exit_code=2)
     with _errors(), Outbox(db) as ob:
         st = ob.status()
     if as_json:
@@ -161,8 +160,7 @@ def publish(db: DbOpt,
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if not db.exists():
-        typer.echo(f"error: no outbox at {db}", err=True)
-        raise typer.Exit(2)
+        raise fail(f"no outbox at {db}", exit_code=2)
     with _errors(), Outbox(db) as ob:
         client = open_client(backend, _config(store, redis_url, redis_prefix, retention_s,
                                               eigenda_url))
@@ -176,8 +174,7 @@ def publish(db: DbOpt,
         st = ob.status()
     typer.echo(json.dumps(st.to_json(), sort_keys=True))
     if not ok:
-        typer.echo(f"error: outbox not drained within {timeout_s}s: {st.last_error}", err=True)
-        raise typer.Exit(1)
+        raise fail(f"outbox not drained within {timeout_s}s: {st.last_error}", exit_code=1)
 
 
 @app.command()

@@ -10,14 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
+from verinfer.cli_errors import fail
+
 app = typer.Typer(help="Software enclave (not a security boundary): attestation root, "
                        "measurements, key-release runs; TDX quote verification.",
                   no_args_is_help=True)
-
-
-def _fail(e: Exception) -> typer.Exit:
-    typer.echo(f"error: {getattr(e, 'message', e)}", err=True)
-    return typer.Exit(2)
 
 
 @app.command("root-keygen")
@@ -30,7 +27,7 @@ def root_keygen_cmd(out: Annotated[Path, typer.Option(help="Writes root.key and 
     try:
         pub = root_keygen(out / "root.key", out / "root.pub")
     except RootKeyError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(pub.hex())
 
 
@@ -100,7 +97,7 @@ def run(
         out = runner.run(lambda key: fn(key, **args), epoch=epoch, purpose=purpose,
                          challenge_id=challenge_id)
     except (VerinferError, ValueError, OSError) as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(json.dumps({"result": _jsonable(out.result), "shards_used": out.shards_used,
                            "corrupt_shards": out.corrupt_shards,
                            "refusals": {str(k): v for k, v in out.refusals.items()},
@@ -166,7 +163,7 @@ def verify_quote_cmd(
         evidence = TdxEvidence(quote.read_bytes(), collateral.read_bytes(), tuple(events))
         at = int(time.time()) if now is None else now
     except (VerinferError, ValueError, OSError) as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     try:
         result = verify_tdx(evidence, now=at, policy=pol)
     except AttestationError as e:

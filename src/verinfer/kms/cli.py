@@ -10,16 +10,13 @@ from typing import Annotated
 
 import typer
 
+from verinfer.cli_errors import fail
+
 app = typer.Typer(help="Threshold KMS: key epochs and shard servers.", no_args_is_help=True)
 shard_app = typer.Typer(help="Run a KMS shard.", no_args_is_help=True)
 app.add_typer(shard_app, name="shard")
 
 RegistryOpt = Annotated[Path, typer.Option("--registry", help="Epoch registry (epochs.json).")]
-
-
-def _fail(e: Exception) -> typer.Exit:
-    typer.echo(f"error: {getattr(e, 'message', e)}", err=True)
-    return typer.Exit(2)
 
 
 @app.command()
@@ -56,7 +53,7 @@ def keygen(
                          seal_keys=keys, registry=FileEpochRegistry(registry),
                          suite=suite or DEFAULT_SUITE, now=time.time)
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(json.dumps(rec.to_json(), indent=2))
 
 
@@ -70,7 +67,7 @@ def retire(epoch: Annotated[int, typer.Option()], registry: RegistryOpt = Path("
     try:
         rec = FileEpochRegistry(registry).retire(epoch, int(time.time()))
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(json.dumps(rec.to_json()))
 
 
@@ -129,17 +126,17 @@ def verify_log(
             from verinfer.kms.log_publish import LogPublicationError, published_heads_cli
 
             if address is None:
-                raise _fail(ValueError("--published needs --address (the shard's identity)"))
+                raise fail("--published needs --address (the shard's identity)", exit_code=2)
             try:
                 signed += published_heads_cli(published, address, rpc_url, da_store,
                                               da_redis_url)
             except LogPublicationError as e:
                 typer.echo(json.dumps({"ok": False, "reason": e.reason, "message": e.message}))
-                raise _fail(e) from e
+                raise fail(e, exit_code=2) from e
         n, last = verify_release_log(path, heads=signed, address=address)
     except ReleaseLogError as e:
         typer.echo(json.dumps({"ok": False, "reason": e.reason, "message": e.message}))
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(json.dumps({"ok": True, "entries": n, "head": last,
                            "signed_heads_checked": len(signed),
                            "signed_count": max((h.count for h in signed), default=0)}))
@@ -169,7 +166,7 @@ def publish_heads(
         publisher_cli(directory, private_key_env, rpc_url, da_store, da_redis_url, index,
                       interval_s, lambda m: typer.echo(m))
     except Exception as e:  # typed errors and config mistakes: one line, exit 2
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
 
 
 @shard_app.command("init")
@@ -192,7 +189,7 @@ def shard_init(
                                                                       seal_key_env))
         upsert_shard(directory, ShardInfo(index, url.rstrip("/"), acct.address.lower()))
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(acct.address)
 
 
@@ -268,8 +265,7 @@ def shard_serve(
     elif chain and (rpc_url is None or deployment is None):
         problem = "--rpc-url and --deployment go together"
     if problem:
-        typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2)
+        raise fail(problem, exit_code=2)
     try:
         oracle: CommitteeOracle
         if committee is not None:
@@ -288,17 +284,15 @@ def shard_serve(
             rlog = ReleaseLog(release_log or data_dir / "release-log.jsonl", signer=identity,
                               shard_index=index, checkpoint_every=checkpoint_every)
         except ReleaseLogError as e:
-            typer.echo(f"error: release log does not verify ({e.reason}); refusing to start: "
-                       f"{e.message}", err=True)
-            raise typer.Exit(2) from e
+            raise fail(f"release log does not verify ({e.reason}); refusing to start: "
+                       f"{e.message}", exit_code=2) from e
         try:  # which TEEs this shard accepts (enclave/tee_gate.py)
             gate = build_tee_gate(tees=tee or [], tdx_policy=tdx_policy,
                                   allow_insecure_software_enclave=allow_insecure_software_enclave)
             if allow_insecure_software_enclave and not attestation_root:
                 raise ValueError("--allow-insecure-software-enclave needs --attestation-root")
         except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from e
+            raise fail(e, exit_code=2) from e
         cfg = ShardConfig(
             index=index, data_dir=data_dir, seal_key=seal_key, identity=identity,
             epochs=FileEpochRegistry(registry),
@@ -311,7 +305,7 @@ def shard_serve(
             rate_capacity=rate_capacity, rate_refill_per_s=rate_refill,
             audit_schedulers=frozenset(a.lower() for a in audit_scheduler or []))
     except VerinferError as e:
-        raise _fail(e) from e
+        raise fail(e, exit_code=2) from e
     service = ShardService(cfg)
     source = f"chain {rpc_url} ({deployment})" if chain else f"file {committee}"
     print(f"kms shard {index} ({service.address}) on http://{host}:{port}, committee from "

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 
 app = typer.Typer(help="Receipts: vectors, verification, EIP-712 typed data.",
@@ -30,8 +31,7 @@ def _load(path: Path) -> object:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        typer.echo(f"cannot read {path}: {e}", err=True)
-        raise typer.Exit(2) from None
+        raise fail(f"cannot read {path}: {e}", exit_code=2, prefix=None) from None
 
 
 @app.command()
@@ -46,8 +46,7 @@ def verify(path: Annotated[Path, typer.Argument(help="signed receipt JSON "
         signed = SignedReceipt.from_json(_load(path))  # type: ignore[arg-type]
         signer = signed.verify(operator)
     except VerinferError as e:
-        typer.echo(f"invalid: {e.message}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(e, exit_code=1, prefix="invalid") from None
     typer.echo(json.dumps({"valid": True, "signer": signer,
                            "digest": "0x" + signed.digest.hex()}))
 
@@ -60,6 +59,5 @@ def typed_data(path: Annotated[Path, typer.Argument(help="signed receipt JSON")]
     try:
         signed = SignedReceipt.from_json(_load(path))  # type: ignore[arg-type]
     except VerinferError as e:
-        typer.echo(f"invalid: {e.message}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(e, exit_code=1, prefix="invalid") from None
     typer.echo(json.dumps(signed.receipt.as_typed_data(signed.domain), indent=2))

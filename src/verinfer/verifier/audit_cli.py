@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 from verinfer.kms.protocol import AuditAssignment
 from verinfer.receipts.eip712 import check_issued_at
@@ -28,7 +29,6 @@ from verinfer.verifier.cli_common import (
     KEYSTORE_OPT,
     REDIS_DA_OPT,
     RPC_OPT,
-    fail,
     wire,
 )
 from verinfer.verifier.enclave_judge import BlobSource

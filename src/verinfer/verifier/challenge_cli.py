@@ -13,6 +13,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from verinfer.chain.structs import MAX_CLOCK_SKEW, is_future_dated
+from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 from verinfer.verifier.challenger import Challenger, locate
 from verinfer.verifier.cli_common import (
@@ -21,7 +22,6 @@ from verinfer.verifier.cli_common import (
     KEYSTORE_OPT,
     REDIS_DA_OPT,
     RPC_OPT,
-    fail,
     wire,
 )
 

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from verinfer.chain.structs import ETHER
+from verinfer.cli_errors import fail
 from verinfer.engine.loader import resolve_model_path
 from verinfer.errors import VerinferError
 from verinfer.kms.local_cluster import ClusterLayout
@@ -24,7 +25,6 @@ from verinfer.verifier.cli_common import (
     KEYSTORE_OPT,
     REDIS_DA_OPT,
     RPC_OPT,
-    fail,
     wire,
 )
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge

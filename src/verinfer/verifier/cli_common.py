@@ -13,7 +13,7 @@ from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.keys import load_account
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
-from verinfer.errors import ClientError, VerinferError
+from verinfer.errors import VerinferError
 from verinfer.verifier.chain_view import ChainView
 
 RPC_OPT = typer.Option("--rpc-url", envvar="VERINFER_CHAIN_RPC", help="Chain JSON-RPC URL.")
@@ -50,7 +50,3 @@ def wire(rpc_url: str, deployment: Path, keystore: Path | None, da_store: Path |
                if on]
     return Wiring(w3, d, contracts, ChainView(w3, d, d.bind(w3)), DARouter(clients), account)
 
-
-def fail(e: VerinferError) -> typer.Exit:
-    typer.echo(f"error: {e.message}", err=True)
-    return typer.Exit(2 if isinstance(e, ClientError) else 1)

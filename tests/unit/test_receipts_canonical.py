@@ -121,10 +121,9 @@ def test_any_single_bit_change_changes_the_hash(obj: ExecRequest | ExecResult,
 
 
 def test_known_bytes_of_a_small_request() -> None:
-    # Pins the documented encoding (docs/receipts.md reproduces this vector): version 2 is the
-    # version 1 map plus "top_logprobs" (here null), so a 14-entry map (ae ...).
+    # Pins the documented encoding (docs/receipts.md reproduces this vector): a 14-entry map
+    # (ae ...) with "top_logprobs" (here null).
     r = example_request(prompt_token_ids=(1, 2), stop=(), temperature=1.0, top_p=1.0)
-    v1 = replace(r, version=1)
     # 268 bytes; "top_logprobs" (12 bytes) sorts between "temperature" and "tokenizer_hash"
     assert r.canonical.hex() == (
         "ae6473656564182a6473746f708065746f705f6b182865746f705f70f93c006776657273696f6e02686d"
@@ -136,11 +135,9 @@ def test_known_bytes_of_a_small_request() -> None:
         "6d70745f636f6d6d69746d656e7473f6")
     assert b"ltop_logprobs\x05" in replace(r, top_logprobs=5).canonical
     assert ExecRequest.from_canonical(r.canonical).version == 2
-    # Version 1 keeps its exact bytes: evidence sealed before logprobs existed still decodes
-    # to the same hash.
-    r = v1
-    # 13-entry map; keys shortest-first; seed 42 -> 18 2a; 1.0 -> half float f9 3c00.
-    assert r.canonical.hex() == (
+    # The same request as a development build wrote it (version 1, a 13-entry map without
+    # "top_logprobs"): v1 never shipped, so its bytes are refused, by version, not decoded.
+    v1_bytes = bytes.fromhex(
         "ad6473656564182a6473746f708065746f705f6b182865746f705f70f93c006776657273696f6e01686d"
         "6f64656c5f69645820000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f6a"
         "69676e6f72655f656f73f46a6d61785f746f6b656e73106b74656d7065726174757265f93c006e746f6b"
@@ -148,6 +145,13 @@ def test_known_bytes_of_a_small_request() -> None:
         "0000007070726f6d70745f746f6b656e5f69647382010272656e67696e655f66696e6765727072696e74"
         "777b226261636b656e64223a22746f7263682d637075227d7270726f6d70745f636f6d6d69746d656e74"
         "73f6")
+    v1_map = {k: v for k, v in r.as_map().items() if k != "top_logprobs"} | {"version": 1}
+    assert cbor2.dumps(v1_map, canonical=True) == v1_bytes
+    with pytest.raises(UnsupportedVersionError, match="version 1 is not supported") as e:
+        ExecRequest.from_canonical(v1_bytes)
+    assert e.value.code == "unsupported_version" and e.value.param == "version"
+    with pytest.raises(UnsupportedVersionError, match="reads version 2 only"):
+        replace(r, version=1)
 
 
 def test_non_canonical_encodings_are_rejected() -> None:
@@ -179,7 +183,10 @@ def test_bad_structures_raise_typed_errors() -> None:
     m = r.as_map()
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
         ({**m, "version": 3}, UnsupportedVersionError, "version 3"),
-        ({**m, "version": 1}, ReceiptFormatError, "keys must be exactly"),  # v1 has no top_logprobs
+        ({**m, "version": 1}, UnsupportedVersionError, "version 1 is not supported"),
+        ({k: v for k, v in m.items() if k != "top_logprobs"} | {"version": 1},
+         UnsupportedVersionError, "version 1"),  # a development-build v1 map
+        ({**m, "version": "2"}, UnsupportedVersionError, "'2'"),
         ({**m, "top_logprobs": 21}, ReceiptFormatError, "top_logprobs"),
         ({**m, "top_logprobs": -1}, ReceiptFormatError, "top_logprobs"),
         ({**m, "top_logprobs": True}, ReceiptFormatError, "top_logprobs"),
@@ -328,14 +335,13 @@ def test_bad_logprobs_raise_typed_errors() -> None:
     for bad, match in cases:
         with pytest.raises(ReceiptFormatError, match=match):
             ExecResult.from_canonical(cbor2.dumps({**m, "logprobs": bad}, canonical=True))
-    # version 1 has no logprobs key; a version 1 result claiming logprobs is refused
-    with pytest.raises(ReceiptFormatError, match="keys must be exactly"):
-        ExecResult.from_canonical(cbor2.dumps({**m, "version": 1}, canonical=True))
-    with pytest.raises(ReceiptFormatError, match="version 1"):
-        replace(res, version=1)
-    old = replace(res, logprobs=None, version=1)
-    assert "logprobs" not in cbor2.loads(old.canonical)
-    assert ExecResult.from_canonical(old.canonical) == old
+    # version 1 (no logprobs key) never shipped: refused by version, with or without the key
+    v1_map = {k: v for k, v in m.items() if k != "logprobs"} | {"version": 1}
+    for old in (v1_map, {**m, "version": 1}):
+        with pytest.raises(UnsupportedVersionError, match="ExecResult version 1 is not supported"):
+            ExecResult.from_canonical(cbor2.dumps(old, canonical=True))
+    with pytest.raises(UnsupportedVersionError, match="version 1"):
+        replace(res, logprobs=None, version=1)
 
 
 def test_engine_logprobs_are_what_exec_result_commits(tiny_engine: Engine) -> None:

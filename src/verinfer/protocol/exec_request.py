@@ -36,11 +36,10 @@ from verinfer.protocol.errors import (
 from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, to_hex
 from verinfer.protocol.sampling_params import SamplingParams
 
-# Version 2 added the logprobs (ExecRequest.top_logprobs, ExecResult.logprobs). Version 1
-# structures still decode and re-encode byte for byte (they have neither key), so evidence
-# sealed before the change stays judgeable; new ones are written as version 2.
+# The one version of the ExecRequest/ExecResult maps, and the first that shipped (v0.1).
+# Version 1 (no logprobs keys) existed only during development: no evidence was ever sealed
+# in it, so it is refused like any unknown version rather than read by a second decoder.
 EXEC_VERSION = 2
-EXEC_VERSIONS = (1, 2)
 # from the one limits table (verinfer.protocol.limits), which the request rule applies
 MAX_STOP = _limits.MAX_STOP
 MAX_TOP_LOGPROBS = _limits.MAX_TOP_LOGPROBS  # per output token; the engine takes it from here
@@ -76,8 +75,10 @@ def _float(value: object, field: str, lo: float, hi: float, *, lo_open: bool = F
 
 
 def _check_version(version: object, what: str) -> None:
-    if type(version) is not int or version not in EXEC_VERSIONS:
-        raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
+    if type(version) is not int or version != EXEC_VERSION:
+        raise UnsupportedVersionError(f"{what} version {version!r} is not supported (this "
+                                      f"implementation reads version {EXEC_VERSION} only)",
+                                      param="version")
 
 
 def _freeze(value: object) -> object:
@@ -92,17 +93,12 @@ class _Canonical:
 
     version: int
     KEYS: ClassVar[tuple[str, ...]]
-    V2_KEYS: ClassVar[tuple[str, ...]] = ()  # keys that version 1 does not have
     BYTES32: ClassVar[tuple[str, ...]] = ()
     TUPLES: ClassVar[tuple[str, ...]] = ()
     FLOATS: ClassVar[tuple[str, ...]] = ()
 
-    @classmethod
-    def keys_for(cls, version: int) -> tuple[str, ...]:
-        return cls.KEYS if version >= 2 else tuple(k for k in cls.KEYS if k not in cls.V2_KEYS)
-
     def as_map(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.keys_for(self.version)}
+        return {k: getattr(self, k) for k in self.KEYS}
 
     @cached_property
     def canonical(self) -> bytes:
@@ -116,10 +112,9 @@ class _Canonical:
     def _from_map(cls: type[_T], m: object, what: str) -> _T:
         if not isinstance(m, Mapping):
             raise ReceiptFormatError(f"{what} must be a map, got {type(m).__name__}")
-        version = m.get("version")
-        if type(version) is int and version not in EXEC_VERSIONS:
-            raise UnsupportedVersionError(f"unknown {what} version {version!r}", param="version")
-        keys = cls.keys_for(version if type(version) is int else EXEC_VERSION)
+        if "version" in m:  # the version first: an old map is refused as such, not as bad keys
+            _check_version(m["version"], what)
+        keys = cls.KEYS
         if set(m) != set(keys):
             raise ReceiptFormatError(f"{what} keys must be exactly {sorted(keys)}, got "
                                      f"{sorted(map(str, m))}")
@@ -196,7 +191,7 @@ class ExecRequest(_Canonical):
     ignore_eos: bool
     prompt_commitments: bytes | None = None  # Merkle root of documents the prompt refers to
     # None: no logprobs; k: each output token's logprob plus its k most likely alternatives
-    # (the ExecResult commits them, so they are part of what was asked). Version 2 only.
+    # (the ExecResult commits them, so they are part of what was asked).
     top_logprobs: int | None = None
     version: int = EXEC_VERSION
 
@@ -204,7 +199,6 @@ class ExecRequest(_Canonical):
         "version", "model_id", "tokenizer_hash", "engine_fingerprint", "prompt_token_ids",
         "max_tokens", "temperature", "top_k", "top_p", "stop", "seed", "ignore_eos",
         "prompt_commitments", "top_logprobs")
-    V2_KEYS: ClassVar[tuple[str, ...]] = ("top_logprobs",)
     BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments")
     TUPLES: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "stop")
     FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p")
@@ -216,9 +210,6 @@ class ExecRequest(_Canonical):
                 or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
             raise ReceiptFormatError(f"top_logprobs must be null or an integer in "
                                      f"[0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}",
-                                     param="top_logprobs")
-        if self.version == 1 and self.top_logprobs is not None:
-            raise ReceiptFormatError("a version 1 ExecRequest has no top_logprobs",
                                      param="top_logprobs")
         check_bytes(self.model_id, 32, "model_id")
         check_bytes(self.tokenizer_hash, 32, "tokenizer_hash")

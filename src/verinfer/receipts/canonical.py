@@ -18,7 +18,6 @@ from typing import Any, ClassVar, Literal, Protocol
 # The ExecRequest and the shared CBOR codec live in the protocol layer (the request rule builds
 # ExecRequests); they are re-exported here so that receipts have one module for both structures.
 from verinfer.protocol.exec_request import EXEC_VERSION as EXEC_VERSION
-from verinfer.protocol.exec_request import EXEC_VERSIONS as EXEC_VERSIONS
 from verinfer.protocol.exec_request import MAX_STOP as MAX_STOP
 from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from verinfer.protocol.exec_request import ExecRequest as ExecRequest
@@ -111,7 +110,7 @@ class ExecResult(_Canonical):
     ``text_sha256`` is sha256 of the UTF-8 output text the client receives (for a stream: the
     concatenated ``delta.content`` bytes, see :class:`verinfer.receipts.streaming.StreamHasher`).
     ``logit_digest`` is the engine's roll-up of every step's logit digest.
-    ``logprobs`` (version 2; None when the request asked for none) holds, per output token,
+    ``logprobs`` (None when the request asked for none) holds, per output token,
     ``(logprob, ((id, logprob), ...))``: the values the API returned, as float64 (CBOR floats
     in their shortest exact width, JSON numbers that round-trip exactly), by the engine's rule
     vi-logprob-v1 (engine/logprobs.py), so a verifier recomputes them bit for bit.
@@ -127,16 +126,12 @@ class ExecResult(_Canonical):
     KEYS: ClassVar[tuple[str, ...]] = (
         "version", "output_token_ids", "finish_reason", "logit_digest", "text_sha256",
         "logprobs")
-    V2_KEYS: ClassVar[tuple[str, ...]] = ("logprobs",)
     BYTES32: ClassVar[tuple[str, ...]] = ("logit_digest", "text_sha256")
     TUPLES: ClassVar[tuple[str, ...]] = ("output_token_ids",)
 
     def __post_init__(self) -> None:
         _check_version(self.version, "ExecResult")
         if self.logprobs is not None:
-            if self.version == 1:
-                raise ReceiptFormatError("a version 1 ExecResult has no logprobs",
-                                         param="logprobs")
             _logprobs(self.logprobs, len(self.output_token_ids))
         _token_ids(self.output_token_ids, "output_token_ids", allow_empty=True)
         if self.finish_reason not in ("stop", "length"):

@@ -35,7 +35,7 @@ from verinfer.chain.bindings import Contracts
 from verinfer.chain.structs import ETHER, Kind, Role, publication_deadline
 from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
-from verinfer.errors import ClientError, VerinferError
+from verinfer.errors import BadInputError, VerinferError
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.protocol.request_rule import exec_requests
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -421,7 +421,7 @@ class Auditor:
         request, claimed = contents.request, contents.result
         try:
             problems = request_problems(engine, request, contents.request_body)
-        except (ValueError, TypeError, KeyError, AttributeError, ClientError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, BadInputError) as e:
             problems = [f"the request rule cannot read the request body ({type(e).__name__})"]
         if problems:
             raise self._nonconformant(a, "; ".join(problems))
@@ -430,7 +430,7 @@ class Auditor:
             raise self._fail(a, "replay", mismatch(f"{why}: no honest server ran it"))
         try:
             mine, replayed, decoded = recompute(engine, request, claimed)
-        except ClientError as e:
+        except BadInputError as e:  # as in the verifier's job: the evidence's fault
             raise self._fail(a, "replay", mismatch(
                 f"the engine refuses the request ({e.code or type(e).__name__})")) from None
         a.report.facts.update({"output_tokens": len(mine.output_token_ids),

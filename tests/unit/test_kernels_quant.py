@@ -116,9 +116,12 @@ def test_row_invariance(case: tuple) -> None:
 
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_thread_invariance(qtype: str) -> None:
-    n, k = 300, 512  # 10 panels: several per thread
+    # over 1 MiB packed, so that the decode path (M <= 4) also splits its panels over threads
+    # (smaller matrices run on the calling thread)
+    n, k = 1100, 2048
     raw = torch.from_numpy(random_rows(qtype, n, k, seed=7))
     wqp = vk.pack_quant(raw, qtype, k)
+    assert wqp.numel() > 1 << 20
     out = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)

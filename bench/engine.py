@@ -79,17 +79,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def prompts(batch: int, seed: int, length: int, vocab: int = 262_144) -> list[list[int]]:
+def prompts(batch: int, seed: int, length: int, vocab: int = 262_144,
+            bos: int | None = None) -> list[list[int]]:
+    """Random ids (clear of the low special ids, inside the vocabulary) after the model's BOS, as
+    a tokenizer would start them: without it, Gemma's logits are a flat mess of near-ties and
+    engines that round differently part at once."""
     rng = random.Random(seed)
-    top = min(vocab, 200_000)  # clear of the low special ids, inside the vocabulary
-    return [[rng.randrange(1000, top) for _ in range(length)] for _ in range(batch)]
+    top = min(vocab, 200_000)
+    head = [] if bos is None else [bos]
+    return [head + [rng.randrange(1000, top) for _ in range(length - len(head))]
+            for _ in range(batch)]
 
 
 def ours_round(engine: Engine, batch: int, seed: int, args: argparse.Namespace
                ) -> tuple[float, float, list[int]]:
     """(tok/s incl. prefill, decode-only tok/s, greedy ids of the first prompt)."""
     params = SamplingParams(max_tokens=args.new_tokens, ignore_eos=True)
-    ps = prompts(batch, seed, args.prompt_len, engine.config.vocab_size)
+    ps = prompts(batch, seed, args.prompt_len, engine.config.vocab_size, args.bos)
     firsts: list[float] = []
     lasts: list[float] = []
 
@@ -242,6 +248,7 @@ def smollm2(args: argparse.Namespace) -> dict[str, float]:
     """Batch-1 generation on SmolLM2 vs HF, alternating rounds (medians)."""
     path = smollm2_model_path()
     engine = Engine(load_model(path), "invariant", max_seqs=8)
+    args.bos = engine.tokenizer.spec.bos_id
     hf, _ = load_hf_model(path, tokenizer=False)
     ours_round(engine, 1, 0, args)  # warm up
     res: dict[str, list[float]] = {"ours": [], "hf": []}
@@ -259,6 +266,7 @@ def gemma(args: argparse.Namespace) -> dict[str, Any]:
     path = embedded_model_path()
     log(f"threads={torch.get_num_threads()} isa={kernels.isa()} model={path}")
     engine = Engine(load_model(path), "invariant", max_seqs=8)
+    args.bos = engine.tokenizer.spec.bos_id
     hf = None if args.no_hf else load_hf_model(path)[0]
     llama: LlamaCpp | None = None
     why_not = "skipped (--no-llamacpp)" if args.no_llamacpp else llamacpp_available()
@@ -276,7 +284,8 @@ def gemma(args: argparse.Namespace) -> dict[str, Any]:
             res.setdefault(f"ours_b{b}", []).append(full)
             res.setdefault(f"ours_decode_b{b}", []).append(decode)
             if b == 1 and llama is not None:
-                tok_s, their_ids = llama.run(prompts(1, r, args.prompt_len)[0], args.new_tokens)
+                first = prompts(1, r, args.prompt_len, engine.config.vocab_size, args.bos)[0]
+                tok_s, their_ids = llama.run(first, args.new_tokens)
                 res.setdefault("llamacpp_decode_b1", []).append(tok_s)
                 agree.append(agree_prefix(ids, their_ids))
             if hf is not None:

@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/image.py [--model gemma3-270m] [--keep]
 
-Builds the image twice with scripts/build-image from this checkout (each build assembles it
-from scratch; downloaded .debs are cached), then runs the operator from it by digest
+Builds the image twice with scripts/build-image from a fresh clone of this checkout's HEAD
+(a live working tree may change between the builds; each build assembles the image from
+scratch; downloaded .debs are cached), then runs the operator from it by digest
 (podman, host network, an `operator init --unsafe-dev` directory mounted) and times
 `podman run` until /health answers. Last line: one JSON object with build_s (first build),
 rebuild_s (second), image_mb, digest_stable (1 when the two digests are equal),
@@ -28,10 +29,12 @@ CONF = {"CONTAINERS_CONF": str(REPO / "deploy" / "containers.conf")}
 TAG = "localhost/verinfer-bench"
 
 
-def build(tag: str) -> tuple[str, float]:
+def build(src: Path, tag: str) -> tuple[str, float]:
     t0 = time.perf_counter()
-    r = subprocess.run([str(REPO / "scripts" / "build-image"), "--tag", tag],
-                       capture_output=True, text=True, env={**os.environ, **CONF})
+    r = subprocess.run([str(src / "scripts" / "build-image"), "--tag", tag],
+                       capture_output=True, text=True,
+                       env={**os.environ, **CONF, "VERINFER_BUILD_PYTHON": sys.executable,
+                            "VERINFER_CONTRACTS_DIR": str(REPO / "contracts")})
     if r.returncode != 0:
         sys.exit(f"build-image failed:\n{r.stderr[-3000:]}")
     return r.stdout.strip().splitlines()[-1], time.perf_counter() - t0
@@ -84,12 +87,15 @@ def main() -> None:
     ap.add_argument("--model", default="gemma3-270m", help="model the operator serves")
     ap.add_argument("--keep", action="store_true", help="keep the images afterwards")
     a = ap.parse_args()
-    first, build_s = build(f"{TAG}:1")
-    second, rebuild_s = build(f"{TAG}:2")
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", f"{TAG}:1"))
     with tempfile.TemporaryDirectory(prefix="verinfer-bench-image-") as d:
+        src = Path(d) / "src"
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(src)],
+                       check=True)
+        first, build_s = build(src, f"{TAG}:1")
+        second, rebuild_s = build(src, f"{TAG}:2")
+        size = int(podman("image", "inspect", "--format", "{{.Size}}", f"{TAG}:1"))
         ready_s = start_to_ready(first, a.model, Path(d))
-    if not a.keep:
+    if not a.keep and first == second:  # differing images stay, to be compared
         podman("rmi", "-f", f"{TAG}:1", f"{TAG}:2", check=False)
     print(json.dumps({"build_s": round(build_s, 1), "rebuild_s": round(rebuild_s, 1),
                       "image_mb": round(size / 1e6, 1), "digest_stable": int(first == second),

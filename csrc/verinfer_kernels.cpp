@@ -513,6 +513,7 @@ at::Tensor silu_mul(const at::Tensor& gate, const at::Tensor& up) {
   return y;
 }
 
+constexpr int64_t kSerialAttnWork = 1 << 19;
 at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, const std::vector<at::Tensor>& vc,
                      const at::Tensor& seq, const at::Tensor& pos, int64_t window, double scale) {
   check_f32(q, "q", 3);
@@ -545,7 +546,12 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
   const Kern& kn = kern();
   // Tasks are (t, h) pairs; consecutive heads of one token that share a KV head are done
   // together so K and V are read once for them (per-head arithmetic is unchanged by this).
-  at::parallel_for(0, T * H, 1, [&](int64_t b, int64_t e) {
+  // Calls under kSerialAttnWork multiply-adds per pass (a decode step at short context) run on
+  // the calling thread: waking the second one costs more there (see kSerialGemvBytes).
+  int64_t work = 0;
+  for (int64_t t = 0; t < T; ++t) work += window > 0 ? std::min<int64_t>(pp[t] + 1, window) : pp[t] + 1;
+  const int64_t grain = work * H * D < kSerialAttnWork ? T * H : 1;
+  at::parallel_for(0, T * H, grain, [&](int64_t b, int64_t e) {
     std::vector<float> sc;
     for (int64_t i = b, i2; i < e; i = i2) {
       const int64_t t = i / H, g = (i % H) / group, p = pp[t];

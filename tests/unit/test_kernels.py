@@ -285,6 +285,21 @@ def test_attention_batch_invariance(h: int, kv: int, d: int, window: int) -> Non
     assert same(vk.attention(mixed_q, ks, vs, mixed_seq, mixed_pos, window, scale), mixed)
 
 
+@pytest.mark.parametrize("length", [23, 700])  # under / over the one-thread work threshold
+def test_attention_thread_invariance(length: int) -> None:
+    h, kv, d = 4, 1, 256
+    kc, vc = make_cache(kv, length, d, seed=21)
+    q = rand(length, h, d, seed=22)
+    seq = torch.zeros(length, dtype=torch.int64)
+    pos = torch.arange(length, dtype=torch.int64)
+    last = (q[-1:], [kc], [vc], seq[-1:], pos[-1:], 0, d**-0.5)  # one decode step
+    torch.set_num_threads(1)
+    one = vk.attention(q, [kc], [vc], seq, pos, 0, d**-0.5), vk.attention(*last)
+    torch.set_num_threads(2)
+    two = vk.attention(q, [kc], [vc], seq, pos, 0, d**-0.5), vk.attention(*last)
+    assert same(one[0], two[0]) and same(one[1], two[1]) and same(two[1][0], two[0][-1])
+
+
 def test_attention_long_cache() -> None:
     cap, d = 32768, 16
     kc, vc = make_cache(1, cap, d, seed=13)

@@ -16,13 +16,13 @@ proves chunking does not change bits), and the latest self-test summary.
 
 from __future__ import annotations
 
-import os
 import platform
 
 import numpy as np
 import torch
 
 import verinfer
+from verinfer.engine.container import running_image
 from verinfer.engine.fingerprint import FINGERPRINT_VERSION, EngineFingerprint, cpu_description
 from verinfer.engine.sampling import SAMPLING_RULE
 from verinfer.engine.vllm_backend.settings import VllmSettings
@@ -52,8 +52,8 @@ def vllm_fingerprint(settings: VllmSettings, weights_sha256: str,
                      container_digest: str | None = None) -> EngineFingerprint:
     import vllm
 
-    digest = container_digest if container_digest is not None else os.environ.get(
-        "VERINFER_CONTAINER_DIGEST", "")
+    image = running_image()  # from the container runtime, never a value the operator types
+    digest = container_digest if container_digest is not None else image.digest
     return EngineFingerprint(
         version=FINGERPRINT_VERSION,
         backend=BACKEND,
@@ -69,5 +69,5 @@ def vllm_fingerprint(settings: VllmSettings, weights_sha256: str,
                   "host": platform.node(), "python": platform.python_version(),
                   "max_num_batched_tokens": settings.max_num_batched_tokens,
                   "max_num_seqs": settings.max_num_seqs,
-                  "kv_cache_gib": settings.kv_cache_gib},
+                  "kv_cache_gib": settings.kv_cache_gib, "container_source": image.source},
     )

@@ -75,6 +75,41 @@ def _pre_tokenizer(name: str) -> Any:
     raise TokenizerError(f"byte-level pre-tokenizer {name!r} is not supported")
 
 
+# texts this long are cut (cut_for_parallel) and encoded in parallel: HF's batch call runs
+# its inputs on every core
+PARALLEL_MIN_CHARS = 1 << 16
+PARALLEL_CHUNKS = 8
+
+
+def cut_for_parallel(text: str) -> list[str]:
+    r"""``text`` in about :data:`PARALLEL_CHUNKS` pieces whose byte-level ids concatenate to the
+    ids of the whole. Each cut lies right after a newline that follows a letter or digit and
+    precedes a letter (``"...x\ny..."`` -> ``"...x\n"`` | ``"y..."``).
+
+    Why the ids cannot change under the GPT-2 pre-tokenizer regex
+    (``'s|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``): no alternative crosses
+    from the alphanumeric into the newline, so the newline starts a pre-token; whole, it is
+    ``\s+`` = the newline alone (the letter after it is no space); cut, ``\s+(?!\S)`` = the
+    newline alone at the end of the piece; the letter starts the next pre-token either way.
+    BPE merges never cross pre-tokens, and digit splitting (``smollm``) only splits at digits.
+    Python's isalnum/isalpha are subsets of what that regex treats as non-space, so a
+    Unicode-version difference can only forgo a cut, never make a wrong one."""
+    step = max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS)
+    chunks: list[str] = []
+    start = 0
+    while len(text) - start > step:
+        i = text.find("\n", start + step)
+        while i > 0 and not (text[i - 1].isalnum() and i + 1 < len(text)
+                             and text[i + 1].isalpha()):
+            i = text.find("\n", i + 1)
+        if i < 0:
+            break
+        chunks.append(text[start:i + 1])
+        start = i + 1
+    chunks.append(text[start:])
+    return chunks
+
+
 # tokenizer.ggml.pre -> what it means (the names whose behaviour is implemented and tested)
 PRE_TOKENIZERS = {
     "gpt2": "GPT-2 regex + byte-level",
@@ -96,10 +131,16 @@ class _Delegate(Tokenizer):
         self._plain.encode_special_tokens = True
         self._byte_level = byte_level
 
+    # True where cut_for_parallel's cuts provably keep the ids (ByteLevelTokenizer sets it)
+    _parallel_cuts = False
+
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
         backend = self._backend if parse_special else self._plain
-        try:  # the batch call skips offsets: faster than encode() on long text, same ids
-            out.extend(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+        chunks = (cut_for_parallel(text) if self._parallel_cuts
+                  and len(text) >= PARALLEL_MIN_CHARS else [text])
+        try:  # the batch call skips offsets (faster than encode(), same ids); chunks in parallel
+            for enc in backend.encode_batch_fast(chunks, add_special_tokens=False):
+                out.extend(enc.ids)
         except Exception as e:  # the Rust side raises a bare Exception
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
 
@@ -161,6 +202,10 @@ class ByteLevelTokenizer(_Delegate):
         if user:
             backend.add_tokens(user)
         super().__init__(spec, backend, byte_level=True)
+        # cut_for_parallel's argument holds for the GPT-2 regex (with or without digit
+        # splitting) when no added token holds a newline (no match can span a cut)
+        self._parallel_cuts = spec.pre in PRE_TOKENIZERS and not any(
+            "\n" in t.content for t in (*control, *user))
 
 
 class JsonTokenizer(_Delegate):

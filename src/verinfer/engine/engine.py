@@ -290,10 +290,10 @@ class Engine:
         return ("length" if len(generated) >= params.max_tokens else None), text
 
     # ---- replay -----------------------------------------------------------------------------
-    def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
-               params: SamplingParams, *, top_logprobs: int | None = None) -> ReplayResult:
-        """One forward pass over prompt + claimed output; checks every step of the claim.
-        With ``top_logprobs`` (0..20) a matching claim also gets its per-token logprobs."""
+    def check_replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
+                     params: SamplingParams, top_logprobs: int | None) -> None:
+        """What every backend's replay refuses before running (one home: a verifier on any
+        backend must refuse the same claims)."""
         if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
             raise InvalidRequestError(
                 f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
@@ -303,6 +303,12 @@ class Engine:
         self.check_request(prompt_ids, params)
         if len(claimed_ids) > params.max_tokens:
             raise InvalidRequestError("the claim is longer than max_tokens", param="max_tokens")
+
+    def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
+               params: SamplingParams, *, top_logprobs: int | None = None) -> ReplayResult:
+        """One forward pass over prompt + claimed output; checks every step of the claim.
+        With ``top_logprobs`` (0..20) a matching claim also gets its per-token logprobs."""
+        self.check_replay(prompt_ids, claimed_ids, params, top_logprobs)
         p, n = len(prompt_ids), len(claimed_ids)
         cfg = self.config
         cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, p + n)

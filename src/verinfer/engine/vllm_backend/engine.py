@@ -309,15 +309,7 @@ class VllmEngine(Engine):
     # ---- replay (by re-decoding) -----------------------------------------------------------
     def replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
                params: SamplingParams, *, top_logprobs: int | None = None) -> ReplayResult:
-        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequestError(
-                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
-                param="top_logprobs")
-        if not claimed_ids:
-            raise InvalidRequestError("nothing to replay: the claimed output is empty")
-        self.check_request(prompt_ids, params)
-        if len(claimed_ids) > params.max_tokens:
-            raise InvalidRequestError("the claim is longer than max_tokens", param="max_tokens")
+        self.check_replay(prompt_ids, claimed_ids, params, top_logprobs)
         gen = self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
         claim, mine = list(claimed_ids), gen.token_ids
         n = len(claim)

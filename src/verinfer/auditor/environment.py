@@ -15,13 +15,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verinfer.engine.loader import resolve_model_path, sha256_file
 from verinfer.errors import VerinferError
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 #: Approved fingerprint fields whose difference changes output bits (refuse to replay).
 BIT_DECIDING = ("version", "backend", "kernels", "linear_order", "sampler", "dtype")
@@ -64,9 +64,9 @@ def find_model(model_id: str, candidates: list[str]) -> tuple[Path | None, list[
 
 def fingerprint_diffs(receipt_fp: str, local_fp: dict[str, Any]) -> list[FieldDiff]:
     """Fields of the receipt's approved fingerprint that differ from this engine's."""
-    try:
-        theirs = json.loads(receipt_fp)
-    except ValueError:
+    try:  # the operator's string: a nesting bomb must not crash the auditor
+        theirs = loads_untrusted(receipt_fp, what="the receipt's engine fingerprint")
+    except UntrustedJsonError:
         theirs = None
     if not isinstance(theirs, dict):
         return [FieldDiff("engine_fingerprint", receipt_fp[:200], "", True,

@@ -118,6 +118,8 @@ class ClientTranscript:
             try:
                 ev = c["verinfer"]
                 text = c["message"]["content"] if "message" in c else c["text"]
+                if text is not None and not isinstance(text, str):
+                    raise TypeError(f"its text is a {type(text).__name__}, not a string")
                 if c.get("logprobs") is not None:
                     raise AuditInputError("a client transcript with logprobs cannot be checked "
                                           "(their float encoding is the envelope's): use an "

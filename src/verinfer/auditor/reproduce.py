@@ -20,6 +20,7 @@ The verdict and exit codes: verinfer/auditor/report.py.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 from collections.abc import Callable
@@ -48,6 +49,8 @@ from verinfer.verifier.challenger import Located, locate
 from verinfer.verifier.conformance import request_problems
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.reexec import engine_for, recompute, tokenizer_matches, unexecutable
+
+log = logging.getLogger("verinfer.auditor")
 
 
 @dataclass
@@ -111,6 +114,15 @@ class Auditor:
                     # file): nothing is said about the operator
                     why = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
                     raise self._fail(a, name, cannot(f"{name}: {why[:300]}")) from None
+                except Stop:
+                    raise
+                except Exception as e:
+                    # a fault of the auditor's own code on some input: it proves nothing
+                    # about the operator, and a traceback would exit 1, which reads "mismatch"
+                    log.exception("reproduce: step %s failed", name)
+                    raise self._fail(a, name, cannot(
+                        f"{name}: the auditor failed on this input ({type(e).__name__}: "
+                        f"{str(e)[:200]}); nothing is said about the operator")) from None
                 finally:
                     a.seconds[name] = round(time.perf_counter() - t, 4)
                 self._emit(a, step)

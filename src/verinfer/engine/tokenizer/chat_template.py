@@ -24,7 +24,14 @@ refuses underscore-prefixed attributes. All of that is reproduced here, with two
   - integers: any integer operand, argument or result beyond ``2**63`` is refused;
   - depth: template frames nested (macro or recursive-loop recursion) beyond :data:`MAX_DEPTH`.
 
-  Exceeding one raises :class:`RenderBudgetError` (a Jinja ``SecurityError``).
+  Exceeding one raises :class:`RenderBudgetError` (a Jinja ``SecurityError``). Widths a
+  format takes from its arguments (``'%*d' % (n, 1)``, ``'{:>{w}}'.format(...)``) are refused
+  outright: a bound would have to know which argument is a width.
+
+* Jinja ships two sources of randomness, the ``lipsum()`` global and the ``random`` filter. A
+  template calling either would render another prompt for the verifier than for the operator
+  (an honest operator slashed, or nothing checkable): both raise
+  :class:`NondeterministicTemplateError` here, on every machine alike.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from jinja2.nodes import Concat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from verinfer.errors import TokenizerError
+from verinfer.protocol.jsonsafe import max_depth
 
 __all__ = ["PINNED_NOW", "RenderBudget", "RenderBudgetError", "compile_template",
            "render_template_text"]
@@ -58,11 +66,18 @@ MAX_INT = 2**63
 MAX_DEPTH = 40  # nested template frames (macros, recursive loops); Python's limit is ~1000 frames
 _TEMPLATE_FILE = "<template>"  # co_filename of code compiled by Environment.from_string
 _WIDTH = re.compile(r"\d+")
+# a width or precision taken from the arguments: `%*d`, `%.*f` (printf style); `{:>{w}}`,
+# `{0:{1}}` (str.format style)
+_ARG_WIDTH = {"%": re.compile(r"%[^a-zA-Z%]*\*"), "{": re.compile(r"\{[^{}]*\{")}
 _current: ContextVar[RenderBudget | None] = ContextVar("verinfer_render_budget", default=None)
 
 
 class RenderBudgetError(jinja2.exceptions.SecurityError):
     """A render went over one of its :class:`RenderBudget` limits."""
+
+
+class NondeterministicTemplateError(jinja2.exceptions.SecurityError):
+    """The template called something whose result is random (``lipsum``, ``|random``)."""
 
 
 @dataclass
@@ -131,6 +146,14 @@ def _widths(fmt: str) -> int:
     return total
 
 
+def _refuse_arg_widths(fmt: str, style: str) -> None:
+    """A width taken from the arguments is refused: nothing here knows which argument is
+    one, so no bound could be put on it before the string is built."""
+    plain = fmt.replace("%%", "") if style == "%" else fmt.replace("{{", "").replace("}}", "")
+    if _ARG_WIDTH[style].search(plain):
+        raise RenderBudgetError("the chat template formats with a width from its arguments")
+
+
 def _estimate(name: str, value: Any, args: list[Any]) -> int:
     """An upper bound on the size of ``name(value, *args)`` for the str methods and filters
     whose result can be much larger than their inputs (0: no bound needed)."""
@@ -151,6 +174,16 @@ def _estimate(name: str, value: Any, args: list[Any]) -> int:
         return n + _widths(value) + sum(_size(a) for a in args) + sum(
             _size(v) for a in args if isinstance(a, Mapping) for v in a.values())
     return 0
+
+
+def _count_arg(name: str, args: list[Any], kwargs: Mapping[str, Any]) -> int:
+    """How many items ``slice``/``batch`` make: ``slice(n)`` yields n lists whatever its input,
+    ``batch(n, fill)`` pads its last list to n items (0 for every other filter)."""
+    key = {"slice": "slices", "batch": "linecount"}.get(name)
+    if key is None:
+        return 0
+    n = args[1] if len(args) > 1 else kwargs.get(key)
+    return n if isinstance(n, int) else 0
 
 
 def _join(b: RenderBudget, sep: Any, items: Iterable[Any]) -> list[Any]:
@@ -188,7 +221,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         super().__init__(trim_blocks=True, lstrip_blocks=True,
                          extensions=[jinja2.ext.loopcontrols])
         self.filters["tojson"] = _tojson
+        self.filters["random"] = _nondeterministic("the random filter")
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
+        self.globals["lipsum"] = _nondeterministic("lipsum()")
         self.globals["raise_exception"] = _raise_exception
         self.globals["namespace"] = TemplateNamespace
 
@@ -213,6 +248,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         elif operator == "+" and isinstance(left, (str, list, tuple)):
             b.check_size(_size(left) + _size(right), type(left).__name__)
         elif operator == "%" and isinstance(left, str):
+            _refuse_arg_widths(left, "%")
             args = right if isinstance(right, tuple) else (right,)
             b.check_size(len(left) + _widths(left) + sum(map(_size, args)), "string")
         return _check_value(b, super().call_binop(context, operator, left, right))
@@ -233,6 +269,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             b = _budget()
             plain = _check_args(b, [*args, *kwargs.values()])
             b.charge(len(fmt))
+            _refuse_arg_widths(fmt, "{")
             b.check_size(_estimate(name, fmt, plain), "string")
             return str(_check_value(b, wrapped(*args, **kwargs)))
 
@@ -263,7 +300,10 @@ def _guard_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
             a, (jinja2.runtime.Context, jinja2.nodes.EvalContext, jinja2.Environment))]
         plain = _check_args(b, [*values, *kwargs.values()])
         if values:
+            if name == "format" and isinstance(values[0], str):  # Jinja's is printf style
+                _refuse_arg_widths(values[0], "%")
             b.check_size(_estimate(name, values[0], plain[1:]), "string")
+            b.check_size(_count_arg(name, values, kwargs), "list")
         if name == "join" and values:
             sep = kwargs.get("d", values[1] if len(values) > 1 else "")
             args = tuple(_join(b, sep, a) if a is values[0] else a for a in args)
@@ -276,8 +316,27 @@ def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
+def _nondeterministic(what: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NondeterministicTemplateError(f"the chat template calls {what}, whose result is "
+                                            "random: a prompt must be a function of the request")
+
+    return refuse
+
+
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
+    if indent is not None:
+        # an indent repeats on every line, once per nesting level: bound the indented size
+        # from the compact form before json builds it (``tojson(indent=10**9)``)
+        compact = json.dumps(x, ensure_ascii=ensure_ascii, separators=separators,
+                             sort_keys=sort_keys)
+        b = _budget()
+        b.charge(len(compact))
+        width = len(indent) if isinstance(indent, str) else max(int(indent), 0)
+        lines = 1 + sum(compact.count(c) for c in ",[]{}")
+        depth = max_depth(compact.encode("utf-8", "surrogatepass"))
+        b.check_size(len(compact) + lines * (1 + width * depth), "JSON text")
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)
 

@@ -6,12 +6,13 @@ pointer, a bad signature, an unknown model: the caller can fix it) and False oth
 side failed — a node down, a backend lying, a tampered local file, a bug). The edges read the
 marker: a CLI exits 2 vs 1 (:mod:`verinfer.cli_errors`), an HTTP app answers 4xx vs 5xx.
 
-Domain errors (DA, receipts, chain, KMS, attestation) carry only that marker and a
-machine-readable ``code``; the HTTP status is chosen at the edge — the operator API
-(``verinfer.operator.errors``), the KMS shard app (``verinfer.kms.shard_app``). Only the
-OpenAI API tree below (:class:`ClientError` 4xx / :class:`ServerError` 5xx, the errors the
-operator's OpenAI-compatible API is specified to answer) carries its own status and OpenAI
-error ``type``/``param``/``code``.
+Domain errors (DA, receipts, chain, KMS, attestation, verifier, devnet, explorer, the vLLM
+backend) carry only that marker and a machine-readable ``code``; the HTTP status is chosen at
+the edge — the operator API (``verinfer.operator.errors``), the KMS shard app
+(``verinfer.kms.shard_app``), the explorer (``verinfer.explorer.errors``). Only the OpenAI API
+tree below (:class:`ClientError` 4xx / :class:`ServerError` 5xx, the errors the operator's
+OpenAI-compatible API is specified to answer) carries its own status and OpenAI error
+``type``/``param``/``code``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from verinfer.chain.structs import ETHER, Role
 from verinfer.da_client.local import LocalDAClient
 from verinfer.devnet.network import bind, epoch_public_key, publish_batch, roles
 from verinfer.engine.engine import Engine
-from verinfer.errors import ClientError
+from verinfer.errors import BadInputError
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.testing.evidence import Evidence, EvidenceFactory
@@ -36,7 +36,7 @@ from verinfer.verifier.errors import ReceiptRefError
 STATE = "devnet.json"
 
 
-class DevnetStateError(ClientError):
+class DevnetStateError(BadInputError):
     """No (or an unreadable) devnet.json in the given directory."""
 
     code = "devnet_state"

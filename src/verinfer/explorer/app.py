@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verinfer.errors import VerinferError
 from verinfer.explorer import views
+from verinfer.explorer.errors import http_status
 from verinfer.explorer.ids import parse_int_id
 from verinfer.explorer.views import Context
 
@@ -75,7 +76,7 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.exception_handler(VerinferError)
     async def verinfer_error(request: Request, e: VerinferError) -> Response:
-        return error_page(request, e.status_code, e.message)
+        return error_page(request, http_status(e), e.message)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, e: StarletteHTTPException) -> Response:

@@ -1,11 +1,15 @@
-"""Typed errors of the verifier part."""
+"""Typed errors of the verifier part: domain errors on the one tree (:mod:`verinfer.errors`).
+
+Each says only whose fault it is; the verifier has no HTTP surface, and its CLIs exit 2 for the
+caller's fault (a bad receipt reference, faulty evidence, a step the challenge's state does not
+allow) and 1 for its own (:mod:`verinfer.cli_errors`)."""
 
 from __future__ import annotations
 
-from verinfer.errors import ClientError, ServerError
+from verinfer.errors import BadInputError, VerinferError
 
 
-class VerifierError(ServerError):
+class VerifierError(VerinferError):
     """The verifier could not do its job (infrastructure, not a verdict)."""
 
     code = "verifier_error"
@@ -32,7 +36,7 @@ class EvidenceUnavailableError(LocalFault):
     code = "evidence_unavailable"
 
 
-class OperatorFault(ClientError):
+class OperatorFault(BadInputError):
     """The evidence the OPERATOR controls is faulty (manifest missing after the publication
     window, malformed, not matching the on-chain root, ...). Deterministic for every honest
     member, so it is decided by a vote (INVALID_EVIDENCE), never by abstaining — abstention
@@ -45,20 +49,19 @@ class OperatorFault(ClientError):
         self.reason = reason  # one of votes.REASONS
 
 
-class ReceiptRefError(ClientError):
+class ReceiptRefError(BadInputError):
     """A receipt reference (id, DA pointer or file) could not be resolved."""
 
     code = "receipt_ref_error"
 
 
-class AuditJobError(ClientError):
+class AuditJobError(BadInputError):
     """An audit job on the stream is malformed."""
 
     code = "audit_job_malformed"
 
 
-class ChallengeStateError(ClientError):
+class ChallengeStateError(BadInputError):
     """A challenge is not in a state that allows the requested step."""
 
-    status_code = 409
     code = "challenge_state"

@@ -47,13 +47,14 @@ from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
-from verinfer.errors import InvalidRequestError, ModelLoadError, ServerError
+from verinfer.errors import InvalidRequestError, ModelLoadError, VerinferError
 
 log = logging.getLogger(__name__)
 
 
-class VllmBackendError(ServerError):
-    """vLLM did something the protocol cannot sign (e.g. it did not take the rule's token)."""
+class VllmBackendError(VerinferError):
+    """vLLM did something the protocol cannot sign (e.g. it did not take the rule's token).
+    A domain error of this side (not the caller's); the operator's API answers it 500."""
 
     code = "vllm_backend"
 

@@ -5,6 +5,7 @@ status line, not an exception."""
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -18,6 +19,7 @@ from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.verifier.audit_stream import StreamKeys
 from verinfer.verifier.reports import SignedAuditReport
 
+log = logging.getLogger("verinfer.explorer")
 #: Bytes read from any probed endpoint; a shard's or operator's answer is a few hundred.
 MAX_PROBE_BYTES = 256 * 1024
 _DECISIONS = re.compile(r'^kms_release_decisions_total\{decision="(released|refused)"[^}]*\}'
@@ -94,7 +96,11 @@ def probe_shard(client: httpx.Client, url: str) -> ShardStatus:
         st.log_count = head["count"]
     counts = {"released": 0, "refused": 0}
     for kind, value in _DECISIONS.findall(metrics):
-        counts[kind] += int(float(value))
+        try:  # the pattern admits "e", "." and "1e999": the shard's text, not a number yet
+            counts[kind] += int(float(value))
+        except (ValueError, OverflowError):
+            st.error = f"/metrics: {kind} count {value[:40]!r} is not a number"
+            return st
     st.released, st.refused = counts["released"], counts["refused"]
     st.ok = True
     return st
@@ -198,5 +204,8 @@ class Prober:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception:  # a probe bug must not freeze every status at its last value
+                log.exception("explorer: probing failed")
             stop.wait(self.interval_s)

@@ -23,7 +23,14 @@ def eth(wei: int) -> str:
 
 
 def when(ts: int) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if ts else ""
+    """A chain or receipt time as UTC text. Some are the operator's word (a receipt's signed
+    issuedAt is any uint64): one past year 9999 is shown as the number it is."""
+    if not ts:
+        return ""
+    try:
+        return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return f"{ts} (not a date)"
 
 
 def _operator_state(idx: Index, a: Account) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,6 +28,70 @@ class TinySpec:
     norm_eps: float = 1e-5
     weight_std: float = 0.08  # large enough that logits are far from uniform
 
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+class LlamaShape(Protocol):
+    """The hyperparameters every llama-like GGUF file states (TinySpec, the test families)."""
+
+    @property
+    def dim(self) -> int: ...
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def ffn_dim(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def norm_eps(self) -> float: ...
+
+
+def add_llama_hparams(w: Any, name: str, spec: LlamaShape, *, head_dim_keys: bool = False) -> None:
+    """Write the ``gguf.GGUFWriter`` ``w``'s name and shape keys in the order llama.cpp's
+    converter writes them (the order is part of the file's bytes, so of its model id).
+    ``head_dim_keys`` adds ``attention.key_length``/``value_length``, which a family whose heads
+    are not ``dim / n_heads`` wide needs."""
+    w.add_name(name)
+    w.add_context_length(spec.context_length)
+    w.add_embedding_length(spec.dim)
+    w.add_block_count(spec.n_layers)
+    w.add_feed_forward_length(spec.ffn_dim)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    if head_dim_keys:
+        w.add_key_length(spec.head_dim)
+        w.add_value_length(spec.head_dim)
+    w.add_layer_norm_rms_eps(spec.norm_eps)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_rope_dimension_count(spec.head_dim)
+
+
+def add_quantized(w: Any, name: str, array: np.ndarray, qtype: str) -> None:
+    """Store ``array`` as the GGUF block type ``qtype`` (Q8_0, Q5_0, ...) exactly as llama.cpp
+    quantizes it, so the engine's quantized paths read what a real file holds."""
+    import gguf
+
+    kind = gguf.GGMLQuantizationType[qtype]
+    w.add_tensor(name, gguf.quants.quantize(array, kind), raw_dtype=kind)
+
+
+def close_gguf(w: Any) -> None:
+    """Write out everything added to ``w`` (header, metadata, tensors) and close the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
 
 def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec()) -> Path:
     """Write the tiny model to ``path`` (a .gguf file) and return the path."""
@@ -38,7 +102,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
     tok = tiny_spm_vocab()
     vocab = len(tok["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     rng = np.random.default_rng(seed)
-    head_dim = spec.dim // spec.n_heads
+    head_dim = spec.head_dim
 
     def rand(*shape: int, std: float = spec.weight_std) -> np.ndarray:
         return (rng.standard_normal(shape) * std).astype(np.float32)
@@ -47,22 +111,11 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
         return (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32)
 
     w = gguf.GGUFWriter(str(out), "llama")
-    w.add_name(f"verinfer-tiny-llama-seed{seed}")
-    w.add_context_length(spec.context_length)
-    w.add_embedding_length(spec.dim)
-    w.add_block_count(spec.n_layers)
-    w.add_feed_forward_length(spec.ffn_dim)
-    w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
-    w.add_layer_norm_rms_eps(spec.norm_eps)
-    w.add_rope_freq_base(spec.rope_theta)
-    w.add_rope_dimension_count(head_dim)
+    add_llama_hparams(w, f"verinfer-tiny-llama-seed{seed}", spec)
     add_tiny_tokenizer(w, tok)
 
-    def q8(name: str, arr: np.ndarray) -> None:
-        # Stored as Q8_0 exactly as llama.cpp would, so the quantized path is exercised.
-        w.add_tensor(name, gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0),
-                     raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    def q8(name: str, arr: np.ndarray) -> None:  # some matrices Q8_0: the quantized path runs
+        add_quantized(w, name, arr, "Q8_0")
 
     q8("token_embd.weight", rand(vocab, spec.dim, std=1.0))
     w.add_tensor("output_norm.weight", norm_w(spec.dim))
@@ -78,10 +131,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
         w.add_tensor(p + "ffn_gate.weight", rand(spec.ffn_dim, spec.dim))
         w.add_tensor(p + "ffn_up.weight", rand(spec.ffn_dim, spec.dim))
         w.add_tensor(p + "ffn_down.weight", rand(spec.dim, spec.ffn_dim))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
     return out
 
 

@@ -22,7 +22,7 @@ import torch
 from verinfer.engine.config import RopeScaling
 from verinfer.engine.models.common import rope_divisors
 from verinfer.engine.models.registry import gguf_name
-from verinfer.engine.tiny import add_tiny_tokenizer
+from verinfer.engine.tiny import add_llama_hparams, add_quantized, add_tiny_tokenizer, close_gguf
 from verinfer.engine.tokenizer import tiny_spm_vocab
 
 # family → (GGUF general.architecture, HF model_type)
@@ -170,18 +170,7 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     w = gguf.GGUFWriter(str(out), arch)
-    w.add_name(f"verinfer-tiny-{spec.family}-seed{seed}")
-    w.add_context_length(spec.context_length)
-    w.add_embedding_length(spec.dim)
-    w.add_block_count(spec.n_layers)
-    w.add_feed_forward_length(spec.ffn_dim)
-    w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
-    w.add_key_length(spec.head_dim)
-    w.add_value_length(spec.head_dim)
-    w.add_layer_norm_rms_eps(spec.norm_eps)
-    w.add_rope_freq_base(spec.rope_theta)
-    w.add_rope_dimension_count(spec.head_dim)
+    add_llama_hparams(w, f"verinfer-tiny-{spec.family}-seed{seed}", spec, head_dim_keys=True)
     if spec.family == "phi3":  # Phi3MiniModel writes both, 0 meaning "no window"
         w.add_rope_scaling_orig_ctx_len(spec.context_length)
         w.add_sliding_window(spec.sliding_window or 0)
@@ -219,18 +208,14 @@ def write_family_gguf(path: str | Path, spec: FamilySpec, state: dict[str, torch
         elif matrix_type == "F16":
             w.add_tensor(name, a.astype(np.float16))
         else:
-            qt = gguf.GGMLQuantizationType[matrix_type]
-            w.add_tensor(name, gguf.quants.quantize(a, qt), raw_dtype=qt)
+            add_quantized(w, name, a, matrix_type)
     if spec.rope_scaling is not None and spec.rope_scaling.kind == "llama3":
         # LlamaModel.generate_extra_tensors: the rule baked into per-frequency divisors
         w.add_tensor("rope_freqs.weight",
                      rope_divisors(spec.rope_scaling, spec.head_dim, spec.rope_theta).numpy())
     for name, a in (extra_tensors or {}).items():
         w.add_tensor(name, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
     return out
 
 

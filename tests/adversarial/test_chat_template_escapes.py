@@ -98,3 +98,32 @@ def test_a_width_taken_from_the_arguments_is_refused(template: str, traced: None
     assert _peak() < PEAK_BYTES, _peak()
     assert _render("{{ '%5d|{\"a\": {\"b\": %s}}' % (7, 1) }}") == '    7|{"a": {"b": 1}}'
     assert _render("{{ '{:>4}{x}'.format('a', x=1) }}") == "   a1"
+
+
+def test_a_template_that_reads_message_content_renders_alike_every_time() -> None:
+    """render_chat renders the template once over placeholder marks (to find where each
+    message sits) and once over the real messages, and refuses the request when the two
+    disagree outside the messages. The marks held a fresh random nonce per call, so a template
+    that tests the content (``'7' in content``) saw a different placeholder each time: the
+    same request was accepted by one render and refused by the next (1 in 5 here). Who gains:
+    the template's author -- an honest operator serving such a model has its receipts voted
+    INVALID_EVIDENCE by whichever verifiers' renders refused (the request rule refuses the
+    body, so the ExecRequest "departs" from it); it costs one approved model file. Now the
+    nonce is a function of the messages: every render of a request decides alike."""
+    from verinfer.engine.chat import ChatMessage, render_chat
+    from verinfer.engine.loader import smollm2_model_path
+    from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+    from verinfer.errors import InvalidRequestError
+
+    template = ("{% for m in messages %}{% if '7' in m['content'] %}[seven]{% endif %}"
+                "<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
+    fields = read_gguf_tokenizer_fields(smollm2_model_path())
+    tok = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
+    for content in ("a7", "b7", "no digit seven here", "c7d7e7"):
+        outcomes = set()
+        for _ in range(40):
+            try:
+                outcomes.add(tuple(render_chat(tok, [ChatMessage("user", content)])))
+            except InvalidRequestError as e:
+                outcomes.add(("refused", e.message))
+        assert len(outcomes) == 1, (content, outcomes)

@@ -12,8 +12,8 @@ turn, as Gemma's own template does.
 
 from __future__ import annotations
 
+import hashlib
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -152,7 +152,11 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
             raise InvalidRequestError(f"unsupported role {m.role!r}", param="messages")
     # OpenAI's "developer" role is the system prompt of newer models; chat templates know "system"
     roles = ["system" if m.role == "developer" else m.role for m in messages]
-    nonce = secrets.token_hex(12)
+    # the nonce is a function of the messages, never random: a template that reads the
+    # content (`'7' in content`) would otherwise see another placeholder on every render, and
+    # the operator and a verifier could decide the same request differently
+    nonce = hashlib.sha256(repr([(r, m.content) for r, m in zip(roles, messages, strict=True)])
+                           .encode("utf-8", "surrogatepass")).hexdigest()[:24]
     # private-use delimiters (not whitespace) inside a whitespace pad: a template that inserts
     # the content verbatim shows the pad, one that trims it (Gemma's `| trim`) shows the mark
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.engine.sampling import SamplingParams
 
@@ -97,9 +98,7 @@ class SelfTestReport:
 def _compare(ref: GenerationResult, got: GenerationResult) -> str:
     """'' when equal in every committed byte, else where they first differ."""
     a, b = ref.token_ids, got.token_ids
-    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-    if first is None and len(a) != len(b):
-        first = min(len(a), len(b))
+    first = first_divergence(a, b)
     if first is not None:
         return f"token ids differ from step {first}: {a[first:first + 3]} vs {b[first:first + 3]}"
     for i, (x, y) in enumerate(zip(ref.step_digests, got.step_digests, strict=True)):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import sha256_file
 from verinfer.errors import BadInputError, InvalidRequestError
@@ -231,9 +232,7 @@ def _field_names(message: str) -> str:
 
 def _diff(mine: ExecResult, claimed: ExecResult) -> str:
     a, b = mine.output_token_ids, claimed.output_token_ids
-    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-    if first is None and len(a) != len(b):
-        first = min(len(a), len(b))
+    first = first_divergence(a, b)
     if first is not None:
         return f"tokens differ from step {first}"
     if mine.logit_digest != claimed.logit_digest:

@@ -9,10 +9,11 @@ one the index lacks a 404; the search box is ``search``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from verinfer.chain.structs import Kind, Status
+from verinfer.chain.structs import Kind, Role, Status
 from verinfer.da_client.factory import DARouter
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
@@ -20,7 +21,7 @@ from verinfer.explorer.charts import bar_chart
 from verinfer.explorer.errors import NotFoundError
 from verinfer.explorer.ids import parse_address, parse_id32, parse_int_id
 from verinfer.explorer.index import Challenge, Index
-from verinfer.explorer.probes import Prober
+from verinfer.explorer.probes import AuditReportRow, Prober
 from verinfer.explorer.rows import (
     PHASES,
     batch_row,
@@ -43,6 +44,10 @@ LATEST = 10
 LIST_CAP = 200
 #: A DA availability answer is reused this long: a page view must not become a DA request.
 DA_CHECK_TTL_S = 5.0
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -90,11 +95,11 @@ def overview(ctx: Context) -> dict[str, Any]:
                        "challenges": len(chs), "open_challenges": len(open_chs),
                        "slashes": len(idx.slashes), "claims": len(idx.claims),
                        "slashed": eth(sum(s.amount for s in idx.slashes))},
-            "latest_batches": [batch_row(b) for b in reversed(batches[-LATEST:])],
-            "open_challenges": [challenge_row(c) for c in reversed(open_chs[-LATEST:])],
-            "resolved_challenges": [challenge_row(c) for c in reversed(resolved[-LATEST:])],
-            "claims": [claim_row(c) for c in reversed(list(idx.claims.values())[-LATEST:])],
-            "slashes": [slash_row(s) for s in reversed(idx.slashes[-LATEST:])],
+            "latest_batches": _newest(batches, batch_row, LATEST),
+            "open_challenges": _newest(open_chs, challenge_row, LATEST),
+            "resolved_challenges": _newest(resolved, challenge_row, LATEST),
+            "claims": _newest(list(idx.claims.values()), claim_row, LATEST),
+            "slashes": _newest(idx.slashes, slash_row, LATEST),
             "audits": _audit_counts(ctx),
             "charts": {
                 "receipts_per_batch": bar_chart(
@@ -147,10 +152,20 @@ def _audit_counts(ctx: Context) -> dict[str, Any]:
     if ctx.prober is not None and ctx.prober.audits is not None:
         with ctx.prober.lock:
             a = ctx.prober.audits
-            out["stream"] = {"reports": len(a.rows), "matches": sum(r.matches for r in a.rows),
-                             "mismatches": sum(not r.matches for r in a.rows),
+            # a report counts only when signed by a verifier staked on this chain: anyone who
+            # can write the stream can sign "mismatch" about an honest operator with a fresh
+            # key, or copy an auditor's name under a signature that does not recover to it
+            counted = [r for r in a.rows if _by_a_verifier(idx, r)]
+            out["stream"] = {"reports": len(counted), "matches": sum(r.matches for r in counted),
+                             "mismatches": sum(not r.matches for r in counted),
+                             "unverified": len(a.rows) - len(counted), "dropped": a.dropped,
                              "malformed": a.malformed, "error": a.error}
     return out
+
+
+def _by_a_verifier(idx: Index, r: AuditReportRow) -> bool:
+    acct = idx.accounts.get(r.auditor)
+    return r.signature_ok and acct is not None and acct.role is Role.VERIFIER
 
 
 def _endpoints(ctx: Context) -> list[dict[str, Any]]:
@@ -168,14 +183,36 @@ def _page(items: list[Any], page: int) -> tuple[list[Any], dict[str, int]]:
                                                               "total": len(items)}
 
 
+def _newest(items: Sequence[T], row: Callable[[T], R], cap: int = LIST_CAP) -> list[R]:
+    """The newest ``cap`` of ``items`` (held oldest first) as rows, newest first: a page shows
+    the latest of a list, so its cost does not grow with the history behind it."""
+    return [row(x) for x in reversed(items[-cap:])]
+
+
+def _list_page(ctx: Context, key: str, items: Sequence[T], row: Callable[[T], R],
+               page: int) -> dict[str, Any]:
+    """A paged list page: ``items`` (held oldest first) newest first, ``PAGE_SIZE`` a page."""
+    rows, paging = _page(list(reversed(items)), page)
+    return {"status": _status(ctx), key: [row(x) for x in rows], "paging": paging}
+
+
+def _found(table: Mapping[K, T], key: K, message: str, param: str) -> T:
+    """``table[key]``; a well-formed id the index does not hold is a NotFoundError (404)."""
+    value = table.get(key)
+    if value is None:
+        raise NotFoundError(message, param=param)
+    return value
+
+
 def operator(ctx: Context, address: str) -> dict[str, Any]:
     idx = ctx.index
     addr = parse_address(address)
     with idx.lock:
-        a = idx.accounts.get(addr)
-        if a is None:
-            raise NotFoundError(f"{addr} has no stake and opened no challenge",
-                                param="address")
+        a = _found(idx.accounts, addr, f"{addr} has no stake and opened no challenge",
+                   "address")
+        def by_challenge(c: int) -> dict[str, Any]:
+            return challenge_row(idx.challenges[c])
+
         approvals = [{"kind": ap.kind.name.lower().replace("_", " "), "id": hx(ap.item),
                       "since": when(ap.since), "revoked": when(ap.until)}
                      for ap in idx.approvals.values()]
@@ -189,15 +226,13 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
                                      [f"block {p.block}: {p.what}" for p in a.history[-60:]],
                                      "stake after each change (milli-ETH, latest 60)"),
             "approvals": approvals,
-            "batches": [batch_row(idx.batches[b]) for b in reversed(a.batches[-50:])],
+            "batches": _newest(a.batches, lambda b: batch_row(idx.batches[b]), 50),
             # the latest LIST_CAP of each list (the totals are in "account"; /challenges
-            # pages through everything): a page's cost must not grow with an account's age
-            "challenges": [challenge_row(idx.challenges[c])
-                           for c in reversed(a.challenges[-LIST_CAP:])],
-            "claims": [claim_row(idx.claims[c]) for c in reversed(a.claims[-LIST_CAP:])],
-            "committees": [challenge_row(idx.challenges[c])
-                           for c in reversed(a.committees[-LIST_CAP:])],
-            "opened": [challenge_row(idx.challenges[c]) for c in reversed(a.opened[-LIST_CAP:])],
+            # pages through everything)
+            "challenges": _newest(a.challenges, by_challenge),
+            "claims": _newest(a.claims, lambda c: claim_row(idx.claims[c])),
+            "committees": _newest(a.committees, by_challenge),
+            "opened": _newest(a.opened, by_challenge),
             "list_cap": LIST_CAP,
             "slashes": [slash_row(s) for s in reversed(a.slashes)],
         }
@@ -207,9 +242,7 @@ def batch(ctx: Context, batch_id: str, page: int = 1) -> dict[str, Any]:
     idx = ctx.index
     bid = parse_id32(batch_id, "batch_id")
     with idx.lock:
-        b = idx.batches.get(bid)
-        if b is None:
-            raise NotFoundError(f"no committed batch {hx(bid)}", param="batch_id")
+        b = _found(idx.batches, bid, f"no committed batch {hx(bid)}", "batch_id")
         rows, paging = _page(b.receipts, page)
         deadline = idx.params.get("publication_deadline")
         receipts = []
@@ -255,10 +288,8 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
     idx = ctx.index
     digest = parse_id32(receipt_id, "receipt_id")
     with idx.lock:
-        e = idx.receipts.get(digest)
-        if e is None:
-            raise NotFoundError(f"no receipt {hx(digest)} in any committed batch",
-                                param="receipt_id")
+        e = _found(idx.receipts, digest, f"no receipt {hx(digest)} in any committed batch",
+                   "receipt_id")
         b = idx.batches[e.batch_id]
         proof = b.tree().proof(e.index)
         # what openChallenge checks: the proof leads to a root committed by this receipt's
@@ -305,9 +336,7 @@ def challenge(ctx: Context, challenge_id: str) -> dict[str, Any]:
     idx = ctx.index
     cid = parse_int_id(challenge_id, "challenge_id")
     with idx.lock:
-        c = idx.challenges.get(cid)
-        if c is None:
-            raise NotFoundError(f"no challenge {cid}", param="challenge_id")
+        c = _found(idx.challenges, cid, f"no challenge {cid}", "challenge_id")
         current = phase(c)
         commits = [v for v in c.votes.values() if v.committed_at]
         reveals = [v for v in c.votes.values() if v.revealed_at]
@@ -350,9 +379,7 @@ def claim(ctx: Context, claim_id: str) -> dict[str, Any]:
     idx = ctx.index
     cid = parse_int_id(claim_id, "claim_id")
     with idx.lock:
-        c = idx.claims.get(cid)
-        if c is None:
-            raise NotFoundError(f"no unpublished claim {cid}", param="claim_id")
+        c = _found(idx.claims, cid, f"no unpublished claim {cid}", "claim_id")
         return {"status": _status(ctx), "claim": claim_row(c),
                 "answered_batch": hx(c.answered_batch) if c.answered_batch else "",
                 "settled": when(c.settled_at)}
@@ -396,19 +423,14 @@ def kms(ctx: Context) -> dict[str, Any]:
 
 
 def challenges_list(ctx: Context, page: int = 1) -> dict[str, Any]:
-    idx = ctx.index
-    with idx.lock:
-        rows, paging = _page(list(reversed(idx.challenges.values())), page)
-        return {"status": _status(ctx), "challenges": [challenge_row(c) for c in rows],
-                "paging": paging}
+    with ctx.index.lock:
+        return _list_page(ctx, "challenges", list(ctx.index.challenges.values()),
+                          challenge_row, page)
 
 
 def batches_list(ctx: Context, page: int = 1) -> dict[str, Any]:
-    idx = ctx.index
-    with idx.lock:
-        rows, paging = _page(list(reversed(idx.batches.values())), page)
-        return {"status": _status(ctx), "batches": [batch_row(b) for b in rows],
-                "paging": paging}
+    with ctx.index.lock:
+        return _list_page(ctx, "batches", list(ctx.index.batches.values()), batch_row, page)
 
 
 def search(ctx: Context, query: str) -> dict[str, Any]:

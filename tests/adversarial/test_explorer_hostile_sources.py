@@ -4,6 +4,8 @@ thread down with a value that parses but was never range-checked."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import httpx
@@ -90,3 +92,61 @@ def test_shard_metrics_that_are_no_number_do_not_kill_the_prober(count: str) -> 
     with httpx.Client(transport=httpx.MockTransport(answer)) as client:
         st = probe_shard(client, "http://shard")
     assert not st.ok and "is not a number" in st.error, st
+
+
+def test_stream_reports_by_keys_that_are_no_verifier_are_not_counted() -> None:
+    """The explorer's light-audit counts ("N signed reports, M mismatch", on the overview and
+    the audits page) took every report on the Redis stream whose JSON parsed: one signed with
+    a fresh key that stakes nothing, or naming a real verifier under a signature that does not
+    recover to it, counted as a mismatch against the receipt's operator. Who gains: anyone
+    who can write the stream (any verifier's Redis credentials) makes an honest operator look
+    caught, at no cost. Now only reports signed by a verifier staked on this chain count;
+    the others are counted apart as unverified (and the rows kept in memory are capped)."""
+    from verinfer.explorer.probes import AuditReportReader, Prober
+    from verinfer.verifier.reports import AuditReport, SignedAuditReport
+    from verinfer.verifier.votes import Verdict
+
+    verifier, stranger = Account.from_key(b"\x0a" * 32), Account.from_key(b"\x0b" * 32)
+    idx = Index()
+    idx.apply("Registered", {"account": verifier.address, "role": int(Role.VERIFIER),
+                             "amount": ETHER}, EventMeta(1, 2, b"", 0))
+    receipt, out_hash = b"\x01" * 32, b"\x02" * 32
+
+    def report(signer: Account, vote: bytes, *, named: str | None = None) -> dict[str, str]:
+        """A report signed by ``signer``; ``named``: the auditor it then claims to be."""
+        rep = AuditReport("job", receipt, signer.address, Verdict(vote, "", out_hash),
+                          1_700_000_000)
+        signed = SignedAuditReport.sign(rep, signer)
+        if named is not None:
+            signed = SignedAuditReport(dataclasses.replace(rep, auditor=named), signed.signature)
+        return {"report": json.dumps(signed.to_json())}
+
+    reader = AuditReportReader("redis://127.0.0.1:1/0", "x:")  # fed by hand: no Redis read
+    reader.fold([("1-0", report(verifier, out_hash)),  # a real match
+                 ("2-0", report(stranger, b"\x03" * 32)),  # self-signed by a stranger
+                 ("3-0", report(stranger, b"\x03" * 32, named=verifier.address))])
+    prober = Prober([], [], reader)
+    client = TestClient(create_app(Context(idx, DOMAIN, prober, None, "http://rpc", "/d")))
+    stream = client.get("/api/audits").json()["counts"]["stream"]
+    assert (stream["reports"], stream["matches"], stream["mismatches"]) == (1, 1, 0), stream
+    assert stream["unverified"] == 2, stream
+
+
+def test_a_stream_flood_is_capped_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every parsed stream report was appended to a list kept for the process's life, and
+    every page view summed over all of it: whoever can write the stream grows the explorer's
+    memory and page cost without bound, one XADD (even a badly signed report) at a time. Now
+    the newest MAX_STREAM_ROWS are kept and the rest counted as dropped."""
+    from verinfer.explorer import probes
+    from verinfer.verifier.reports import AuditReport, SignedAuditReport
+    from verinfer.verifier.votes import Verdict
+
+    monkeypatch.setattr(probes, "MAX_STREAM_ROWS", 5)
+    rep = AuditReport("job", b"\x01" * 32, OPERATOR.address,
+                      Verdict(b"\x02" * 32, "", b"\x02" * 32), 1_700_000_000)
+    entry = {"report": json.dumps(SignedAuditReport(rep, b"\x00" * 65).to_json())}
+    reader = probes.AuditReportReader("redis://127.0.0.1:1/0", "x:")
+    for i in range(4):
+        reader.fold([(f"{i}-{j}", entry) for j in range(3)])
+    assert len(reader.rows) == 5 and reader.dropped == 7
+    assert reader.rows[-1].entry_id == "3-2"  # the newest are the ones kept

@@ -22,6 +22,8 @@ from verinfer.verifier.reports import SignedAuditReport
 log = logging.getLogger("verinfer.explorer")
 #: Bytes read from any probed endpoint; a shard's or operator's answer is a few hundred.
 MAX_PROBE_BYTES = 256 * 1024
+#: Stream reports kept in memory (the newest): anyone who can write the stream can flood it.
+MAX_STREAM_ROWS = 10_000
 _DECISIONS = re.compile(r'^kms_release_decisions_total\{decision="(released|refused)"[^}]*\}'
                         r"\s+([0-9.eE+]+)$", re.MULTILINE)
 
@@ -132,7 +134,8 @@ class AuditReportReader:
         self.keys = StreamKeys(prefix)
         self.batch = batch
         self.last_id = "0-0"
-        self.rows: list[AuditReportRow] = []
+        self.rows: list[AuditReportRow] = []  # the newest MAX_STREAM_ROWS
+        self.dropped = 0  # older rows let go
         self.malformed = 0
         self.error = ""
 
@@ -162,6 +165,10 @@ class AuditReportReader:
                                             rep.receipt_digest, str(rep.auditor)[:42],
                                             rep.verdict.agrees, str(rep.verdict.reason)[:100],
                                             rep.issued_at, sig_ok))
+        if len(self.rows) > MAX_STREAM_ROWS:
+            extra = len(self.rows) - MAX_STREAM_ROWS
+            del self.rows[:extra]
+            self.dropped += extra
         return len(entries)
 
 

@@ -23,7 +23,12 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _timing import time_generate_then_replay  # bench/ is not a package: found via sys.path
 
 CONCURRENCY = (1, 8, 16)
 _TOPICS = ("the history of bridges", "how bees communicate", "the rules of chess",
@@ -52,15 +57,7 @@ def _verify_ratio(engine: Any, prompt: list[int], n: int) -> float:
     from verinfer.engine.sampling import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-    t0 = time.perf_counter()
-    gen = engine.generate(prompt, params)
-    t_gen = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    rr = engine.replay(prompt, gen.token_ids, params)
-    t_rep = time.perf_counter() - t0
-    if not rr.matches:
-        raise SystemExit(f"{type(engine).__name__}: re-execution did not reproduce")
-    return t_rep / t_gen
+    return time_generate_then_replay(engine, prompt, params).ratio
 
 
 def _measure(name: str, engine: Any, n: int, out: dict[str, Any]) -> None:

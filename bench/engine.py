@@ -47,6 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _timing import time_generate_then_replay
 from hf_reference import hf_generate_tok_s, load_hf_model
 from verinfer.engine import kernels
 from verinfer.engine.engine import Engine, StepEvent
@@ -185,14 +186,8 @@ def sgemm_peak_gflops() -> float:
 def replay_measure(engine: Engine, prompt_len: int) -> dict[str, float]:
     params = SamplingParams(max_tokens=128, ignore_eos=True)
     p = prompts(1, 99, prompt_len)[0]
-    t0 = time.perf_counter()
-    res = engine.generate(p, params)
-    gen_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    rep = engine.replay(p, res.token_ids, params)
-    rep_s = time.perf_counter() - t0
-    if not rep.matches or rep.step_digests != res.step_digests:
-        raise SystemExit("replay did not reproduce the decode bit for bit")
+    timing = time_generate_then_replay(engine, p, params)
+    res, gen_s, rep_s = timing.generation, timing.generate_s, timing.replay_s
     layer, head = matmul_weights(engine)
     flops = 2 * layer * (len(p) + len(res.token_ids)) + 2 * head * len(res.token_ids)
     peak = sgemm_peak_gflops()

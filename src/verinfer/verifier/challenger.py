@@ -124,7 +124,9 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
         for entry in m.entries:
             hit = (digest is not None and entry.signed.digest == digest) or \
                 (pointer is not None and str(entry.ciphertext) == pointer)
-            if hit:
+            # the contract looks a receipt's batch up under the receipt's own operator: a copy
+            # in another operator's batch proves nothing, and taking it would shadow the real one
+            if hit and entry.signed.receipt.operator.lower() == b.operator.lower():
                 return Located(signed or entry.signed, b, m.proof(entry.signed.digest),
                                str(entry.ciphertext))
     if signed is None:

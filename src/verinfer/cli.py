@@ -253,16 +253,16 @@ def bench(
                                              "receipts, challenge, kernels, gas, ...).")],
 ) -> None:
     """Run bench/NAME.py of the repository from any directory; further arguments go to it."""
+    from verinfer.cli_errors import fail
+
     root = repository_root()
     if root is None:
-        typer.echo("error: the benchmarks ship with the source repository, not with the "
-                   "installed package: clone it and run `verinfer bench` from its "
-                   "environment (scripts/bootstrap)", err=True)
-        raise typer.Exit(2)
+        raise fail("the benchmarks ship with the source repository, not with the installed "
+                   "package: clone it and run `verinfer bench` from its environment "
+                   "(scripts/bootstrap)")
     names = bench_names(root)
     if name not in names:  # a name, never a path: nothing outside bench/ runs
-        typer.echo(f"error: no benchmark {name!r}; there are: {', '.join(names)}", err=True)
-        raise typer.Exit(2)
+        raise fail(f"no benchmark {name!r}; there are: {', '.join(names)}")
     # as `python bench/NAME.py ARGS` would (its directory first on sys.path, its own argv);
     # the caller's working directory stays, so relative paths in ARGS mean what they say
     rc = subprocess.call([sys.executable, str(root / "bench" / f"{name}.py"), *ctx.args])

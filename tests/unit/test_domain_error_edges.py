@@ -7,6 +7,8 @@ id it does not hold, the operator's 500 for a vLLM backend fault, its 503 while 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from verinfer.cli_errors import exit_code_for
@@ -81,3 +83,14 @@ def test_the_operator_edge_answers_a_vllm_fault_500_and_not_ready_503() -> None:
     # gives (503 + Retry-After), raised only by the operator's own readiness gate.
     not_ready = NotReadyError("no chain binding", retry_after=3)
     assert operator_errors.http_status(not_ready) == 503
+
+
+def test_the_explorer_cli_reports_an_unusable_option_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from verinfer.explorer.cli import app
+
+    missing = tmp_path / "deployment.json"
+    r = CliRunner().invoke(app, ["--deployment", str(missing), "--rpc-url", "http://127.0.0.1:1"])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: cannot read deployment file {missing}")

@@ -34,6 +34,7 @@ def explorer(
     """Serve the explorer (pages, /api/..., live updates) until interrupted."""
     import uvicorn
 
+    from verinfer.cli_errors import fail
     from verinfer.errors import VerinferError
     from verinfer.explorer.server import Explorer, ExplorerConfig
 
@@ -42,9 +43,8 @@ def explorer(
     try:
         ex = Explorer(ExplorerConfig(rpc_url, deployment, da_store, da_redis_url, redis_url,
                                      audit_prefix, list(kms or []), list(operator or [])))
-    except VerinferError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        raise typer.Exit(2) from e
+    except VerinferError as e:  # documented as exit 2: the explorer's options cannot be used
+        raise fail(e, exit_code=2) from e
     ex.start()
     try:
         uvicorn.run(ex.app, host=host, port=port, log_level="warning", access_log=False)

@@ -25,10 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from functools import cache
 from typing import Any
 
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.bytelevel_words import (
+    WordEncoder,
+    word_path_available,
+    words_backend,
+)
 from verinfer.engine.tokenizer.spec import (
     _EOT_NAMES,
     SPACE,
@@ -99,12 +105,11 @@ def cut_for_parallel(text: str) -> list[str]:
     start = 0
     while len(text) - start > step:
         i = text.find("\n", start + step)
-        while i > 0 and not (text[i - 1].isalnum() and i + 1 < len(text)
-                             and text[i + 1].isalpha()):
+        while i > 0 and not (text[i - 1].isalnum() and i + 1 < len(text) and text[i + 1].isalpha()):
             i = text.find("\n", i + 1)
         if i < 0:
             break
-        chunks.append(text[start:i + 1])
+        chunks.append(text[start : i + 1])
         start = i + 1
     chunks.append(text[start:])
     return chunks
@@ -136,8 +141,11 @@ class _Delegate(Tokenizer):
 
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
         backend = self._backend if parse_special else self._plain
-        chunks = (cut_for_parallel(text) if self._parallel_cuts
-                  and len(text) >= PARALLEL_MIN_CHARS else [text])
+        chunks = (
+            cut_for_parallel(text)
+            if self._parallel_cuts and len(text) >= PARALLEL_MIN_CHARS
+            else [text]
+        )
         try:  # the batch call skips offsets (faster than encode(), same ids); chunks in parallel
             for enc in backend.encode_batch_fast(chunks, add_special_tokens=False):
                 out.extend(enc.ids)
@@ -182,21 +190,31 @@ class ByteLevelTokenizer(_Delegate):
             left, right = m.split(" ")
             merges.append((left, right))
         try:
-            model = models.BPE(vocab=vocab, merges=merges, dropout=None,
-                               continuing_subword_prefix="", end_of_word_suffix="",
-                               fuse_unk=False, byte_fallback=False)
+            model = models.BPE(
+                vocab=vocab,
+                merges=merges,
+                dropout=None,
+                continuing_subword_prefix="",
+                end_of_word_suffix="",
+                fuse_unk=False,
+                byte_fallback=False,
+            )
         except Exception as e:
             raise TokenizerError(f"byte-level BPE cannot be built from this vocabulary: {e}") from e
         backend = tokenizers.Tokenizer(model)
         backend.pre_tokenizer = _pre_tokenizer(spec.pre)
         backend.decoder = decoders.ByteLevel()
         types = spec.token_types or (TOKEN_NORMAL,) * len(spec.tokens)
-        control = [AddedToken(t, normalized=False, special=True)
-                   for t, ty in zip(spec.tokens, types, strict=True)
-                   if ty == TOKEN_CONTROL and set(t) <= alphabet]
-        user = [AddedToken(t, normalized=False, special=False)
-                for t, ty in zip(spec.tokens, types, strict=True)
-                if ty == TOKEN_USER_DEFINED and t in vocab]
+        control = [
+            AddedToken(t, normalized=False, special=True)
+            for t, ty in zip(spec.tokens, types, strict=True)
+            if ty == TOKEN_CONTROL and set(t) <= alphabet
+        ]
+        user = [
+            AddedToken(t, normalized=False, special=False)
+            for t, ty in zip(spec.tokens, types, strict=True)
+            if ty == TOKEN_USER_DEFINED and t in vocab
+        ]
         if control:
             backend.add_special_tokens(control)
         if user:
@@ -205,7 +223,46 @@ class ByteLevelTokenizer(_Delegate):
         # cut_for_parallel's argument holds for the GPT-2 regex (with or without digit
         # splitting) when no added token holds a newline (no match can span a cut)
         self._parallel_cuts = spec.pre in PRE_TOKENIZERS and not any(
-            "\n" in t.content for t in (*control, *user))
+            "\n" in t.content for t in (*control, *user)
+        )
+        # the distinct-word path (bytelevel_words) for each special mode, built on first use
+        self._word_encoders: dict[bool, WordEncoder | None] = {}
+        self._word_lock = threading.Lock()
+        self._words: Any = None  # the BPE-only backend both modes share
+
+    def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
+        words = self._word_encoder(parse_special)
+        ids = words.encode(text) if words is not None else None
+        if ids is None:  # no word path, or a code point whose class HF sees differently
+            super()._encode_into(text, parse_special, out)
+        else:
+            out.extend(ids)
+
+    def _word_encoder(self, parse_special: bool) -> WordEncoder | None:
+        if parse_special in self._word_encoders:
+            return self._word_encoders[parse_special]
+        with self._word_lock:
+            if parse_special not in self._word_encoders:
+                self._word_encoders[parse_special] = self._build_word_encoder(parse_special)
+            return self._word_encoders[parse_special]
+
+    def _build_word_encoder(self, parse_special: bool) -> WordEncoder | None:
+        """None where the word path's argument does not hold: other library versions, another
+        pre-tokenizer, or added tokens with matching options HF applies (lstrip, ...)."""
+        if not (self._parallel_cuts and word_path_available()):
+            return None
+        added = self._backend.get_added_tokens_decoder()
+        if any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in added.values()):
+            return None
+        if self._words is None:
+            self._words = words_backend(self._backend.model)
+        return WordEncoder(
+            self._words,
+            self.spec.pre or "",
+            [(t.content, i, t.special) for i, t in added.items()],
+            parse_special=parse_special,
+            cut=cut_for_parallel,
+        )
 
 
 class JsonTokenizer(_Delegate):

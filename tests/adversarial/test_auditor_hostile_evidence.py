@@ -121,3 +121,20 @@ def test_an_auditor_fault_is_cannot_reproduce_never_exit_1(
     monkeypatch.undo()
     honest = _audit(tiny_path, ref, da, app_key=AppKey(EPOCH_KEY, 1)).run(str(ref))
     assert honest.verdict.outcome == "reproduced", honest.to_json()  # the control
+
+
+def test_a_crash_outside_the_steps_exits_2_not_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rule for what runs before the steps (reading the inputs, wiring the chain
+    and DA): `verinfer reproduce` let any non-verinfer exception out as a traceback, and the
+    interpreter's exit status for that is 1 -- "mismatch"."""
+    from typer.testing import CliRunner
+
+    from verinfer.auditor import cli
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a fault before the first step")
+
+    monkeypatch.setattr(cli, "_run", broken)
+    result = CliRunner().invoke(cli.app, ["0x" + "ab" * 32])
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "cannot reproduce: the auditor failed (RuntimeError" in result.output

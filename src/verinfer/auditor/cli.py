@@ -69,6 +69,10 @@ def reproduce(
                       rpc_url, deployment, da_store, da_redis_url, kernel_isa, as_json)
     except VerinferError as e:  # an unusable input (key file, transcript, deployment, ISA)
         report = Report(verdict=Verdict("cannot_reproduce", e.message[:500]))
+    except Exception as e:  # the auditor's own fault: a traceback exits 1, which reads "mismatch"
+        console.print_exception()
+        report = Report(verdict=Verdict("cannot_reproduce", f"the auditor failed "
+                                        f"({type(e).__name__}: {str(e)[:300]})"))
     _print_verdict(report, as_json)
     raise typer.Exit(report.verdict.exit_code)
 

@@ -43,7 +43,7 @@ def _gate(engine: Engine, state: Path, runs: list[Any], passed: SelfTestReport) 
 def test_a_report_not_for_this_fingerprint_is_not_reused(tiny_engine: Engine, tmp_path: Path,
                                                          passed: SelfTestReport,
                                                          forgery: str) -> None:
-    path = tmp_path / "selftest" / f"{tiny_engine.fingerprint.hash[2:]}.json"
+    path = tmp_path / "selftest" / f"{tiny_engine.fingerprint.hash.hex()}.json"
     path.parent.mkdir(parents=True)
     doc = passed.to_json()
     if forgery == "other_fingerprint":  # copied from a machine where it passed
@@ -61,11 +61,12 @@ def test_a_report_not_for_this_fingerprint_is_not_reused(tiny_engine: Engine, tm
     readiness = _gate(tiny_engine, tmp_path, runs, passed)
     assert len(runs) == 1  # the self-test ran again
     assert readiness.ready
-    assert json.loads(path.read_text())["fingerprint_hash"] == tiny_engine.fingerprint.hash
+    kept = json.loads(path.read_text())
+    assert kept["fingerprint_hash"] == "0x" + tiny_engine.fingerprint.hash.hex()
 
 
 def test_the_matching_passed_report_is_reused(tiny_engine: Engine, tmp_path: Path,
                                               passed: SelfTestReport) -> None:
-    passed.save(tmp_path / "selftest" / f"{tiny_engine.fingerprint.hash[2:]}.json")
+    passed.save(tmp_path / "selftest" / f"{tiny_engine.fingerprint.hash.hex()}.json")
     runs: list[Any] = []
     assert _gate(tiny_engine, tmp_path, runs, passed).ready and runs == []

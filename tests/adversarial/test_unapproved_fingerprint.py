@@ -80,7 +80,7 @@ def test_receipt_under_an_unapproved_image_is_slashed_at_challenge_open(
         d = deploy_network(w3, r, tiny_engine, devnet_params())  # approves tiny_engine's only
         gov = bind(w3, d)
         assert not gov.config.is_approved(
-            Kind.ENGINE_FINGERPRINT, bytes.fromhex(rogue_engine.fingerprint.hash[2:]))
+            Kind.ENGINE_FINGERPRINT, rogue_engine.fingerprint.hash)
         rec = register_epoch(w3, d, r, provision_kms(tmp_path / "kms", tiny_engine))
 
         def factory(engine: Engine) -> EvidenceFactory:
@@ -125,7 +125,7 @@ def test_verifier_on_another_image_abstains(tiny_engine: Engine, rogue_engine: E
     with pytest.raises(CannotJudgeError, match="engine fingerprint") as e:
         judge(tiny_engine, theirs.signed.receipt, theirs.blob, SK)
     assert e.value.code == "cannot_judge"
-    assert rogue_engine.fingerprint.hash in e.value.message
+    assert "0x" + rogue_engine.fingerprint.hash.hex() in e.value.message
     # the enclave job entry (what EnclaveJudge's child runs) abstains, it does not vote
     out = verify_receipt_job(SK, receipt=theirs.signed.receipt.to_json(), blob=theirs.blob,
                              model_path=str(tiny_path))
@@ -157,16 +157,16 @@ def test_operator_init_approves_its_own_image_only_with_the_governance_key(
         dep = tmp_path / "deployment.json"
         d.save(dep)
         mine = local_fingerprint()
-        item = bytes.fromhex(mine.hash[2:])
+        item = mine.hash
         refused = _init(tmp_path / "self", dep, node.url, "VI_T_KEY", r.operator.key.hex())
-        assert refused.returncode == 2 and mine.hash in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "0x" + item.hex() in refused.stderr, refused.stderr
         assert not (tmp_path / "self").exists()
         assert not bind(w3, d).config.is_approved(Kind.ENGINE_FINGERPRINT, item)
 
         ok = _init(tmp_path / "op", dep, node.url, "VI_T_KEY", r.governance.key.hex())
         assert ok.returncode == 0, ok.stderr
         out = json.loads(ok.stdout.strip().splitlines()[-1])
-        assert out["engine_fingerprint_hash"] == mine.hash
+        assert out["engine_fingerprint_hash"] == "0x" + item.hex()
         assert out["container_digest"] == mine.container_digest == "none"
         assert bind(w3, d).config.is_approved(Kind.ENGINE_FINGERPRINT, item)
         assert (tmp_path / "op" / "operator.json").exists()

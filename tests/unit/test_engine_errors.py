@@ -39,7 +39,7 @@ def test_model_id_is_the_file_hash(tiny_path: Path, tmp_path: Path) -> None:
     from verinfer.engine.tiny import write_tiny_llama
 
     m = load_model(tiny_path)
-    assert m.model_id == "0x" + hashlib.sha256(tiny_path.read_bytes()).hexdigest()
+    assert m.model_id == hashlib.sha256(tiny_path.read_bytes()).digest()
     other = load_model(write_tiny_llama(tmp_path / "other.gguf", seed=1))
     assert other.model_id != m.model_id
     assert other.tokenizer.hash == m.tokenizer.hash

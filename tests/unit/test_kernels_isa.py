@@ -33,8 +33,9 @@ eng = Engine.from_path(sys.argv[1], "invariant", max_seqs=4, max_batch_tokens=48
 try:
     res = eng.generate(json.loads(sys.argv[2]), SamplingParams(max_tokens=8, temperature=0.8,
                                                                seed=11, ignore_eos=True))
-    print(json.dumps({"isa": eng.fingerprint.reported["kernel_isa"], "hash": eng.fingerprint.hash,
-                      "tokens": res.token_ids, "digest": res.logit_digest}))
+    print(json.dumps({"isa": eng.fingerprint.reported["kernel_isa"],
+                      "hash": eng.fingerprint.hash.hex(), "tokens": res.token_ids,
+                      "digest": res.logit_digest.hex()}))
 finally:
     eng.close()
 """

@@ -49,17 +49,18 @@ def test_model_field_routes_to_that_engine(client: TestClient,
                                            engines: dict[str, Engine]) -> None:
     assert engines["alpha"].model_id != engines["beta"].model_id
     for name, eng in engines.items():
+        model_id = "0x" + eng.model_id.hex()  # as the API writes it
         body = _chat(client, name)
         assert body["model"] == name
-        assert body["choices"][0]["verinfer"]["model_id"] == eng.model_id  # type: ignore[index]
-        by_id = _chat(client, eng.model_id)  # the weights hash names the same model
-        assert by_id["choices"][0]["verinfer"]["model_id"] == eng.model_id  # type: ignore[index]
+        assert body["choices"][0]["verinfer"]["model_id"] == model_id  # type: ignore[index]
+        by_id = _chat(client, model_id)  # the weights hash names the same model
+        assert by_id["choices"][0]["verinfer"]["model_id"] == model_id  # type: ignore[index]
     r = client.post("/v1/completions", json={"model": "beta", "prompt": "the", "max_tokens": 3,
                                               "temperature": 0})
     assert r.status_code == 200 and r.json()["model"] == "beta"
     health = client.get("/health").json()
     assert {n: m["model_id"] for n, m in health["models"].items()} == {
-        n: e.model_id for n, e in engines.items()}
+        n: "0x" + e.model_id.hex() for n, e in engines.items()}
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])

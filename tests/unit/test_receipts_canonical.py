@@ -236,8 +236,8 @@ def test_engine_mapping_reproduces_the_hashes(tiny_engine: Engine) -> None:
     prompt = [5, 17, 33, 2]
     req = exec_request_for(tiny_engine, prompt, params)
     assert req.sampling_params() == params
-    assert req.model_id.hex() == tiny_engine.model_id[2:]
-    assert "0x" + req.engine_fingerprint_hash.hex() == tiny_engine.fingerprint.hash
+    assert req.model_id == tiny_engine.model_id
+    assert req.engine_fingerprint_hash == tiny_engine.fingerprint.hash
     gen = tiny_engine.generate(prompt, params)
     res = ExecResult.from_generation(gen)
     assert list(res.output_token_ids) == gen.token_ids and res.matches_text(gen.text)

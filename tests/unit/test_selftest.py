@@ -122,7 +122,7 @@ def _gate_round_trip(tiny_engine: Engine, tmp_path: Path, own_report: Any,
     gate.thread.join(30)
     assert readiness.ready and len(runs) == 1
     kept = gate.report_path(tiny_engine)
-    assert kept.name == tiny_engine.fingerprint.hash[2:] + ".json"
+    assert kept.name == tiny_engine.fingerprint.hash.hex() + ".json"
     assert load_report(kept) == own_report
     assert tiny_engine.fingerprint.reported["selftest"]["passed"] is True
     # a restart under the same fingerprint reuses the passed report instead of re-running

@@ -330,7 +330,7 @@ def test_stream_decoder_holds_partial_characters(tok: Tokenizer) -> None:
 # ---- hash ---------------------------------------------------------------------------------------
 def test_hash_stable_and_sensitive(tok: Tokenizer) -> None:
     h = tok.hash
-    assert h.startswith("0x") and len(h) == 66
+    assert isinstance(h, bytes) and len(h) == 32
     assert _tok().hash == h
     f = tiny_spm_vocab()
     scores = list(f["tokenizer.ggml.scores"])  # type: ignore[call-overload]
@@ -354,12 +354,12 @@ def test_hash_stable_and_sensitive(tok: Tokenizer) -> None:
 def test_hash_stable_across_processes(tok: Tokenizer) -> None:
     code = (
         "from verinfer.engine.tokenizer import Tokenizer, tiny_spm_vocab;"
-        "print(Tokenizer.from_gguf_fields(tiny_spm_vocab()).hash)"
+        "print(Tokenizer.from_gguf_fields(tiny_spm_vocab()).hash.hex())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert out == tok.hash
+    assert out == tok.hash.hex()
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -485,7 +485,7 @@ def test_from_tokenizer_json(tmp_path: object) -> None:
     backend.save(str(path))
     t = Tokenizer.from_tokenizer_json(path)
     assert t.spec.bos_id == 2 and t.spec.eos_id == 1 and t.spec.eot_ids == (1, 5)
-    assert t.hash.startswith("0x") and t.hash != ours.hash
+    assert len(t.hash) == 32 and t.hash != ours.hash
     assert t.spec.source_sha256 is not None
     rng = random.Random(3)
     for s in ["Hello the world", "<start_of_turn>user\nhi<end_of_turn>\n", "😀 café"] + [

@@ -18,9 +18,9 @@ def test_model_set_loads_the_named_model_once_and_abstains_on_others(tmp_path: P
     ms = ModelSet([p0, p1])
     id1 = model_file_id(p1)
     assert set(ms.ids()) == {model_file_id(p0), id1}
-    eng = ms(bytes.fromhex(id1[2:]))
+    eng = ms(id1)
     assert eng.model_id == id1  # the second file's engine, not the first's
-    assert ms(bytes.fromhex(id1[2:])) is eng  # cached
+    assert ms(id1) is eng  # cached
     with pytest.raises(CannotJudgeError, match="not one of this verifier's models"):
         ms(b"\x11" * 32)
     with pytest.raises(ValueError, match="at least one model"):

@@ -42,7 +42,7 @@ class FieldDiff:
                 "matters": self.matters, "why": self.why}
 
 
-def find_model(model_id: str, candidates: list[str]) -> tuple[Path | None, list[str]]:
+def find_model(model_id: bytes, candidates: list[str]) -> tuple[Path | None, list[str]]:
     """(the file among ``candidates`` — paths or shipped names — whose sha256 is
     ``model_id``, what each candidate hashed to or why it could not be read)."""
     seen: list[str] = []
@@ -58,7 +58,7 @@ def find_model(model_id: str, candidates: list[str]) -> tuple[Path | None, list[
         elif mid == model_id:
             return path, seen
         else:
-            seen.append(f"{spec}: {mid[:18]}…")
+            seen.append(f"{spec}: 0x{mid.hex()[:16]}…")
     return None, seen
 
 

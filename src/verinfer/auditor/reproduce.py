@@ -37,6 +37,7 @@ from verinfer.chain.structs import ETHER, Kind, Role, publication_deadline
 from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import BadInputError, VerinferError
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.protocol.request_rule import exec_requests
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -332,9 +333,9 @@ class Auditor:
         transcript, result = a.client
         r = a.signed.receipt
         fp = engine.fingerprint
-        if fp.hash != "0x" + r.engine_fingerprint_hash.hex():
+        if fp.hash != r.engine_fingerprint_hash:
             raise self._fail(a, "environment", cannot(
-                f"this engine's fingerprint {fp.hash[:18]}… is not the receipt's "
+                f"this engine's fingerprint 0x{fp.hash.hex()[:16]}… is not the receipt's "
                 f"0x{r.engine_fingerprint_hash.hex()[:16]}…, and a client transcript does not "
                 "carry the operator's fingerprint fields to compare (an envelope transcript "
                 "does)"))
@@ -375,8 +376,8 @@ class Auditor:
     # ---- 5. environment ---------------------------------------------------------------------
     def _environment(self, a: _Audit, ref: str) -> Step:
         assert a.signed is not None and (a.contents is not None or a.client is not None)
-        model_id = "0x" + a.signed.receipt.model_id.hex()
-        path, seen = find_model(model_id, self.cfg.models)
+        model_id = to_hex(a.signed.receipt.model_id)
+        path, seen = find_model(a.signed.receipt.model_id, self.cfg.models)
         if path is None:
             raise self._fail(a, "environment", cannot(
                 f"model {model_id} is absent: no model file given hashes to it ("

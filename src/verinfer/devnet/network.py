@@ -26,7 +26,6 @@ from verinfer.enclave.attestation import measurement
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
-from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.envelope import EnvelopeSuite, EpochPublicKey, load_public_key
 from verinfer.testing.evidence import Evidence
 
@@ -65,16 +64,15 @@ def enclave_measurement(engine_fingerprint: str) -> bytes:
 
 
 def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
-                   more_model_ids: Sequence[str] = ()) -> Deployment:
-    """Deploys, approves the engine's model (and ``more_model_ids``, 0x-hex: the other models
+                   more_model_ids: Sequence[bytes] = ()) -> Deployment:
+    """Deploys, approves the engine's model (and ``more_model_ids``, 32 bytes each: the other models
     the operator serves — the engine fingerprint depends on the kernels, not the model, so
     one approval covers them all) and fingerprint, stakes the operator."""
     d = deploy_all(w3, r.governance, params)
     gov = bind(w3, d, r.governance)
     for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
-        gov.config.approve(Kind.MODEL, parse_hex(mid, 32, "model_id"))
-    gov.config.approve(Kind.ENGINE_FINGERPRINT,
-                       parse_hex(engine.fingerprint.hash, 32, "engine fingerprint hash"))
+        gov.config.approve(Kind.MODEL, mid)
+    gov.config.approve(Kind.ENGINE_FINGERPRINT, engine.fingerprint.hash)
     gov.config.approve(Kind.ENCLAVE_MEASUREMENT,
                        enclave_measurement(engine.fingerprint.canonical().decode()))
     bind(w3, d, r.operator).stakes.register(Role.OPERATOR, 20 * ETHER)

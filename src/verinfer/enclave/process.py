@@ -30,6 +30,7 @@ from typing import Any
 
 from verinfer.enclave.errors import EnclaveError, KeyReleaseError
 from verinfer.enclave.runner import JobOutcome, RequesterSigner
+from verinfer.protocol.hexutil import HexFormatError, parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 #: Largest child message the parent reads (an opened envelope, hex-encoded, fits).
@@ -88,11 +89,9 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 
 
 def _hex(v: Any, what: str, length: int | None = None) -> bytes:
-    if not isinstance(v, str) or not v.startswith("0x"):
-        raise EnclaveError(f"software enclave sent a malformed {what}: not 0x-hex")
     try:
-        b = bytes.fromhex(v[2:])
-    except ValueError:
+        b = parse_hex(v, field=what)
+    except HexFormatError:  # the child's fault, not a client's: an enclave error
         raise EnclaveError(f"software enclave sent a malformed {what}: not 0x-hex") from None
     if length is not None and len(b) != length:
         raise EnclaveError(f"software enclave sent a {what} of {len(b)} bytes, not {length}")

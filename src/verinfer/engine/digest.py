@@ -32,6 +32,7 @@ def step_digests(logits: torch.Tensor) -> list[bytes]:
             for r in range(arr.shape[0])]
 
 
-def roll_up(steps: Sequence[bytes]) -> str:
-    """One digest over all steps of a generation, ``0x``-hex."""
-    return "0x" + blake3(b"".join(steps), derive_key_context=ROLLUP_CONTEXT).hexdigest()
+def roll_up(steps: Sequence[bytes]) -> bytes:
+    """One 32-byte digest over all steps of a generation (the ExecResult's ``logit_digest``;
+    text formats write it with :func:`verinfer.protocol.hexutil.to_hex`)."""
+    return blake3(b"".join(steps), derive_key_context=ROLLUP_CONTEXT).digest()

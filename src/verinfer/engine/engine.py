@@ -63,7 +63,7 @@ class GenerationResult:
     top_logprobs: int | None = None  # how many alternatives were asked for (None: no logprobs)
 
     @property
-    def logit_digest(self) -> str:
+    def logit_digest(self) -> bytes:
         return roll_up(self.step_digests)
 
 
@@ -79,7 +79,7 @@ class ReplayResult:
     logprobs: list[TokenLogprob] | None = None
 
     @property
-    def logit_digest(self) -> str:
+    def logit_digest(self) -> bytes:
         return roll_up(self.step_digests)
 
 
@@ -136,7 +136,8 @@ class Engine:
         return cls(load_model(path), kernels, **kw)
 
     @property
-    def model_id(self) -> str:
+    def model_id(self) -> bytes:
+        """sha256 of the weight file, 32 bytes."""
         return self.loaded.model_id
 
     # ---- requests ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 from verinfer.engine.loader import sha256_file
 from verinfer.engine.tokenizer import Tokenizer
 from verinfer.errors import ModelLoadError
+from verinfer.protocol.hexutil import parse_hex, to_hex
 
 MANIFEST = "verinfer-export.json"
 EXPORT_VERSION = 1
@@ -45,11 +46,18 @@ class HfExport:
     """An export folder and what its manifest says."""
 
     path: Path
-    source_model_id: str  # 0x + sha256 of the GGUF file
-    tokenizer_hash: str  # our tokenizer's hash (the GGUF's)
-    weights_sha256: str  # 0x + sha256 of model.safetensors
-    files: dict[str, str]  # file name -> 0x + sha256
+    source_model_id: bytes  # sha256 of the GGUF file (the manifest writes every hash 0x-hex)
+    tokenizer_hash: bytes  # our tokenizer's hash (the GGUF's)
+    weights_sha256: bytes  # sha256 of model.safetensors
+    files: dict[str, bytes]  # file name -> sha256
     versions: dict[str, str]
+
+    def manifest_json(self) -> dict[str, Any]:
+        """The manifest's hashes as its JSON writes them (0x-hex)."""
+        return {"source_model_id": to_hex(self.source_model_id),
+                "tokenizer_hash": to_hex(self.tokenizer_hash),
+                "weights_sha256": to_hex(self.weights_sha256),
+                "files": {n: to_hex(d) for n, d in self.files.items()}}
 
     @property
     def weights_file(self) -> Path:
@@ -120,9 +128,9 @@ def export_hf(gguf_path: str | Path, out_dir: str | Path, *, force: bool = False
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir()) if p.is_file()}
         if WEIGHTS_FILE not in files:
             raise ExportError(f"transformers wrote no {WEIGHTS_FILE} (files: {sorted(files)})")
-        manifest = {"version": EXPORT_VERSION, "source": src.name, "source_model_id": model_id,
-                    "tokenizer_hash": ours.hash, "weights_sha256": files[WEIGHTS_FILE],
-                    "files": files, "versions": _versions()}
+        written = HfExport(out, model_id, ours.hash, files[WEIGHTS_FILE], files, _versions())
+        manifest = {"version": EXPORT_VERSION, "source": src.name, **written.manifest_json(),
+                    "versions": written.versions}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         if out.exists():
             out.rmdir()  # empty (checked above)
@@ -163,9 +171,12 @@ def read_export(folder: str | Path, *, verify: bool = False) -> HfExport:
     p = Path(folder)
     try:
         m = json.loads((p / MANIFEST).read_text())
-        exp = HfExport(p, m["source_model_id"], m["tokenizer_hash"], m["weights_sha256"],
-                       dict(m["files"]), dict(m["versions"]))
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        exp = HfExport(p, parse_hex(m["source_model_id"], 32, "source_model_id"),
+                       parse_hex(m["tokenizer_hash"], 32, "tokenizer_hash"),
+                       parse_hex(m["weights_sha256"], 32, "weights_sha256"),
+                       {n: parse_hex(d, 32, n) for n, d in dict(m["files"]).items()},
+                       dict(m["versions"]))
+    except (OSError, ValueError, KeyError, TypeError) as e:  # (HexFormatError: a ValueError)
         raise ExportError(f"{str(p)!r} holds no readable {MANIFEST} ({type(e).__name__}); "
                           "run `verinfer model export-hf`") from None
     if verify:
@@ -176,13 +187,14 @@ def read_export(folder: str | Path, *, verify: bool = False) -> HfExport:
     return exp
 
 
-def default_export_dir(model_id: str) -> Path:
+def default_export_dir(model_id: bytes) -> Path:
     """Where a backend keeps the export of a model it was handed as GGUF (one per model id)."""
     import os
 
     root = Path(os.environ.get("VERINFER_HF_CACHE",
                                Path.home() / ".cache" / "verinfer" / "hf-export"))
-    return root / hashlib.sha256(model_id.encode()).hexdigest()[:16]
+    # named by a hash of the id's 0x-hex text (the folders exports were written to so far)
+    return root / hashlib.sha256(to_hex(model_id).encode()).hexdigest()[:16]
 
 
 def ensure_export(gguf_path: str | Path, out_dir: str | Path | None = None) -> HfExport:

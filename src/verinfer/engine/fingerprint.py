@@ -86,13 +86,13 @@ class EngineFingerprint:
         return json.dumps(self.approved(), sort_keys=True, separators=(",", ":")).encode()
 
     @property
-    def hash(self) -> str:
-        """0x + sha256(canonical()): the receipt's engineFingerprintHash."""
-        return "0x" + hashlib.sha256(self.canonical()).hexdigest()
+    def hash(self) -> bytes:
+        """sha256(canonical()), 32 bytes: the receipt's engineFingerprintHash."""
+        return hashlib.sha256(self.canonical()).digest()
 
     @property
     def system_fingerprint(self) -> str:
-        return f"vi-{self.kernels}-{self.hash[2:18]}"
+        return f"vi-{self.kernels}-{self.hash.hex()[:16]}"
 
 
 def hardware_class(kernel_mode: str, kernel_isa: str, flags: list[str]) -> str:

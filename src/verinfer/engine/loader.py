@@ -6,7 +6,7 @@ its raw blocks, 0.56-1.06 bytes per weight, which the invariant kernels decode t
 values ``gguf.quants.dequantize`` gives. Everything else (norms, F32/F16 matrices, other block
 types) is held as those exact fp32 values.
 
-The model id is ``0x`` + sha256 of the weight file: the bytes, not a name, identify a model.
+The model id is the sha256 of the weight file (32 bytes): the bytes, not a name, identify a model.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Weights:
 @dataclass
 class LoadedModel:
     path: Path
-    model_id: str  # 0x + sha256(weight file)
+    model_id: bytes  # sha256(weight file)
     name: str
     config: ModelConfig
     weights: Weights
@@ -121,12 +121,12 @@ def resolve_model_path(name_or_path: str | Path) -> Path:
     return finder() if finder is not None else Path(name_or_path)
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> bytes:
     h = hashlib.sha256()
     with path.open("rb") as f:
         while block := f.read(1 << 22):
             h.update(block)
-    return "0x" + h.hexdigest()
+    return h.digest()
 
 
 def load_model(path: str | Path) -> LoadedModel:

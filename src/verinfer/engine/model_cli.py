@@ -37,10 +37,8 @@ def export_hf_cmd(
     except VerinferError as e:
         typer.echo(f"error: {e.message}", err=True)
         raise typer.Exit(2) from e
-    typer.echo(json.dumps({"dir": str(exp.path), "source_model_id": exp.source_model_id,
-                           "tokenizer_hash": exp.tokenizer_hash,
-                           "weights_sha256": exp.weights_sha256, "versions": exp.versions},
-                          indent=2))
+    shown = {k: v for k, v in exp.manifest_json().items() if k != "files"}
+    typer.echo(json.dumps({"dir": str(exp.path), **shown, "versions": exp.versions}, indent=2))
 
 
 @app.command("selftest")

@@ -33,6 +33,7 @@ from typing import Any
 from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.hexutil import to_hex
 
 REPORT_VERSION = 1
 _TEXTS = (
@@ -66,6 +67,7 @@ class Case:
 class SelfTestReport:
     version: int
     backend: str
+    # a JSON document (kept on disk, summarised in /health): identities as 0x-hex text
     fingerprint_hash: str
     fingerprint: dict[str, Any]
     model_id: str
@@ -181,8 +183,9 @@ def run_selftest(engine: Engine, *, batch_sizes: Sequence[int] = BATCH_SIZES
     if prefill_probe is not None:
         replay_ok = prefill_ok
     return SelfTestReport(
-        version=REPORT_VERSION, backend=fp.backend, fingerprint_hash=fp.hash,
-        fingerprint=fp.approved(), model_id=engine.model_id, passed=not failed, cases=cases,
+        version=REPORT_VERSION, backend=fp.backend, fingerprint_hash=to_hex(fp.hash),
+        fingerprint=fp.approved(), model_id=to_hex(engine.model_id), passed=not failed,
+        cases=cases,
         replay_reproduces_decode=replay_ok,
         verification="replay" if own_prefill and replay_ok else "re-decode",
         seconds=round(time.monotonic() - t0, 2),

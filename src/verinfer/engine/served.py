@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from verinfer.engine.chat import TokenizerPrompts
 from verinfer.engine.engine import Engine
-from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.request_rule import ServedModel
 
 
@@ -16,8 +15,8 @@ def served_model(engine: Engine, engine_fingerprint: str | None = None) -> Serve
     must not depend on how an operator configured its server. A verifier passes the
     fingerprint the ExecRequest names (a judge need not run the operator's kernels)."""
     return ServedModel(
-        model_id=parse_hex(engine.model_id, 32, "model_id"),
-        tokenizer_hash=parse_hex(engine.tokenizer.hash, 32, "tokenizer_hash"),
+        model_id=engine.model_id,
+        tokenizer_hash=engine.tokenizer.hash,
         engine_fingerprint=(engine_fingerprint if engine_fingerprint is not None
                             else engine.fingerprint.canonical().decode()),
         context_length=engine.config.context_length,

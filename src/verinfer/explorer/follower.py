@@ -29,6 +29,7 @@ from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
 from verinfer.explorer.index import EventMeta, Index
+from verinfer.protocol.hexutil import parse_hex_lenient
 from verinfer.receipts.eip712 import Domain
 
 log = logging.getLogger("verinfer.explorer")
@@ -172,4 +173,4 @@ class ChainFollower:
 def _topic_bytes(topic: Any) -> bytes:
     if isinstance(topic, bytes | bytearray):
         return bytes(topic)
-    return bytes.fromhex(str(topic).removeprefix("0x"))
+    return parse_hex_lenient(str(topic), 32, "log topic")  # web3 spells it with or without 0x

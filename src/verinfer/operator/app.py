@@ -39,6 +39,7 @@ from verinfer.operator.readiness import Readiness
 from verinfer.operator.receipts_api import receipt_status
 from verinfer.operator.security import ApiKeys, RateLimiter
 from verinfer.protocol import limits
+from verinfer.protocol.hexutil import to_hex
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
 #: Threads that tokenize requests: the tokenizer is pure Python, so it must not run on the
@@ -236,7 +237,8 @@ class ModelRoutes:
         self.chat = {n: ServingChat(e, n, clock=clock) for n, e in self.engines.items()}
         self.completions = {n: ServingCompletions(e, n, clock=clock)
                             for n, e in self.engines.items()}
-        self._by_id = {e.model_id: n for n, e in self.engines.items()}
+        # a request names a model by its id as text: 0x + the weight file's sha256
+        self._by_id = {to_hex(e.model_id): n for n, e in self.engines.items()}
 
     def name(self, model: str) -> str:
         if model in self.engines:
@@ -396,13 +398,14 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         ready, reasons = readiness_state()
         fp = first.fingerprint
         return {"status": "ok", "ready": ready, "not_ready": reasons,
-                "unsafe": list(cfg.unsafe), "model_id": first.model_id,
+                "unsafe": list(cfg.unsafe), "model_id": to_hex(first.model_id),
                 "system_fingerprint": fp.system_fingerprint,
-                "engine_fingerprint": {"hash": fp.hash, "approved": fp.approved(),
+                "engine_fingerprint": {"hash": to_hex(fp.hash), "approved": fp.approved(),
                                        "reported": fp.reported},
-                "models": {n: {"model_id": e.model_id, "tokenizer_hash": e.tokenizer.hash,
+                "models": {n: {"model_id": to_hex(e.model_id),
+                               "tokenizer_hash": to_hex(e.tokenizer.hash),
                                "system_fingerprint": e.fingerprint.system_fingerprint,
-                               "engine_fingerprint_hash": e.fingerprint.hash}
+                               "engine_fingerprint_hash": to_hex(e.fingerprint.hash)}
                            for n, e in routes.engines.items()}}
 
     @app.get("/ready")

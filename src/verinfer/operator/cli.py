@@ -19,7 +19,7 @@ from verinfer.operator.config import (
     write_config,
 )
 from verinfer.operator.serve_cli import serve
-from verinfer.protocol.hexutil import parse_hex_lenient
+from verinfer.protocol.hexutil import parse_hex_lenient, to_hex
 
 if TYPE_CHECKING:  # imported on use: `verinfer operator init` needs no web3
     from verinfer.chain.bindings import TxSender
@@ -156,13 +156,13 @@ def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str
         key = parse_hex_lenient(os.environ.get(key_env, ""), 32, key_env)
         w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
         gov = Deployment.load(deployment).bind(w3, TxSender(w3, Account.from_key(key)))
-        item = bytes.fromhex(fp.hash[2:])
-        if not gov.config.is_approved(Kind.ENGINE_FINGERPRINT, item):
-            gov.config.approve(Kind.ENGINE_FINGERPRINT, item)
+        if not gov.config.is_approved(Kind.ENGINE_FINGERPRINT, fp.hash):
+            gov.config.approve(Kind.ENGINE_FINGERPRINT, fp.hash)
     except VerinferError as e:
-        typer.echo(f"error: approving engine fingerprint {fp.hash}: {e.message}", err=True)
+        typer.echo(f"error: approving engine fingerprint {to_hex(fp.hash)}: {e.message}",
+                   err=True)
         raise typer.Exit(2) from e
-    return {"engine_fingerprint_hash": fp.hash, "container_digest": fp.container_digest}
+    return {"engine_fingerprint_hash": to_hex(fp.hash), "container_digest": fp.container_digest}
 
 
 @app.command()

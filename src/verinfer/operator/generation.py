@@ -24,6 +24,7 @@ from verinfer.operator.protocol import (
     StreamOptions,
     Usage,
 )
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import Endpoint, plan_request
 from verinfer.receipts.canonical import ExecRequest
 
@@ -54,7 +55,7 @@ class ServingBase:
         return ModelList(data=[ModelCard(id=self.model_name, created=created)])
 
     def check_model(self, model: str) -> None:
-        if model not in (self.model_name, self.engine.model_id):
+        if model not in (self.model_name, to_hex(self.engine.model_id)):
             raise ModelNotFoundError(f"the model {model!r} does not exist; this server serves "
                                      f"{self.model_name!r}", param="model")
 
@@ -114,14 +115,14 @@ class ServingBase:
         return usage, (await finalize(ordered) if finalize is not None else None)
 
     def evidence(self, job: Job, res: GenerationResult) -> EngineEvidence:
-        return EngineEvidence(
-            model_id=self.engine.model_id,
-            tokenizer_hash=self.engine.tokenizer.hash,
-            engine_fingerprint=self.engine.fingerprint.hash,
+        return EngineEvidence(  # the response's JSON: identities and digests as 0x-hex
+            model_id=to_hex(self.engine.model_id),
+            tokenizer_hash=to_hex(self.engine.tokenizer.hash),
+            engine_fingerprint=to_hex(self.engine.fingerprint.hash),
             seed=res.seed,
             prompt_token_ids=res.prompt_ids,
             output_token_ids=res.token_ids,
-            logit_digest=res.logit_digest,
+            logit_digest=to_hex(res.logit_digest),
         )
 
     @staticmethod

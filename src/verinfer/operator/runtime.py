@@ -39,7 +39,7 @@ from verinfer.kms.epochs import FileEpochRegistry, require_live
 from verinfer.operator.config import ChainSink, JsonlSink, OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
 from verinfer.operator.readiness import BacklogMonitor, MonitorThread, Readiness
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.epoch_keys import load_public_key
 
@@ -101,9 +101,9 @@ class ChainIdentity:
         self._checked_at = now
         problems = []
         if not self.config.is_approved(Kind.MODEL, self.model_id):
-            problems.append(f"model id 0x{self.model_id.hex()} is not approved on chain")
+            problems.append(f"model id {to_hex(self.model_id)} is not approved on chain")
         if not self.config.is_approved(Kind.ENGINE_FINGERPRINT, self.fingerprint_hash):
-            problems.append(f"engine fingerprint 0x{self.fingerprint_hash.hex()} is not "
+            problems.append(f"engine fingerprint {to_hex(self.fingerprint_hash)} is not "
                             "approved on chain")
         if problems:
             self.readiness.block(self.NAME, "; ".join(problems) + " (receipts would be "
@@ -202,7 +202,7 @@ class SelfTestGate:
         self.thread: threading.Thread | None = None
 
     def report_path(self, engine: Engine) -> Path:
-        return self.state_dir / "selftest" / f"{engine.fingerprint.hash[2:]}.json"
+        return self.state_dir / "selftest" / f"{engine.fingerprint.hash.hex()}.json"
 
     def start(self) -> SelfTestGate:
         self.readiness.block(self.NAME, "the engine determinism self-test is running",
@@ -235,7 +235,8 @@ class SelfTestGate:
 
         path = self.report_path(eng)
         kept = load_report(path)
-        if kept is not None and kept.passed and kept.fingerprint_hash == eng.fingerprint.hash:
+        if (kept is not None and kept.passed
+                and kept.fingerprint_hash == to_hex(eng.fingerprint.hash)):
             log.info("engine self-test: reusing the passed report %s", path)
             return kept
         report = (self._run or run_selftest)(eng)
@@ -281,8 +282,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
                 # one readiness reason per model ("identity", "identity-1", ...)
                 name = ChainIdentity.NAME if i == 0 else f"{ChainIdentity.NAME}-{i}"
                 checks.append((name, ChainIdentity(
-                    readiness, contracts.config, parse_hex(eng.model_id, 32, "model_id"),
-                    parse_hex(eng.fingerprint.hash, 32, "engine fingerprint hash"),
+                    readiness, contracts.config, eng.model_id, eng.fingerprint.hash,
                     interval_s=bp.identity_interval_s, NAME=name)))
         else:
             log.warning("UNSAFE: signing without checking that the model and engine "

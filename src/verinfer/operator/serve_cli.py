@@ -146,7 +146,8 @@ def serve(
     for reason in unsafe:
         typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
     for served_name, eng in engines.items():
-        typer.echo(f"serving {served_name} ({eng.model_id[:18]}…) on http://{host}:{port}/v1 "
+        typer.echo(f"serving {served_name} (0x{eng.model_id.hex()[:16]}…) on "
+                   f"http://{host}:{port}/v1 "
                    f"[{eng.fingerprint.system_fingerprint}]", err=True)
     try:
         config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,

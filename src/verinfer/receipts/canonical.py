@@ -24,7 +24,7 @@ from verinfer.protocol.exec_request import ExecRequest as ExecRequest
 from verinfer.protocol.exec_request import _Canonical, _check_version, _freeze, _token_ids
 from verinfer.protocol.exec_request import encode_canonical as encode_canonical
 from verinfer.receipts.errors import ReceiptFormatError
-from verinfer.receipts.hexutil import check_bytes, parse_hex
+from verinfer.receipts.hexutil import check_bytes
 
 FinishReason = Literal["stop", "length"]
 # one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)
@@ -41,7 +41,7 @@ class Generation(Protocol):
     finish_reason: FinishReason
 
     @property
-    def logit_digest(self) -> str: ...
+    def logit_digest(self) -> bytes: ...
     @property
     def logprobs(self) -> Sequence[Any] | None: ...
 
@@ -177,7 +177,7 @@ class ExecResult(_Canonical):
         if result.logprobs is not None:
             lps = tuple((lp.logprob, tuple(lp.top)) for lp in result.logprobs)
         return cls(output_token_ids=tuple(result.token_ids), finish_reason=result.finish_reason,
-                   logit_digest=parse_hex(result.logit_digest, 32, "logit_digest"),
+                   logit_digest=result.logit_digest,
                    text_sha256=hashlib.sha256(result.text.encode()).digest(),
                    logprobs=lps, version=version)
 

@@ -39,6 +39,7 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.protocol import AuditAssignment
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import (
     EnvelopeContents,
@@ -211,7 +212,7 @@ class EnclaveJudge:
         # the files are hashed here once (ModelSet caches the ids): the child loads only the
         # model the request names
         args = {"receipt": receipt.to_json(), "blob": blob, "kernels": self.cfg.kernels,
-                "models": {mid: str(p) for mid, p in self.models.ids().items()}}
+                "models": {to_hex(mid): str(p) for mid, p in self.models.ids().items()}}
         enclave = SoftwareEnclave(spec, AccountSigner(self.account))
         if per_receipt:
             out = enclave.run_per_receipt(

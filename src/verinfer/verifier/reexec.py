@@ -28,7 +28,7 @@ from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import sha256_file
 from verinfer.errors import BadInputError, InvalidRequestError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.eip712 import Receipt
@@ -52,9 +52,9 @@ def _invalid(receipt: Receipt, reason: str, detail: str = "") -> Verdict:
 def check_engine(engine: Engine, request: ExecRequest) -> None:
     """Raises CannotJudgeError unless ``engine`` runs the request's model: a verifier without
     that model cannot reproduce anything (its own limitation, so it abstains)."""
-    if request.model_id != parse_hex(engine.model_id, 32, "model_id"):
-        raise CannotJudgeError(f"request model 0x{request.model_id.hex()} is not this "
-                               f"verifier's model {engine.model_id}", param="model_id")
+    if request.model_id != engine.model_id:
+        raise CannotJudgeError(f"request model {to_hex(request.model_id)} is not this "
+                               f"verifier's model {to_hex(engine.model_id)}", param="model_id")
 
 
 def check_fingerprint(engine: Any, request: ExecRequest) -> None:
@@ -64,11 +64,11 @@ def check_fingerprint(engine: Any, request: ExecRequest) -> None:
     an honest operator; the receipt's fingerprint is approved on chain (else the challenge
     slashed at open, before any committee), so not running it is this verifier's own
     limitation: it abstains. Any backend works: only ``engine.fingerprint.hash`` is read."""
-    mine = str(engine.fingerprint.hash).lower()
-    theirs = "0x" + request.engine_fingerprint_hash.hex()
-    if mine != theirs:
-        raise CannotJudgeError(f"request engine fingerprint {theirs} is not this verifier's "
-                               f"{mine}", param="engine_fingerprint")
+    mine: bytes = engine.fingerprint.hash
+    if mine != request.engine_fingerprint_hash:
+        raise CannotJudgeError(f"request engine fingerprint "
+                               f"{to_hex(request.engine_fingerprint_hash)} is not this "
+                               f"verifier's {to_hex(mine)}", param="engine_fingerprint")
 
 
 def tokenizer_matches(engine: Engine, request: ExecRequest) -> bool:
@@ -77,7 +77,7 @@ def tokenizer_matches(engine: Engine, request: ExecRequest) -> bool:
     it) fixes one tokenizer. A request under the same model id naming another tokenizer hash is
     the operator's invention, so it is faulty evidence — abstaining here would let any operator
     stop every verifier by writing a random tokenizer hash."""
-    return request.tokenizer_hash == parse_hex(engine.tokenizer.hash, 32, "tokenizer hash")
+    return request.tokenizer_hash == engine.tokenizer.hash
 
 
 def unexecutable(engine: Engine, request: ExecRequest) -> str | None:
@@ -114,7 +114,7 @@ def recompute(engine: Engine, request: ExecRequest, claimed: ExecResult
                 lps = (None if rr.logprobs is None
                        else tuple((lp.logprob, lp.top) for lp in rr.logprobs))
                 mine = ExecResult(output_token_ids=tuple(claim), finish_reason=rr.finish_reason,
-                                  logit_digest=parse_hex(rr.logit_digest, 32, "logit_digest"),
+                                  logit_digest=rr.logit_digest,
                                   text_sha256=hashlib.sha256(text.encode()).digest(),
                                   logprobs=lps, version=request.version)
                 if mine.hash == claimed.hash:
@@ -192,8 +192,8 @@ def _judge(engines: Engine | EngineResolver, receipt: Receipt, blob: bytes | Non
     check_fingerprint(engine, request)
     if not tokenizer_matches(engine, request):
         return _invalid(receipt, "tokenizer_mismatch",
-                        f"tokenizer 0x{request.tokenizer_hash.hex()} is not model "
-                        f"{engine.model_id}'s")
+                        f"tokenizer {to_hex(request.tokenizer_hash)} is not model "
+                        f"{to_hex(engine.model_id)}'s")
     # The request body is the operator's plaintext: bounded parse first, so a nesting bomb is
     # faulty evidence rather than a crashed enclave (every member would die the same way).
     try:
@@ -259,8 +259,8 @@ def engine_for(model_path: str | Path, kernels: str = "invariant") -> Engine:
         return eng
 
 
-def model_file_id(path: str | Path) -> str:
-    """The model id (0x + sha256 of the weight file) of ``path`` without loading the model:
+def model_file_id(path: str | Path) -> bytes:
+    """The model id (sha256 of the weight file) of ``path`` without loading the model:
     hashing ~250 MB costs well under a second, loading costs seconds and memory."""
     p = Path(path)
     if p.is_dir():  # the loader picks the one weight file of a directory; let it
@@ -279,11 +279,11 @@ class ModelSet:
             raise ValueError("a verifier needs at least one model")
         self.paths = [Path(p) for p in paths]
         self.kernels = kernels
-        self._engines: dict[str, Engine] = {e.model_id: e for e in engines}
-        self._ids: dict[Path, str] = {}  # path -> model id, hashed once
+        self._engines: dict[bytes, Engine] = {e.model_id: e for e in engines}
+        self._ids: dict[Path, bytes] = {}  # path -> model id, hashed once
         self._lock = threading.Lock()
 
-    def ids(self) -> dict[str, Path]:
+    def ids(self) -> dict[bytes, Path]:
         """model id -> file, hashing the files not hashed yet."""
         with self._lock:
             for p in self.paths:
@@ -292,29 +292,27 @@ class ModelSet:
             return {mid: p for p, mid in self._ids.items()}
 
     def path_for(self, model_id: bytes) -> Path:
-        key = "0x" + model_id.hex()
-        p = self.ids().get(key)
+        p = self.ids().get(model_id)
         if p is None:
-            raise CannotJudgeError(f"request model {key} is not one of this verifier's models "
-                                   f"({', '.join(sorted(self.known())) or 'none'})",
-                                   param="model_id")
+            known = ", ".join(sorted(map(to_hex, self.known()))) or "none"
+            raise CannotJudgeError(f"request model {to_hex(model_id)} is not one of this "
+                                   f"verifier's models ({known})", param="model_id")
         return p
 
-    def known(self) -> set[str]:
+    def known(self) -> set[bytes]:
         return set(self._engines) | set(self.ids())
 
     def __call__(self, model_id: bytes) -> Engine:
         """The engine for ``model_id`` (an :data:`EngineResolver`)."""
-        key = "0x" + model_id.hex()
-        eng = self._engines.get(key)
+        eng = self._engines.get(model_id)
         if eng is not None:
             return eng
         eng = engine_for(self.path_for(model_id), self.kernels)
-        if eng.model_id != key:  # the file changed since it was hashed
-            raise CannotJudgeError(f"model file now holds {eng.model_id}, not {key}",
-                                   param="model_id")
+        if eng.model_id != model_id:  # the file changed since it was hashed
+            raise CannotJudgeError(f"model file now holds {to_hex(eng.model_id)}, not "
+                                   f"{to_hex(model_id)}", param="model_id")
         with self._lock:
-            self._engines[key] = eng
+            self._engines[model_id] = eng
         return eng
 
 
@@ -333,12 +331,12 @@ def verify_receipt_job(private_key: EpochPrivateKey | EnvelopeOpener, *,
     r = Receipt.from_json(receipt)
     engines: Engine | EngineResolver
     if models:
-        by_id = {k.lower(): v for k, v in models.items()}
+        by_id = {parse_hex(k, 32, "models key"): v for k, v in models.items()}
 
         def engines(model_id: bytes) -> Engine:
-            path = by_id.get("0x" + model_id.hex())
+            path = by_id.get(model_id)
             if path is None:
-                raise CannotJudgeError(f"request model 0x{model_id.hex()} is not one of this "
+                raise CannotJudgeError(f"request model {to_hex(model_id)} is not one of this "
                                        "verifier's models", param="model_id")
             return engine_for(path, kernels)
     elif model_path:

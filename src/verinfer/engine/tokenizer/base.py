@@ -97,13 +97,13 @@ class Tokenizer(abc.ABC):
         return len(self.spec.tokens)
 
     @cached_property
-    def hash(self) -> str:
-        """``"0x"`` + sha256 hex of :meth:`TokenizerSpec.canonical_json` (format
+    def hash(self) -> bytes:
+        """sha256 (32 bytes) of :meth:`TokenizerSpec.canonical_json` (format
         ``verinfer.tokenizer.spec/1``: sorted-key, whitespace-free, ASCII JSON of every spec
         field plus ``"format"``; scores as ``float.hex`` of their float32 value). The chat
         template, where chat prompts are rendered from one, is a spec field: the hash commits
         to how a conversation becomes token ids, not only to how text does."""
-        return "0x" + hashlib.sha256(self.spec.canonical_json()).hexdigest()
+        return hashlib.sha256(self.spec.canonical_json()).digest()
 
     @property
     def chat_template(self) -> str | None:

@@ -48,6 +48,7 @@ from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
 from verinfer.errors import InvalidRequestError, ModelLoadError, VerinferError
+from verinfer.protocol.hexutil import to_hex
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,8 @@ class VllmEngine(Engine):
         self.export = export if export is not None else ensure_export(path)
         if self.export.source_model_id != self.loaded.model_id:
             raise ModelLoadError(f"{self.export.path} is the export of "
-                                 f"{self.export.source_model_id}, not of {self.loaded.model_id}")
+                                 f"{to_hex(self.export.source_model_id)}, not of "
+                                 f"{to_hex(self.loaded.model_id)}")
         read_export(self.export.path, verify=True)  # the weights vLLM loads are the manifest's
         self.max_context = min(max_context or self.config.context_length,
                                self.config.context_length, self.settings.max_model_len)

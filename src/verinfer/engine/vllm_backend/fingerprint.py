@@ -26,6 +26,7 @@ from verinfer.engine.container import running_image
 from verinfer.engine.fingerprint import FINGERPRINT_VERSION, EngineFingerprint, cpu_description
 from verinfer.engine.sampling import SAMPLING_RULE
 from verinfer.engine.vllm_backend.settings import VllmSettings
+from verinfer.protocol.hexutil import to_hex
 
 BACKEND = "vllm"
 
@@ -48,7 +49,7 @@ def device_class(settings: VllmSettings) -> str:
     return f"cpu:{name}:{'+'.join(flags)};threads={settings.threads}"
 
 
-def vllm_fingerprint(settings: VllmSettings, weights_sha256: str,
+def vllm_fingerprint(settings: VllmSettings, weights_sha256: bytes,
                      container_digest: str | None = None) -> EngineFingerprint:
     import vllm
 
@@ -59,7 +60,7 @@ def vllm_fingerprint(settings: VllmSettings, weights_sha256: str,
         backend=BACKEND,
         kernels=f"vllm-{vllm.__version__}",  # short: it is in the OpenAI system_fingerprint
         linear_order=f"torch-{torch.__version__};{settings.bits_relevant()};"
-                     f"weights={weights_sha256}",
+                     f"weights={to_hex(weights_sha256)}",
         sampler=SAMPLING_RULE,
         dtype=settings.dtype,
         container_digest=digest,

@@ -34,12 +34,9 @@ class VerinferError(Exception):
         if code is not None:
             self.code = code
 
-    # The generic HTTP reading of the marker (400 / 500), for an HTTP edge with no table of its
-    # own; the OpenAI API tree overrides both with class attributes.
-    @property
-    def status_code(self) -> int:
-        return 400 if self.caller_fault else 500
-
+    # No HTTP status here: each HTTP edge maps the marker (and its own table) to one. The OpenAI
+    # error "type" the operator's API answers is read from the marker the same way; the OpenAI
+    # API tree below sets both as class attributes.
     @property
     def error_type(self) -> str:
         return "invalid_request_error" if self.caller_fault else "server_error"

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from verinfer.cli_errors import fail
+
 if TYPE_CHECKING:
     from verinfer.engine.engine import Engine
 
@@ -35,8 +37,7 @@ def export_hf_cmd(
     try:
         exp = export_hf(resolve_model_path(gguf), out_dir, force=force)
     except VerinferError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        raise typer.Exit(2) from e
+        raise fail(e, exit_code=2) from e
     shown = {k: v for k, v in exp.manifest_json().items() if k != "files"}
     typer.echo(json.dumps({"dir": str(exp.path), **shown, "versions": exp.versions}, indent=2))
 
@@ -62,8 +63,7 @@ def selftest_cmd(
         engine = open_backend(backend, model, export_dir=export_dir, threads=threads,
                               kernels=kernels, max_seqs=max_seqs)
     except (VerinferError, ImportError) as e:
-        typer.echo(f"error: {getattr(e, 'message', str(e))}", err=True)
-        raise typer.Exit(2) from e
+        raise fail(str(getattr(e, "message", e))) from e
     try:
         report = run_selftest(engine)
     finally:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from verinfer.cli_errors import fail
 from verinfer.operator.config import (
     CONFIG_NAME,
     PASSWORD_ENV,
@@ -70,17 +71,13 @@ def init(
 ) -> None:
     """Create the operator keystore and operator.json (and a local KMS epoch if none given)."""
     if (directory / CONFIG_NAME).exists():
-        typer.echo(f"error: {directory / CONFIG_NAME} already exists", err=True)
-        raise typer.Exit(2)
+        raise fail(f"{directory / CONFIG_NAME} already exists")
     if da not in ("local", "redis"):
-        typer.echo("error: --da must be local or redis", err=True)
-        raise typer.Exit(2)
+        raise fail("--da must be local or redis")
     if (rpc_url is None) != (deployment is None):
-        typer.echo("error: --rpc-url and --deployment go together", err=True)
-        raise typer.Exit(2)
+        raise fail("--rpc-url and --deployment go together")
     if approve_image_key_env is not None and deployment is None:
-        typer.echo("error: --approve-image-key-env needs --rpc-url and --deployment", err=True)
-        raise typer.Exit(2)
+        raise fail("--approve-image-key-env needs --rpc-url and --deployment")
     unsafe = ([] if deployment is not None else
               ["no --deployment: receipts for chain 31337 with a zero verifyingContract, "
                "batches to a JSONL file; nothing on chain can challenge them"]) + \
@@ -88,9 +85,8 @@ def init(
               ["no --epochs-file: a KMS is provisioned in DIR/kms (seal keys, sealed shares "
                "and the attestation root key in one tree)"])
     if unsafe and not unsafe_dev:
-        typer.echo("error: production-unsafe set-up:\n  - " + "\n  - ".join(unsafe)
-                   + "\npass --unsafe-dev for a demo or test", err=True)
-        raise typer.Exit(2)
+        raise fail("production-unsafe set-up:\n  - " + "\n  - ".join(unsafe)
+                   + "\npass --unsafe-dev for a demo or test")
     for reason in unsafe:
         typer.echo(f"WARNING: UNSAFE: {reason}", err=True)
     sink: dict[str, object] = {"kind": "jsonl", "path": "batches.jsonl"}
@@ -159,9 +155,7 @@ def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str
         if not gov.config.is_approved(Kind.ENGINE_FINGERPRINT, fp.hash):
             gov.config.approve(Kind.ENGINE_FINGERPRINT, fp.hash)
     except VerinferError as e:
-        typer.echo(f"error: approving engine fingerprint {to_hex(fp.hash)}: {e.message}",
-                   err=True)
-        raise typer.Exit(2) from e
+        raise fail(f"approving engine fingerprint {to_hex(fp.hash)}: {e.message}") from e
     return {"engine_fingerprint_hash": to_hex(fp.hash), "container_digest": fp.container_digest}
 
 
@@ -187,9 +181,8 @@ def _chain(directory: Path) -> tuple[Deployment, TxSender]:
     cfg = OperatorConfig.load(directory)
     sink = cfg.sink
     if not isinstance(sink, ChainSink):
-        typer.echo("error: this operator has no chain configured (operator init --rpc-url "
-                   "--deployment)", err=True)
-        raise typer.Exit(2)
+        raise fail("this operator has no chain configured (operator init --rpc-url "
+                   "--deployment)")
     w3 = Web3(Web3.HTTPProvider(sink.rpc_url, request_kwargs={"timeout": 30}))
     sender = TxSender(w3, Account.from_key(cfg.private_key()))
     return Deployment.load(Path(sink.deployment)), sender
@@ -205,8 +198,7 @@ def _stake_call(directory: Path, action: str, amount: str | None) -> None:
         r = stake_action(deployment, sender, StakeAction(action),
                          None if amount is None else parse_ether(amount))
     except VerinferError as e:
-        typer.echo(f"error: {e.message}", err=True)
-        raise typer.Exit(2) from e
+        raise fail(e, exit_code=2) from e
     typer.echo(json.dumps({"operator": r.address, "stake_wei": r.account.stake,
                            "unbonding_wei": r.account.unbonding,
                            "unbond_ready_at": r.account.unbond_ready_at}))

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from verinfer.cli_errors import fail
+
 ModelsOpt = Annotated[list[str] | None, typer.Option(
     "--model", help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
                     "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
@@ -84,31 +86,24 @@ def serve(
 
     wanted = list(model or ["gemma3-270m"])
     if name is not None and len(wanted) > 1:
-        typer.echo("error: --name applies to a single --model (named models keep their "
-                   "names)", err=True)
-        raise typer.Exit(2)
+        raise fail("--name applies to a single --model (named models keep their "
+                   "names)")
     if (operator_dir is None) == (not unsafe_no_evidence):
-        typer.echo("error: pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
-                   "without any verifiable evidence, --unsafe-no-evidence", err=True)
-        raise typer.Exit(2)
+        raise fail("pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
+                   "without any verifiable evidence, --unsafe-no-evidence")
     if backend not in ("own", "vllm"):
-        typer.echo(f"error: unknown --backend {backend!r} (own | vllm)", err=True)
-        raise typer.Exit(2)
+        raise fail(f"unknown --backend {backend!r} (own | vllm)")
     if backend == "vllm" and len(wanted) != 1:
-        typer.echo("error: --backend vllm serves one --model (one vLLM engine per process)",
-                   err=True)
-        raise typer.Exit(2)
+        raise fail("--backend vllm serves one --model (one vLLM engine per process)")
     loaded_by_name: dict[str, LoadedModel] = {}
     for m in (wanted if backend == "own" else []):
         try:
             loaded = load_model(_model_path(m))
         except VerinferError as e:
-            typer.echo(f"error: {m}: {e.message}", err=True)
-            raise typer.Exit(2) from e
+            raise fail(f"{m}: {e.message}") from e
         served = name or (m if m in MODEL_NAMES else _default_name(loaded.name))
         if served in loaded_by_name:
-            typer.echo(f"error: two models would be served as {served!r}", err=True)
-            raise typer.Exit(2)
+            raise fail(f"two models would be served as {served!r}")
         loaded_by_name[served] = loaded
     engines: dict[str, Engine] = {
         n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
@@ -129,11 +124,10 @@ def serve(
             if unsafe and not unsafe_dev:
                 for eng in engines.values():
                     eng.close()
-                typer.echo("error: this operator configuration is unsafe for production:\n  - "
+                raise fail("this operator configuration is unsafe for production:\n  - "
                            + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
                            "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
-                           "demo", err=True)
-                raise typer.Exit(2)
+                           "demo")
             runtime = build_runtime(cfg, list(engines.values()),
                                     check_identity=not unsafe_skip_identity_check,
                                     selftest=selftest if selftest is not None
@@ -141,8 +135,7 @@ def serve(
         except VerinferError as e:
             for eng in engines.values():
                 eng.close()
-            typer.echo(f"error: {e.message}", err=True)
-            raise typer.Exit(2) from e
+            raise fail(e, exit_code=2) from e
     for reason in unsafe:
         typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
     for served_name, eng in engines.items():
@@ -182,8 +175,7 @@ def _vllm_engines(model: str, name: str | None, export_dir: Path | None, threads
                          VllmSettings(threads=threads, max_num_seqs=max_seqs),
                          max_context=max_context)
     except (VerinferError, ImportError) as e:
-        typer.echo(f"error: {model}: {getattr(e, 'message', str(e))}", err=True)
-        raise typer.Exit(2) from e
+        raise fail(f"{model}: {getattr(e, 'message', str(e))}") from e
     served = name or (model if model in MODEL_NAMES else _default_name(eng.loaded.name))
     return {served: eng}
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.errors import InvalidRequestError, VerinferError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.envelope import EnvelopeContents, EpochPrivateKey, derive_epoch_keypair
@@ -90,7 +90,7 @@ def load_app_key(path: Path | str) -> AppKey:
 
 def write_app_key(path: Path, suite: str, seed: bytes, key_epoch: int | None) -> None:
     """The app key file format above (0600: it opens every envelope of the epoch)."""
-    doc: dict[str, Any] = {"suite": suite, "secret": "0x" + seed.hex()}
+    doc: dict[str, Any] = {"suite": suite, "secret": to_hex(seed)}
     if key_epoch is not None:
         doc["key_epoch"] = key_epoch
     path.touch(mode=0o600)
@@ -184,8 +184,8 @@ def transcript_json(contents: EnvelopeContents, receipt_id: str) -> dict[str, An
         raise AuditInputError("the envelope's bodies are not UTF-8 text: no transcript "
                               "written", param="transcript") from None
     return {"format": TRANSCRIPT_FORMAT, "receipt_id": receipt_id,
-            "exec_request": "0x" + contents.request.canonical.hex(),
-            "exec_result": "0x" + contents.result.canonical.hex(),
+            "exec_request": to_hex(contents.request.canonical),
+            "exec_result": to_hex(contents.result.canonical),
             "request_body": bodies[0], "response_body": bodies[1],
             "readable": {"exec_request": contents.request.to_json(),
                          "exec_result": contents.result.to_json()}}

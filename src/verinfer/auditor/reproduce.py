@@ -147,7 +147,7 @@ class Auditor:
     def challenge_command(self, signed: SignedReceipt) -> str:
         """The exact `verinfer challenge` that escalates (the challenger's key comes from
         $VERINFER_CHAIN_PRIVATE_KEY or --keystore: never printed)."""
-        cmd = ["verinfer", "challenge", "0x" + signed.digest.hex()]
+        cmd = ["verinfer", "challenge", to_hex(signed.digest)]
         if self.chain is not None:
             cmd += ["--rpc-url", self.chain.rpc_url, "--deployment", str(self.chain.deployment)]
         else:
@@ -173,7 +173,7 @@ class Auditor:
         except VerinferError as e:
             raise self._fail(a, "signature", cannot(f"no valid receipt: {e.message[:300]}")
                              ) from None
-        a.report.receipt_id = "0x" + signed.digest.hex()
+        a.report.receipt_id = to_hex(signed.digest)
         r = signed.receipt
         data: dict[str, Any] = {"operator": r.operator, "signer": signer,
                                 "source": a.resolved.source}
@@ -196,7 +196,7 @@ class Auditor:
         digest = a.signed.digest
         if a.located is None:
             try:
-                a.located = locate(self.chain.view, self.da, "0x" + digest.hex())
+                a.located = locate(self.chain.view, self.da, to_hex(digest))
             except VerinferError:
                 a.located = None
         loc = a.located
@@ -214,13 +214,13 @@ class Auditor:
         if not verify_proof(digest, loc.proof, b.root) or b.operator.lower() != \
                 a.signed.receipt.operator.lower():
             raise self._fail(a, "batch", mismatch(
-                f"the manifest's inclusion proof does not lead to batch 0x{b.batch_id.hex()}'s "
+                f"the manifest's inclusion proof does not lead to batch {to_hex(b.batch_id)}'s "
                 "on-chain root (or the batch is another operator's)"))
         return Step("batch", "ok", f"leaf {loc.proof.index} of {b.leaf_count} in batch "
                     f"0x{b.batch_id.hex()[:16]}… (root 0x{b.root.hex()[:16]}…, block "
                     f"{b.block_number}); Merkle proof checks against the on-chain root",
-                    {"batched": True, "batch_id": "0x" + b.batch_id.hex(),
-                     "root": "0x" + b.root.hex(), "leaf_index": loc.proof.index,
+                    {"batched": True, "batch_id": to_hex(b.batch_id),
+                     "root": to_hex(b.root), "leaf_index": loc.proof.index,
                      "block": b.block_number})
 
     # ---- 3. ciphertext ----------------------------------------------------------------------
@@ -278,7 +278,7 @@ class Auditor:
                     "faulty evidence")) from None
             source = "opened with the app key"
             if self.cfg.save_transcript is not None:
-                save_transcript(self.cfg.save_transcript, contents, "0x" + a.signed.digest.hex())
+                save_transcript(self.cfg.save_transcript, contents, to_hex(a.signed.digest))
                 source += f"; transcript written to {self.cfg.save_transcript}"
         elif isinstance(transcript, ClientTranscript):
             claimed = [res for res in transcript.results() if res.hash == r.out_hash]
@@ -296,7 +296,7 @@ class Auditor:
             return Step("open", "ok", "the client's transcript: its answer hashes to outHash "
                         f"({len(claimed[0].output_token_ids)} output tokens); its request is "
                         "rebuilt with the request rule once the model is loaded",
-                        {"out_hash": "0x" + r.out_hash.hex(),
+                        {"out_hash": to_hex(r.out_hash),
                          "claimed_tokens": list(claimed[0].output_token_ids)})
         elif transcript is not None:
             bad = [n for n, ok in (("reqHash", transcript.request.hash == r.req_hash),
@@ -323,7 +323,7 @@ class Auditor:
         res = contents.result
         return Step("open", "ok", f"{source}: {len(contents.request.prompt_token_ids)} prompt "
                     f"tokens, {len(res.output_token_ids)} output tokens claimed",
-                    {"req_hash": "0x" + r.req_hash.hex(), "out_hash": "0x" + r.out_hash.hex(),
+                    {"req_hash": to_hex(r.req_hash), "out_hash": to_hex(r.out_hash),
                      "claimed_tokens": list(res.output_token_ids)})
 
     def _client_contents(self, a: _Audit, engine: Engine) -> EnvelopeContents:
@@ -448,9 +448,9 @@ class Auditor:
                 f"the engine refuses the request ({e.code or type(e).__name__})")) from None
         a.report.facts.update({"output_tokens": len(mine.output_token_ids),
                                "replayed_steps": replayed, "decoded_tokens": decoded})
-        data = {"out_hash": "0x" + mine.hash.hex(), "logit_digest": "0x"
-                + mine.logit_digest.hex(), "tokens": list(mine.output_token_ids),
-                "replayed_steps": replayed, "decoded_tokens": decoded}
+        data = {"out_hash": to_hex(mine.hash), "logit_digest": to_hex(mine.logit_digest),
+                "tokens": list(mine.output_token_ids), "replayed_steps": replayed,
+                "decoded_tokens": decoded}
         if mine.hash == a.signed.receipt.out_hash:
             a.report.verdict = Verdict("reproduced")
             return Step("replay", "ok", f"one pass over {replayed} claimed steps: same tokens, "

@@ -20,7 +20,7 @@ from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import BlobNotFoundError
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.signed import SignedReceipt
@@ -60,7 +60,7 @@ def resolve_ref(ref: str, *, domain: Domain | None, operator_url: str | None) ->
         doc = _operator_receipt(operator_url, ref.lower())
         resolved = _from_doc(doc, domain, f"operator {operator_url}")
         if resolved.signed.digest != digest:
-            raise ReceiptRefError(f"the operator answered receipt 0x{resolved.signed.digest.hex()}"
+            raise ReceiptRefError(f"the operator answered receipt {to_hex(resolved.signed.digest)}"
                                   f" for {ref}", param="ref")
         return resolved
     path = Path(ref)

@@ -180,7 +180,7 @@ def _bind_chain(sink: ChainSink, domain: Domain) -> Any:
     if on_chain != domain.separator:
         raise OperatorConfigError(
             f"the ChallengeManager at {dep.challenge_manager} has EIP-712 domain separator "
-            f"0x{on_chain.hex()}, receipts would use 0x{domain.separator.hex()}")
+            f"{to_hex(on_chain)}, receipts would use {to_hex(domain.separator)}")
     return contracts
 
 

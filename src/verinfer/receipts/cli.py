@@ -10,6 +10,7 @@ import typer
 
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
+from verinfer.receipts.hexutil import to_hex
 
 app = typer.Typer(help="Receipts: vectors, verification, EIP-712 typed data.",
                   no_args_is_help=True)
@@ -48,7 +49,7 @@ def verify(path: Annotated[Path, typer.Argument(help="signed receipt JSON "
     except VerinferError as e:
         raise fail(e, exit_code=1, prefix="invalid") from None
     typer.echo(json.dumps({"valid": True, "signer": signer,
-                           "digest": "0x" + signed.digest.hex()}))
+                           "digest": to_hex(signed.digest)}))
 
 
 @app.command("typed-data")

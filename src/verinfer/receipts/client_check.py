@@ -32,7 +32,7 @@ from verinfer.receipts.eip712 import (
     verify_receipt,
 )
 from verinfer.receipts.errors import IssuedAtSkewError, ReceiptFormatError
-from verinfer.receipts.hexutil import parse_hex
+from verinfer.receipts.hexutil import parse_hex, to_hex
 
 
 def check_verification(v: Mapping[str, Any], *, chain_id: int,
@@ -106,7 +106,7 @@ def check_choices(v: Mapping[str, Any], *, chain_id: int, choices: int,
     for k, r in enumerate(receipts):
         if r.req_hash in seen:
             raise DuplicateChoiceError(f"choices {seen[r.req_hash]} and {k} carry the same "
-                                       f"ExecRequest (reqHash 0x{r.req_hash.hex()})",
+                                       f"ExecRequest (reqHash {to_hex(r.req_hash)})",
                                        param="choices")
         seen[r.req_hash] = k
     if choices_per_prompt is not None and choices_per_prompt > 1:

@@ -45,7 +45,7 @@ from verinfer.receipts.errors import (
     ReceiptFormatError,
     UnsupportedVersionError,
 )
-from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex
+from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
 
 __all__ = [
     "EnvelopeBinding",
@@ -202,11 +202,11 @@ def _check_consistent(contents: EnvelopeContents, b: EnvelopeBinding) -> list[st
     req = contents.request
     problems = []
     if req.hash != b.req_hash:
-        problems.append(f"req_hash 0x{req.hash.hex()} != bound 0x{b.req_hash.hex()}")
+        problems.append(f"req_hash {to_hex(req.hash)} != bound {to_hex(b.req_hash)}")
     if contents.result.hash != b.out_hash:
-        problems.append(f"out_hash 0x{contents.result.hash.hex()} != bound 0x{b.out_hash.hex()}")
+        problems.append(f"out_hash {to_hex(contents.result.hash)} != bound {to_hex(b.out_hash)}")
     if req.model_id != b.model_id:
-        problems.append(f"model_id 0x{req.model_id.hex()} != bound 0x{b.model_id.hex()}")
+        problems.append(f"model_id {to_hex(req.model_id)} != bound {to_hex(b.model_id)}")
     if req.engine_fingerprint_hash != b.engine_fingerprint_hash:
         problems.append("engine fingerprint hash differs from the bound one")
     return problems

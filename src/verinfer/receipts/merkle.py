@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from eth_utils import keccak
 
 from verinfer.receipts.errors import MerkleError
+from verinfer.receipts.hexutil import to_hex
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
@@ -39,7 +40,7 @@ class MerkleProof:
 
     def to_json(self) -> dict[str, object]:
         return {"index": self.index, "leafCount": self.leaf_count,
-                "siblings": ["0x" + s.hex() for s in self.siblings]}
+                "siblings": [to_hex(s) for s in self.siblings]}
 
     @property
     def size_bytes(self) -> int:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
+from verinfer.receipts.hexutil import to_hex
+
 
 class StreamHasher:
     def __init__(self) -> None:
@@ -31,4 +33,4 @@ class StreamHasher:
         return self._h.copy().digest()
 
     def hexdigest(self) -> str:
-        return "0x" + self.digest().hex()
+        return to_hex(self.digest())

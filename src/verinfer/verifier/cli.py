@@ -14,6 +14,7 @@ from rich.console import Console
 
 from verinfer.chain.structs import ETHER
 from verinfer.cli_errors import fail
+from verinfer.engine.backends import EngineChoice
 from verinfer.engine.loader import resolve_model_path
 from verinfer.errors import VerinferError
 from verinfer.kms.local_cluster import ClusterLayout
@@ -58,6 +59,14 @@ def run(
         help="Serve light audits from this Redis (streams under --audit-prefix).")] = None,
     audit_prefix: Annotated[str, typer.Option()] = "verinfer:",
     poll_s: Annotated[float, typer.Option()] = 0.2,
+    backend: Annotated[str, typer.Option(
+        help="Engine backend that re-executes: own (the invariant CPU engine) | vllm (the "
+             "operator's vLLM fingerprint on this machine; .gguf models; needs "
+             "scripts/ci-extras.d/30-vllm or a CUDA vLLM, docs/backends.md). A receipt under "
+             "another engine fingerprint is abstained on.")] = "own",
+    kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
+    vllm_threads: Annotated[int, typer.Option(
+        help="vllm: CPU threads (part of the fingerprint: the operator's count).")] = 1,
     unsafe_devnet_mine: Annotated[bool, typer.Option(
         help="Mine anvil blocks to reach a challenge's draw block (devnet only).")] = False,
 ) -> None:
@@ -74,9 +83,14 @@ def run(
         if enclave not in ("inprocess", "process"):
             raise typer.BadParameter("--enclave must be inprocess or process")
         paths = [resolve_model_path(m) for m in model]
+        choice = EngineChoice(backend, kernels, vllm_threads)
+        if choice.backend == "vllm" and enclave == "inprocess" and len(set(paths)) > 1:
+            # one vLLM engine per process (its CPU worker patches torch globals)
+            raise typer.BadParameter("--backend vllm with --enclave inprocess judges one "
+                                     "--model; several need --enclave process")
         cfg = EnclaveConfig(lay.root_key, lay.directory, lay.registry, container_digest,
                             code_hash, paths[0], mode=enclave,  # type: ignore[arg-type]
-                            more_models=tuple(paths[1:]))
+                            more_models=tuple(paths[1:]), engine=choice)
         judge = EnclaveJudge(cfg, acct, wired.da)
         state_dir.mkdir(parents=True, exist_ok=True)
         lock = threading.Lock()

@@ -9,7 +9,10 @@ semantics; the child loads the request's model each time). Both decrypt per rece
 threshold (P-256) epochs. Neither is a security boundary (docs/kms.md).
 
 A verifier holds one engine per approved model it serves (``model_path`` and
-``more_models``): the request's model id picks it; a model it does not hold is an abstention.
+``more_models``), all of one backend (``engine``: the own engine or vLLM,
+``verinfer.engine.backends``): the request's model id picks it; a model it does not hold is an
+abstention. The enclave measurement binds the fingerprint of the engine that judges the
+receipt's model — per model, since vLLM's fingerprint names the exported weights.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
 from verinfer.enclave.software import SoftwareAttester, load_root_private
+from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory
 from verinfer.kms.epochs import FileEpochRegistry
@@ -71,10 +75,15 @@ class EnclaveConfig:
     mode: EnclaveMode = "inprocess"
     http_timeout_s: float = 5.0
     more_models: tuple[Path, ...] = ()  # further model files this verifier judges
+    engine: EngineChoice | None = None  # the backend; None: the own engine with ``kernels``
 
     @property
     def model_paths(self) -> tuple[Path, ...]:
         return (self.model_path, *(p for p in self.more_models if p != self.model_path))
+
+    @property
+    def choice(self) -> EngineChoice:
+        return self.engine if self.engine is not None else EngineChoice.of(self.kernels)
 
 
 def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
@@ -125,21 +134,15 @@ class EnclaveJudge:
         if cfg.mode == "inprocess" and engine is None:
             # the first model loads now (a node that cannot load its model should fail at
             # start, not at its first challenge); the others when a request names them
-            self.engine = engine_for(cfg.model_path, cfg.kernels)
-        self.models = ModelSet(list(cfg.model_paths), cfg.kernels,
+            self.engine = engine_for(cfg.model_path, cfg.choice)
+        self.models = ModelSet(list(cfg.model_paths), cfg.choice,
                                [self.engine] if self.engine is not None else [])
-        self._fp: str | None = None
 
-    def _fingerprint(self) -> str:
-        """The engine fingerprint (the enclave measurement binds it). It depends on the
-        kernel mode, not on the model, so one engine's serves every model of this node."""
-        if self.engine is not None:
-            return self.engine.fingerprint.canonical().decode()
-        if self._fp is None:
-            eng = Engine.from_path(self.cfg.model_path, self.cfg.kernels)  # type: ignore[arg-type]
-            self._fp = eng.fingerprint.canonical().decode()
-            eng.close()
-        return self._fp
+    def _fingerprint(self, model_id: bytes) -> str:
+        """The fingerprint of the engine that judges ``model_id`` (the enclave measurement
+        binds it): per model, since vLLM's names the exported weights (the own engine's is the
+        same for every model). Computed without starting an engine (:class:`ModelSet`)."""
+        return self.models.fingerprint(model_id).canonical().decode()
 
     def judge(self, receipt: Receipt, pointer: str | None, *, purpose: str,
               challenge_id: str, absent_is_fault: bool = True,
@@ -168,7 +171,8 @@ class EnclaveJudge:
         models = self.models
         attester = SoftwareAttester(
             load_root_private(self.cfg.root_key),
-            measurement(self.cfg.container_digest, self.cfg.code_hash, self._fingerprint()),
+            measurement(self.cfg.container_digest, self.cfg.code_hash,
+                        self._fingerprint(receipt.model_id)),
             time.time)
         runner = EnclaveRunner(attester=attester, shards=load_directory(self.cfg.directory),
                                epochs=FileEpochRegistry(self.cfg.registry),
@@ -207,11 +211,12 @@ class EnclaveJudge:
                         challenge_id: str, assignment: AuditAssignment | None,
                         per_receipt: bool) -> Verdict:
         spec = EnclaveSpec(self.cfg.root_key, self.cfg.container_digest, self.cfg.code_hash,
-                           self._fingerprint(), self.cfg.directory, self.cfg.registry,
-                           self.cfg.http_timeout_s)
+                           self._fingerprint(receipt.model_id), self.cfg.directory,
+                           self.cfg.registry, self.cfg.http_timeout_s)
         # the files are hashed here once (ModelSet caches the ids): the child loads only the
         # model the request names
         args = {"receipt": receipt.to_json(), "blob": blob, "kernels": self.cfg.kernels,
+                "backend": self.cfg.choice.to_json(),
                 "models": {to_hex(mid): str(p) for mid, p in self.models.ids().items()}}
         enclave = SoftwareEnclave(spec, AccountSigner(self.account))
         if per_receipt:

@@ -24,8 +24,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from verinfer.engine.backends import EngineChoice
 from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine
+from verinfer.engine.fingerprint import EngineFingerprint
 from verinfer.engine.loader import sha256_file
 from verinfer.errors import BadInputError, InvalidRequestError
 from verinfer.protocol.hexutil import parse_hex, to_hex
@@ -243,18 +245,20 @@ def _diff(mine: ExecResult, claimed: ExecResult) -> str:
 
 
 # ---- the enclave job -----------------------------------------------------------------------
-_ENGINES: dict[tuple[str, str], Engine] = {}
+_ENGINES: dict[tuple[str, EngineChoice], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def engine_for(model_path: str | Path, kernels: str = "invariant") -> Engine:
-    """One engine per (model file, kernel mode) per process: a long-lived enclave worker loads
-    its model once."""
-    key = (str(Path(model_path).resolve()), kernels)
+def engine_for(model_path: str | Path, kernels: str | EngineChoice = "invariant") -> Engine:
+    """One engine per (model file, backend and kernels) per process: a long-lived enclave
+    worker loads its model once. ``kernels``: an :class:`EngineChoice`, or the one-string form
+    (``invariant``, ``fast``: the own engine; ``vllm``: the vLLM backend, imported only then)."""
+    choice = EngineChoice.of(kernels)
+    key = (str(Path(model_path).resolve()), choice)
     with _ENGINES_LOCK:
         eng = _ENGINES.get(key)
         if eng is None:
-            eng = Engine.from_path(model_path, kernels)  # type: ignore[arg-type]
+            eng = choice.load(model_path)
             _ENGINES[key] = eng
         return eng
 
@@ -273,14 +277,15 @@ class ModelSet:
     kept (a committee member is drawn again and again). A receipt for a model id it does not
     hold is its own limitation, an abstention (CannotJudgeError), never a vote."""
 
-    def __init__(self, paths: Sequence[str | Path], kernels: str = "invariant",
+    def __init__(self, paths: Sequence[str | Path], kernels: str | EngineChoice = "invariant",
                  engines: Sequence[Engine] = ()) -> None:
         if not paths and not engines:
             raise ValueError("a verifier needs at least one model")
         self.paths = [Path(p) for p in paths]
-        self.kernels = kernels
+        self.choice = EngineChoice.of(kernels)
         self._engines: dict[bytes, Engine] = {e.model_id: e for e in engines}
         self._ids: dict[Path, bytes] = {}  # path -> model id, hashed once
+        self._fingerprints: dict[bytes, EngineFingerprint] = {}
         self._lock = threading.Lock()
 
     def ids(self) -> dict[bytes, Path]:
@@ -302,12 +307,31 @@ class ModelSet:
     def known(self) -> set[bytes]:
         return set(self._engines) | set(self.ids())
 
+    def fingerprint(self, model_id: bytes) -> EngineFingerprint:
+        """The fingerprint of the engine that judges ``model_id`` (what the enclave
+        measurement binds), computed without loading that engine. Per model: vLLM's names the
+        exported weights. A model this verifier does not hold gets its first model's (the
+        enclave that opens such an envelope runs that engine; the job then abstains)."""
+        ids = self.ids()
+        if model_id not in self._engines and model_id not in ids:
+            model_id = self._ids[self.paths[0]] if self.paths else next(iter(self._engines))
+        eng = self._engines.get(model_id)
+        if eng is not None:
+            return eng.fingerprint
+        with self._lock:
+            fp = self._fingerprints.get(model_id)
+        if fp is None:
+            fp = self.choice.fingerprint(ids[model_id])
+            with self._lock:
+                self._fingerprints[model_id] = fp
+        return fp
+
     def __call__(self, model_id: bytes) -> Engine:
         """The engine for ``model_id`` (an :data:`EngineResolver`)."""
         eng = self._engines.get(model_id)
         if eng is not None:
             return eng
-        eng = engine_for(self.path_for(model_id), self.kernels)
+        eng = engine_for(self.path_for(model_id), self.choice)
         if eng.model_id != model_id:  # the file changed since it was hashed
             raise CannotJudgeError(f"model file now holds {to_hex(eng.model_id)}, not "
                                    f"{to_hex(model_id)}", param="model_id")
@@ -319,16 +343,19 @@ class ModelSet:
 def verify_receipt_job(private_key: EpochPrivateKey | EnvelopeOpener, *,
                        receipt: dict[str, Any], blob: bytes | None, model_path: str = "",
                        models: dict[str, str] | None = None,
-                       kernels: str = "invariant") -> dict[str, Any]:
+                       kernels: str = "invariant",
+                       backend: dict[str, Any] | None = None) -> dict[str, Any]:
     """Enclave job (``verinfer.verifier.reexec:verify_receipt_job``): ``f(private_key, **args)``
     where ``private_key`` is the epoch key (legacy suites) or an opener of this one envelope
     (per-receipt threshold decryption). ``receipt`` is the EIP-712 message JSON; ``blob`` the
     ciphertext from DA (None: absent); ``models`` maps model ids to files (the parent hashed
     them: only the model the request names is loaded), ``model_path`` is the one-model form.
+    ``backend``: the :class:`EngineChoice` JSON (default: the own engine with ``kernels``).
     Returns the verdict JSON (vote + reason), never plaintext, or ``{"abstain": why}`` when
     this verifier holds no engine for the request's model (an abstention, not an error: the
     parent must not retry it as a fault of its own)."""
     r = Receipt.from_json(receipt)
+    choice = EngineChoice.from_json(backend) if backend is not None else EngineChoice.of(kernels)
     engines: Engine | EngineResolver
     if models:
         by_id = {parse_hex(k, 32, "models key"): v for k, v in models.items()}
@@ -338,9 +365,9 @@ def verify_receipt_job(private_key: EpochPrivateKey | EnvelopeOpener, *,
             if path is None:
                 raise CannotJudgeError(f"request model {to_hex(model_id)} is not one of this "
                                        "verifier's models", param="model_id")
-            return engine_for(path, kernels)
+            return engine_for(path, choice)
     elif model_path:
-        engines = engine_for(model_path, kernels)
+        engines = engine_for(model_path, choice)
     else:
         raise ValueError("verify_receipt_job needs model_path or models")
     try:

@@ -1,5 +1,6 @@
-"""The verifier's, the devnet's, the explorer's and the vLLM backend's errors are domain errors
-(issue 22): they say whose fault it is and nothing about HTTP; the edges choose the status.
+"""The verifier's, the devnet's, the explorer's, the auditor's and the vLLM backend's errors are
+domain errors (issue 22): they say whose fault it is and nothing about HTTP; the edges choose
+the status.
 
 What must not change with the move off the OpenAI API tree: every CLI's exit code (2 for the
 caller's fault, 1 for ours, from the marker) and every HTTP answer (the explorer's 404 for an
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from verinfer.auditor.material import AuditInputError
 from verinfer.cli_errors import exit_code_for
 from verinfer.devnet.harness import DevnetStateError
 from verinfer.engine.vllm_backend.engine import VllmBackendError
@@ -50,6 +52,7 @@ def _make(cls: type[VerinferError]) -> VerinferError:
         (DevnetStateError, 2),
         (NotFoundError, 2),
         (VllmBackendError, 1),
+        (AuditInputError, 2),
     ],
 )
 def test_domain_errors_keep_their_exit_codes_without_an_http_status(

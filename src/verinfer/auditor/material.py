@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verinfer.errors import InvalidRequestError, VerinferError
+from verinfer.errors import BadInputError, VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.canonical import ExecRequest, ExecResult
@@ -46,7 +46,7 @@ TRANSCRIPT_FORMAT = "verinfer-transcript/v1"
 MAX_FILE_BYTES = 64 << 20
 
 
-class AuditInputError(InvalidRequestError):
+class AuditInputError(BadInputError):
     """An app key or transcript file the auditor passed is unreadable or malformed."""
 
     code = "audit_input"

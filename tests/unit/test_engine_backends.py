@@ -122,3 +122,28 @@ def test_own_engine_measurement_is_shared_by_every_model(tmp_path: Path) -> None
     ms = ModelSet([p0, p1], "invariant")
     assert ms.fingerprint(model_file_id(p0)).hash == ms.fingerprint(model_file_id(p1)).hash
     assert ms.fingerprint(model_file_id(p0)).hash == local_fingerprint("invariant").hash
+
+
+def test_the_enclave_job_builds_the_named_backend(tiny_path: Path, tiny_engine: Engine) -> None:
+    """The backend reaches a `process`-mode child as JSON: the job judges with that engine,
+    and one of another fingerprint (here the own engine's fast kernels on an invariant
+    receipt) abstains instead of voting."""
+    from verinfer.receipts import Domain, EnvelopeSuite, ReceiptSigner, derive_epoch_keypair
+    from verinfer.testing.evidence import EvidenceFactory, chat_body
+    from verinfer.verifier.reexec import verify_receipt_job
+
+    sk, pk = derive_epoch_keypair(hashlib.sha256(b"backends epoch").digest(), EnvelopeSuite.X25519)
+    factory = EvidenceFactory(
+        tiny_engine,
+        ReceiptSigner(hashlib.sha256(b"backends operator").digest()),
+        Domain(31337, "0x" + "11" * 20),
+        key_epoch=3,
+        epoch_public_key=pk,
+        now=lambda: 1_800_000_000,
+    )
+    ev = factory.honest(chat_body("which backend judges this?", max_tokens=4, seed=5))
+    args = {"receipt": ev.signed.receipt.to_json(), "blob": ev.blob, "model_path": str(tiny_path)}
+    same = verify_receipt_job(sk, **args, backend=EngineChoice().to_json())
+    assert same["reason"] == "match" and same["agrees"] is True
+    other = verify_receipt_job(sk, **args, backend=EngineChoice("own", "fast").to_json())
+    assert set(other) == {"abstain"} and "engine fingerprint" in other["abstain"]

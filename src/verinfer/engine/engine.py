@@ -141,6 +141,15 @@ class Engine:
         return self.loaded.model_id
 
     # ---- requests ---------------------------------------------------------------------------
+    @staticmethod
+    def check_top_logprobs(top_logprobs: int | None) -> None:
+        """The ExecRequest's bound on ``top_logprobs``, refused alike by every backend's submit
+        and replay."""
+        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequestError(
+                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
+                param="top_logprobs")
+
     def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         params.validate()
         if not prompt_ids:
@@ -164,10 +173,7 @@ class Engine:
         """Queues a request. ``top_logprobs`` (0..20) asks for per-token logprobs; ``on_step``
         is called on the engine thread after every token (keep it short and non-blocking)."""
         self.check_request(prompt_ids, params)
-        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequestError(
-                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
-                param="top_logprobs")
+        self.check_top_logprobs(top_logprobs)
         fut: Future[GenerationResult] = Future()
         cfg = self.config
         cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
@@ -295,10 +301,7 @@ class Engine:
                      params: SamplingParams, top_logprobs: int | None) -> None:
         """What every backend's replay refuses before running (one home: a verifier on any
         backend must refuse the same claims)."""
-        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequestError(
-                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
-                param="top_logprobs")
+        self.check_top_logprobs(top_logprobs)
         if not claimed_ids:
             raise InvalidRequestError("nothing to replay: the claimed output is empty")
         self.check_request(prompt_ids, params)

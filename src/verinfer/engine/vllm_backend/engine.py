@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.engine.engine import (
-    MAX_TOP_LOGPROBS,
     Engine,
     FinishReason,
     GenerationResult,
@@ -47,7 +46,7 @@ from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
-from verinfer.errors import InvalidRequestError, ModelLoadError, VerinferError
+from verinfer.errors import ModelLoadError, VerinferError
 from verinfer.protocol.hexutil import to_hex
 
 log = logging.getLogger(__name__)
@@ -166,10 +165,7 @@ class VllmEngine(Engine):
                on_step: Callable[[StepEvent], None] | None = None
                ) -> Future[GenerationResult]:
         self.check_request(prompt_ids, params)
-        if top_logprobs is not None and not 0 <= top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidRequestError(
-                f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top_logprobs}",
-                param="top_logprobs")
+        self.check_top_logprobs(top_logprobs)
         fut: Future[GenerationResult] = Future()
         key = f"vi-{next(self._keys)}"
         track = Track(params, top_logprobs, len(prompt_ids))

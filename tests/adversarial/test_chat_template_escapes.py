@@ -100,6 +100,27 @@ def test_a_width_taken_from_the_arguments_is_refused(template: str, traced: None
     assert _render("{{ '{:>4}{x}'.format('a', x=1) }}") == "   a1"
 
 
+@pytest.mark.parametrize("template", [
+    "{% set b = [a] * 1000 %}{{ [b] * 30 }}",
+    "{% set b = [a, a, a, a, a, a, a, a, a, a] %}{% set c = [b, b, b, b, b, b, b, b, b, b] %}"
+    "{{ 'x' ~ [c, c, c, c, c, c, c, c, c, c] }}",
+    "{% set b = [a] * 1000 %}{{ ([b] * 30)|tojson }}",
+    "{{ messages|tojson(separators=(' ' * 1000000, ':')) }}",
+])
+def test_shared_references_and_separators_cannot_print_past_the_budget(
+        template: str, traced: None) -> None:
+    """Sizes were checked as ``len``: ``[b] * 30`` is a list of 30, but each item is the same
+    1000-list of 1000-lists, and printing it (``{{ }}``, ``~``, ``tojson``) builds 30 million
+    numbers -- 150 MB and seconds here, ``* 1000`` is 5 GB. A separator of a million spaces
+    repeats between every two items of a tojson. Who gains and what it costs: as above.
+    Now a printed value's size is counted over its tree (stopping at the budget) before it
+    is printed, and tojson bounds its separators as it bounds its indent."""
+    with pytest.raises(jinja2.exceptions.SecurityError, match=r"nested value|JSON text"):
+        render_template_text("{% set a = range(1000)|list %}" + template,
+                             {"messages": MESSAGES}, budget=RenderBudget.for_inputs(7))
+    assert _peak() < PEAK_BYTES, _peak()
+
+
 def test_a_template_that_reads_message_content_renders_alike_every_time() -> None:
     """render_chat renders the template once over placeholder marks (to find where each
     message sits) and once over the real messages, and refuses the request when the two

@@ -40,7 +40,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, ItemsView, Iterable, KeysView, Mapping, ValuesView
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -117,12 +117,45 @@ def _size(v: Any) -> int:
     return len(v) if isinstance(v, (str, bytes, list, tuple, dict)) else 1
 
 
+_CONTAINERS = (list, tuple, set, frozenset, KeysView, ValuesView, ItemsView)
+
+
 def _check_value(b: RenderBudget, v: Any) -> Any:
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
         raise RenderBudgetError("the chat template uses an integer beyond 2**63")
-    if isinstance(v, (str, bytes, list, tuple, dict)):
+    if isinstance(v, (str, bytes)):
         b.check_size(len(v), type(v).__name__)
+    elif isinstance(v, (*_CONTAINERS, Mapping, jinja2.utils.Namespace)):
+        b.check_size(_printed_size(b, v), "nested value")
     return v
+
+
+def _printed_size(b: RenderBudget, v: Any) -> int:
+    """``len(str(v))`` within a small factor (a repr escapes control characters), counted
+    over the value's tree and stopping as soon as it is over the size budget. ``len`` alone
+    misses sharing: ``[[a] * 1000] * 1000`` is a list of 1000 items that prints as a million
+    copies of ``a``. Each node visited is charged."""
+    total, todo = 0, [v]
+    while todo:
+        x = todo.pop()
+        b.charge(1)
+        if isinstance(x, (str, bytes)):
+            total += len(x) + 4  # quotes, separator
+        elif isinstance(x, jinja2.utils.Namespace):
+            total += 16
+            todo.append(dict(x._Namespace__attrs))
+        elif isinstance(x, Mapping):
+            total += 2 + 2 * len(x)
+            todo.extend(x.keys())
+            todo.extend(x.values())
+        elif isinstance(x, _CONTAINERS):
+            total += 2 + len(x)
+            todo.extend(x)
+        else:
+            total += 24  # an int (<= 2**63), float, bool, None or small object's repr
+        if total > b.size:
+            break
+    return total
 
 
 def _check_args(b: RenderBudget, args: Iterable[Any]) -> list[Any]:
@@ -219,7 +252,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def __init__(self) -> None:
         super().__init__(trim_blocks=True, lstrip_blocks=True,
-                         extensions=[jinja2.ext.loopcontrols])
+                         extensions=[jinja2.ext.loopcontrols], finalize=_finalize)
         self.filters["tojson"] = _tojson
         self.filters["random"] = _nondeterministic("the random filter")
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
@@ -229,7 +262,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def bounded_concat(self, parts: tuple[Any, ...]) -> str:
         b = _budget()
-        strs = [str(p) for p in parts]
+        strs = [str(_check_value(b, p)) for p in parts]
         total = sum(map(len, strs))
         b.charge(total)
         b.check_size(total, "string")
@@ -312,6 +345,12 @@ def _guard_filter(name: str, f: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
+def _finalize(value: Any) -> Any:
+    """Every ``{{ … }}`` value, checked before it is printed (a shared-reference list prints
+    far larger than its length)."""
+    return _check_value(_budget(), value)
+
+
 def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
@@ -326,17 +365,21 @@ def _nondeterministic(what: str) -> Callable[..., Any]:
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    if indent is not None:
-        # an indent repeats on every line, once per nesting level: bound the indented size
-        # from the compact form before json builds it (``tojson(indent=10**9)``)
-        compact = json.dumps(x, ensure_ascii=ensure_ascii, separators=separators,
-                             sort_keys=sort_keys)
+    if indent is not None or separators is not None:
+        # an indent repeats on every line, once per nesting level, and a separator between
+        # every two items: bound the size from the compact form before json builds it
+        # (``tojson(indent=10**9)``, ``tojson(separators=(' ' * 10**6, ':'))``)
+        compact = json.dumps(x, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
         b = _budget()
         b.charge(len(compact))
-        width = len(indent) if isinstance(indent, str) else max(int(indent), 0)
+        width = 0 if indent is None else len(indent) if isinstance(indent, str) \
+            else max(int(indent), 0)
+        seps = separators if isinstance(separators, (tuple, list)) else ()
+        sep = max((len(p) for p in seps if isinstance(p, str)), default=0)
         lines = 1 + sum(compact.count(c) for c in ",[]{}")
         depth = max_depth(compact.encode("utf-8", "surrogatepass"))
-        b.check_size(len(compact) + lines * (1 + width * depth), "JSON text")
+        gaps = compact.count(",") + compact.count(":")
+        b.check_size(len(compact) + lines * (1 + width * depth) + gaps * sep, "JSON text")
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)
 

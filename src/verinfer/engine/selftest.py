@@ -197,7 +197,9 @@ def load_report(path: str | Path) -> SelfTestReport | None:
     """A kept report, or None when there is none readable (then the self-test runs again)."""
     try:
         doc = json.loads(Path(path).read_text())
-        if doc.get("version") != REPORT_VERSION:
+        # anything but a well-typed report is no report (a list has no .get; "false" is truthy)
+        if not isinstance(doc, dict) or doc.get("version") != REPORT_VERSION \
+                or type(doc.get("passed")) is not bool:
             return None
         doc["cases"] = [Case(**c) for c in doc["cases"]]
         return SelfTestReport(**doc)

@@ -35,9 +35,9 @@ from verinfer.da_client.eigenda import EigenDAProxyClient
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
-from verinfer.da_client.sinks import InMemoryBatchSink
 from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.testing.sample import sample_entry
+from verinfer.testing.sinks import InMemoryBatchSink
 
 SIZES = {"4KB": 4096, "256KB": 256 * 1024}
 

@@ -16,9 +16,9 @@ from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Backoff, Publisher
-from verinfer.da_client.sinks import InMemoryBatchSink
 from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.testing.sample import sample_entry
+from verinfer.testing.sinks import InMemoryBatchSink
 
 
 class Clock:

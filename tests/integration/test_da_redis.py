@@ -26,8 +26,8 @@ from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
 from verinfer.da_client.redis_backend import RedisDAClient
-from verinfer.da_client.sinks import InMemoryBatchSink
 from verinfer.testing.sample import sample_entry
+from verinfer.testing.sinks import InMemoryBatchSink
 
 SHARED = "redis://127.0.0.1:6379/0"
 

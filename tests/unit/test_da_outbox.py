@@ -19,11 +19,12 @@ from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
-from verinfer.da_client.sinks import BatchCommitment, InMemoryBatchSink
+from verinfer.da_client.sinks import BatchCommitment
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.merkle import verify_proof
 from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
 from verinfer.testing.sample import SAMPLE_DOMAIN, sample_entry
+from verinfer.testing.sinks import InMemoryBatchSink
 
 
 class FakeClock:

@@ -18,7 +18,7 @@ from verinfer.da_client.manifest import (
     parse_manifest,
 )
 from verinfer.da_client.pointer import Pointer
-from verinfer.da_client.sinks import BatchCommitment, BatchSink, InMemoryBatchSink
+from verinfer.da_client.sinks import BatchCommitment, BatchSink
 
 __all__ = [
     "BatchCommitment",
@@ -29,7 +29,6 @@ __all__ = [
     "CommitmentMismatchError",
     "DAClient",
     "DAUnavailableError",
-    "InMemoryBatchSink",
     "MalformedPointerError",
     "ManifestEntry",
     "ManifestError",

@@ -1,8 +1,9 @@
 """Where finished batches go: (root, leaf count, manifest pointer) -> a BatchSink.
 
-The on-chain sink (BatchRegistry) lives in ``verinfer.chain``; these two serve tests and the
-CLI. Delivery is at-least-once (a crash between ``commit`` and the outbox recording it repeats
-the call), so every sink must treat a root it already holds as success.
+The on-chain sink (BatchRegistry) lives in ``verinfer.chain``; the JSONL sink here serves the
+CLI and local set-ups (the tests' in-memory sink is ``verinfer.testing.sinks``). Delivery is
+at-least-once (a crash between ``commit`` and the outbox recording it repeats the call), so
+every sink must treat a root it already holds as success.
 """
 
 from __future__ import annotations
@@ -37,23 +38,6 @@ class BatchSink(Protocol):
     def commit(self, batch: BatchCommitment) -> None:
         """Record the batch durably; idempotent by root. Raise to make the outbox retry."""
         ...
-
-
-class InMemoryBatchSink:
-    """Keeps commitments in a list, once per root (tests)."""
-
-    def __init__(self) -> None:
-        self.batches: list[BatchCommitment] = []
-        self.calls = 0
-        self._roots: set[bytes] = set()
-        self._lock = threading.Lock()
-
-    def commit(self, batch: BatchCommitment) -> None:
-        with self._lock:
-            self.calls += 1
-            if batch.root not in self._roots:
-                self._roots.add(batch.root)
-                self.batches.append(batch)
 
 
 class JsonlBatchSink:

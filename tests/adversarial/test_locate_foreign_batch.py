@@ -24,13 +24,14 @@ HONEST, SHADOW = Account.from_key(b"\x0c" * 32), Account.from_key(b"\x0d" * 32)
 
 
 class _ChainOf:
-    """The two ChainView calls ``locate`` makes, over batches committed in the given order."""
+    """The two ChainView calls ``locate`` and ``sample_receipts`` make, over batches committed
+    in the given order."""
 
     def __init__(self, batches: list[BatchRecord]) -> None:
         self.domain, self._batches = DOMAIN, batches
 
-    def batches(self) -> list[BatchRecord]:
-        return list(self._batches)
+    def batches(self, from_block: int | None = None) -> list[BatchRecord]:
+        return [b for b in self._batches if from_block is None or b.block_number >= from_block]
 
     def manifest(self, da: LocalDAClient, pointer: str) -> BatchManifest:
         return parse_manifest(da.get(Pointer.parse(pointer)), DOMAIN)
@@ -83,3 +84,30 @@ def _file(tmp_path: Path, signed: SignedReceipt) -> Path:
     path = tmp_path / "receipt.json"
     path.write_text(json.dumps(signed.to_json()))
     return path
+
+
+def test_a_receipt_copied_into_another_operators_batch_is_not_sampled_for_audit(
+        tmp_path: Path) -> None:
+    """`verinfer audit` sampled every entry of every manifest, so a receipt copied into a
+    shadow batch was audited with the *copier's* ciphertext pointer beside it -- content
+    addressed, but free to name a backend where the blob is absent. The light audit then says
+    "ciphertext unavailable", and `--escalate` opens a full challenge, with the escalating
+    auditor's bond, against an honest receipt whose own batch serves the ciphertext: the
+    committee dismisses it and the honest auditor pays. Who gains: whoever commits the shadow
+    batch (a staked operator's gas) drains auditors' bonds. Now only the batch operator's own
+    receipts are sampled."""
+    import random
+
+    from verinfer.verifier.audit_cli import sample_receipts
+
+    da = LocalDAClient(tmp_path / "da")
+    mine = [_signed(HONEST, i, da) for i in range(3)]
+    theirs = _signed(SHADOW, 9, da)
+    copied = ManifestEntry(mine[1].signed, Pointer("redis", mine[1].ciphertext.blob_sha256))
+    shadow = _commit(SHADOW, [copied, theirs], da, block=5)
+    own = _commit(HONEST, mine, da, block=6)
+    sampled = sample_receipts(_ChainOf([shadow, own]), da, 1.0,
+                              random.Random(0))
+    assert [(s.digest, p) for s, p in sampled] == [
+        (theirs.signed.digest, str(theirs.ciphertext)),
+        *[(e.signed.digest, str(e.ciphertext)) for e in mine]]

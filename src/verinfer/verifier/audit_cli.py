@@ -51,6 +51,11 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
             console.print(f"[yellow]skipped batch[/yellow] 0x{b.root.hex()}: {err.message}")
             continue
         for e in m.entries:
+            # another operator's receipt copied into this batch is not committed by it (the
+            # contract looks a batch up under the receipt's operator), and the pointer beside
+            # it is the copier's word: auditing it could only escalate against the wrong batch
+            if e.signed.receipt.operator.lower() != b.operator.lower():
+                continue
             if rng.random() < rate:
                 out.append((e.signed, str(e.ciphertext)))
     return out

@@ -157,6 +157,12 @@ def test_disagreeing_code_points_go_to_the_whole_text_path(
             text = f"x{chr(cp)}y {chr(cp)}1 \n{chr(cp)}"
             assert _words(tok, parse_special).encode(text) is None
             assert tok.encode(text, parse_special=parse_special) == _whole(tok, text, parse_special)
+    long_text = _corpus()[:20_000] + chr(CLASS_DISAGREEMENTS[0][0]) + " end"
+    assert len(long_text) >= bytelevel_words.WORDS_MIN_CHARS
+    assert _words(tok, parse_special).encode(long_text) is None
+    assert tok.encode(long_text, parse_special=parse_special) == _whole(
+        tok, long_text, parse_special
+    )
     armenian = "a\u0558b"  # U+0558: a letter for the regex package, unassigned for Oniguruma
     pieces = regex.findall(bytelevel_words.SMOLLM_PATTERN, armenian)
     hf = tok._backend.pre_tokenizer.pre_tokenize_str(armenian)
@@ -208,3 +214,20 @@ def test_gpt2_pre_tokenizer_same_ids(tok: ByteLevelTokenizer) -> None:
 def test_lone_surrogate_is_a_tokenizer_error(tok: ByteLevelTokenizer) -> None:
     with pytest.raises(TokenizerError):
         tok.encode("abc \ud800 def")
+
+
+def test_the_path_changes_neither_ids_nor_hash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tokenizer's identity is its spec: with the word path turned off (as under other
+    library versions) the hash and the ids of a long text are the same."""
+    fields = read_gguf_tokenizer_fields(smollm2_model_path())
+    fast = Tokenizer.from_gguf_fields(fields)
+    assert isinstance(fast, ByteLevelTokenizer)
+    _words(fast, True), _words(fast, False)  # built now, before the versions are patched
+    monkeypatch.setattr(bytelevel_words, "DERIVED_FOR", {"tokenizers": "0", "regex": "0"})
+    assert not bytelevel_words.word_path_available()
+    whole = Tokenizer.from_gguf_fields(fields)
+    assert isinstance(whole, ByteLevelTokenizer) and whole._word_encoder(True) is None
+    assert fast.hash == whole.hash and fast.spec == whole.spec
+    text = _corpus()[:50_000]
+    for special in (True, False):
+        assert fast.encode(text, parse_special=special) == whole.encode(text, parse_special=special)

@@ -31,6 +31,7 @@ from typing import Any
 
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel_words import (
+    WORDS_MIN_CHARS,
     WordEncoder,
     word_path_available,
     words_backend,
@@ -231,7 +232,7 @@ class ByteLevelTokenizer(_Delegate):
         self._words: Any = None  # the BPE-only backend both modes share
 
     def _encode_into(self, text: str, parse_special: bool, out: list[int]) -> None:
-        words = self._word_encoder(parse_special)
+        words = self._word_encoder(parse_special) if len(text) >= WORDS_MIN_CHARS else None
         ids = words.encode(text) if words is not None else None
         if ids is None:  # no word path, or a code point whose class HF sees differently
             super()._encode_into(text, parse_special, out)

@@ -135,6 +135,9 @@ CLASS_DISAGREEMENTS: tuple[tuple[int, int], ...] = (
     (0x3D000, 0x3FC3F),
 )
 
+# shorter texts go to HF whole: below a few thousand characters the per-call costs here (a
+# batch call for the distinct words, the lookups) exceed what the distinct words save
+WORDS_MIN_CHARS = 4096
 # texts this long are cut (bytelevel.cut_for_parallel) and their pieces found in threads: the
 # regex package releases the GIL while it matches
 PARALLEL_MIN_CHARS = 1 << 16
@@ -316,7 +319,8 @@ class WordEncoder:
         words = list(distinct)
         if not words:
             return {}
-        n = min(len(words), 2 * (os.cpu_count() or 1))
+        # a few thousand words per batch: fewer would cost more in thread hand-offs than BPE
+        n = max(1, min(len(words) // 2048, 2 * (os.cpu_count() or 1)))
         batches = [words[k::n] for k in range(n)]
         try:
             encodings = self._words.encode_batch(

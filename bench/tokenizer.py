@@ -9,13 +9,16 @@ cut to ``--mb`` MB of UTF-8, after the multilingual tokenizer corpus of
 tests/slow/test_tokenizer_gemma.py (CJK, Arabic, emoji, control-token text).
 
 Per tokenizer (Gemma 3 270M: SentencePiece BPE, fast path in HF ``tokenizers``; SmolLM2-135M:
-byte-level BPE in ``tokenizers``): MB/s of ``encode`` (median of ``--reps``, each with HF's word
-caches emptied first, as for a first request; wall and CPU time -- CPU time adds up the threads
-that encode a long text's chunks in parallel),
+byte-level BPE, pre-tokenized in Python and each distinct pre-token BPE'd by ``tokenizers``,
+see engine/tokenizer/bytelevel_words.py): MB/s of ``encode`` (median of ``--reps``, each with
+HF's word caches emptied first, as for a first request; wall and CPU time -- CPU time adds up
+the threads that encode a long text's chunks in parallel),
 the one-off build of the Rust backend, a chat turn holding the whole text rendered to ids
 (``render_chat``; the issue's 3.9 MB chat body took 17 s with the pure-Python tokenizer). For
 Gemma also the pure-Python reference on the first ``--ref-mb`` MB, with the check that both give
-the same ids and the CPU-time speed-up on that text (``speedup_cpu_gemma``). ``tokenize_mb_s`` is
+the same ids and the CPU-time speed-up on that text (``speedup_cpu_gemma``); for SmolLM2 the
+check that its ids are those of one whole-text call of its HF backend
+(``words_equal_whole_smollm2``). ``tokenize_mb_s`` is
 the slower of the two shipped tokenizers (wall time: on a shared machine, read the ``cpu`` keys).
 The last line of stdout is one JSON object.
 """
@@ -46,8 +49,10 @@ def corpus(mb: float) -> str:
     # package descriptions (READMEs as markdown/rst), docs, licences, a public-domain book;
     # not the .txt data files (hex hash lists, word lists)
     prose = sorted(site.rglob("METADATA")) + sorted(
-        p for ext in ("*.md", "*.rst", "LICENSE*", "Isaac.Newton-Opticks.txt")
-        for p in site.rglob(ext))
+        p
+        for ext in ("*.md", "*.rst", "LICENSE*", "Isaac.Newton-Opticks.txt")
+        for p in site.rglob(ext)
+    )
     code = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
     sys.path.insert(0, str(ROOT / "tests" / "slow"))
     from test_tokenizer_gemma import CASES  # the multilingual corpus the tests use
@@ -82,8 +87,7 @@ def _clear_caches(tok: Tokenizer) -> None:
     """Empty HF BPE's word caches: each rep encodes the text as a first request would."""
     from verinfer.engine.tokenizer.fast_spm import _BACKENDS
 
-    backends = [getattr(tok, "_backend", None), getattr(tok, "_plain", None),
-                *_BACKENDS.values()]
+    backends = [getattr(tok, "_backend", None), getattr(tok, "_plain", None), *_BACKENDS.values()]
     for b in backends:
         clear = getattr(getattr(b, "model", None), "_clear_cache", None)
         if clear is not None:
@@ -98,22 +102,31 @@ def measure(name: str, tok: Tokenizer, text: str, reps: int) -> dict[str, Any]:
     build_s = time.perf_counter() - w
     wall, cpu, ids = timed(lambda: (_clear_caches(tok), tok.encode(text))[1], reps)
     chat_wall, _, _ = timed(lambda: render_chat(tok, [ChatMessage("user", text)]), 1)
-    print(f"{name}: {type(tok).__name__}, {mb:.2f} MB -> {len(ids)} ids: {mb / wall:.2f} MB/s "
-          f"wall, {mb / cpu:.2f} MB/s CPU; backend build {build_s:.2f} s; chat of the whole "
-          f"text {chat_wall:.2f} s", file=sys.stderr)
-    return {f"tokenize_mb_s_{name}": round(mb / wall, 3),
-            f"tokenize_cpu_mb_s_{name}": round(mb / cpu, 3),
-            f"tokenize_build_s_{name}": round(build_s, 3),
-            f"chat_render_s_{name}": round(chat_wall, 3),
-            f"tokens_per_mb_{name}": round(len(ids) / mb)}
+    print(
+        f"{name}: {type(tok).__name__}, {mb:.2f} MB -> {len(ids)} ids: {mb / wall:.2f} MB/s "
+        f"wall, {mb / cpu:.2f} MB/s CPU; backend build {build_s:.2f} s; chat of the whole "
+        f"text {chat_wall:.2f} s",
+        file=sys.stderr,
+    )
+    return {
+        f"tokenize_mb_s_{name}": round(mb / wall, 3),
+        f"tokenize_cpu_mb_s_{name}": round(mb / cpu, 3),
+        f"tokenize_build_s_{name}": round(build_s, 3),
+        f"chat_render_s_{name}": round(chat_wall, 3),
+        f"tokens_per_mb_{name}": round(len(ids) / mb),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=4.0, help="size of the text (MB)")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
-    ap.add_argument("--ref-mb", type=float, default=0.5,
-                    help="MB for the pure-Python reference (it is ~20x slower)")
+    ap.add_argument(
+        "--ref-mb",
+        type=float,
+        default=0.5,
+        help="MB for the pure-Python reference (it is ~20x slower)",
+    )
     args = ap.parse_args()
     text = corpus(args.mb)
     out: dict[str, Any] = {"text_mb": round(len(text.encode()) / 1e6, 3), "reps": args.reps}
@@ -125,7 +138,7 @@ def main() -> None:
     smollm2 = Tokenizer.from_gguf(smollm2_model_path())
     out.update(measure("smollm2", smollm2, text, args.reps))
 
-    ref_text = text.encode()[:int(args.ref_mb * 1e6)].decode("utf-8", errors="ignore")
+    ref_text = text.encode()[: int(args.ref_mb * 1e6)].decode("utf-8", errors="ignore")
     ref_mb = len(ref_text.encode()) / 1e6
     reference = SpmTokenizer(gemma.spec)
     ref_wall, ref_cpu, ref_ids = timed(lambda: reference.encode(ref_text), 1)
@@ -136,6 +149,8 @@ def main() -> None:
     # CPU time of the same text, back to back: the ratio a loaded machine distorts least
     out["speedup_cpu_gemma"] = round(ref_cpu / fast_cpu, 1)
     out["same_hash_fast_and_reference"] = gemma.hash == reference.hash
+    whole = smollm2._backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
+    out["words_equal_whole_smollm2"] = smollm2.encode(text) == list(whole)
     out["tokenize_mb_s"] = min(out["tokenize_mb_s_gemma"], out["tokenize_mb_s_smollm2"])
     print(json.dumps(out))
 

@@ -6,8 +6,8 @@ pointer, a bad signature, an unknown model: the caller can fix it) and False oth
 side failed — a node down, a backend lying, a tampered local file, a bug). The edges read the
 marker: a CLI exits 2 vs 1 (:mod:`verinfer.cli_errors`), an HTTP app answers 4xx vs 5xx.
 
-Domain errors (DA, receipts, chain, KMS, attestation, verifier, devnet, explorer, the vLLM
-backend) carry only that marker and a machine-readable ``code``; the HTTP status is chosen at
+Domain errors (engine, DA, receipts, chain, KMS, attestation, verifier, devnet, explorer, the
+vLLM backend) carry only that marker and a machine-readable ``code``; the HTTP status is chosen at
 the edge — the operator API (``verinfer.operator.errors``), the KMS shard app
 (``verinfer.kms.shard_app``), the explorer (``verinfer.explorer.errors``). Only the OpenAI API
 tree below (:class:`ClientError` 4xx / :class:`ServerError` 5xx, the errors the operator's
@@ -89,16 +89,6 @@ class RateLimitError(ClientError):
         self.retry_after = retry_after
 
 
-class ModelLoadError(ClientError):
-    """A weight file is missing, corrupt or of an unsupported architecture/format."""
-
-    code = "model_load_error"
-
-
-class TokenizerError(ClientError):
-    code = "tokenizer_error"
-
-
 # ---- server errors (5xx) -------------------------------------------------------------------
 class ServerError(VerinferError):
     """A failure of ours the OpenAI-compatible API answers with its own 5xx status."""
@@ -107,10 +97,23 @@ class ServerError(VerinferError):
     error_type = "server_error"
 
 
-class KernelError(ServerError):
-    """The compiled kernel library is missing or was called with inconsistent tensors."""
-
-
 class EngineOverloadedError(ServerError):
     status_code = 503
     code = "engine_overloaded"
+
+
+# ---- the engine's domain errors (no HTTP status: the edges map them from the marker) -------
+class ModelLoadError(BadInputError):
+    """A weight file is missing, corrupt or of an unsupported architecture/format."""
+
+    code = "model_load_error"
+
+
+class TokenizerError(BadInputError):
+    """A tokenizer cannot be built from the model's metadata, or refuses an input."""
+
+    code = "tokenizer_error"
+
+
+class KernelError(VerinferError):
+    """The compiled kernel library is missing or was called with inconsistent tensors."""

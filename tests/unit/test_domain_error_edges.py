@@ -15,12 +15,16 @@ import pytest
 from verinfer.auditor.material import AuditInputError
 from verinfer.cli_errors import exit_code_for
 from verinfer.devnet.harness import DevnetStateError
+from verinfer.engine.export_hf import ExportError
 from verinfer.engine.vllm_backend.engine import VllmBackendError
 from verinfer.errors import (
     ClientError,
     InvalidRequestError,
+    KernelError,
+    ModelLoadError,
     ModelNotFoundError,
     ServerError,
+    TokenizerError,
     VerinferError,
 )
 from verinfer.explorer import errors as explorer_errors
@@ -53,6 +57,10 @@ def _make(cls: type[VerinferError]) -> VerinferError:
         (NotFoundError, 2),
         (VllmBackendError, 1),
         (AuditInputError, 2),
+        (ModelLoadError, 2),
+        (TokenizerError, 2),
+        (ExportError, 2),
+        (KernelError, 1),
     ],
 )
 def test_domain_errors_keep_their_exit_codes_without_an_http_status(
@@ -97,3 +105,21 @@ def test_the_explorer_cli_reports_an_unusable_option_with_exit_2(tmp_path: Path)
     r = CliRunner().invoke(app, ["--deployment", str(missing), "--rpc-url", "http://127.0.0.1:1"])
     assert r.exit_code == 2, r.output
     assert r.output.startswith(f"error: cannot read deployment file {missing}")
+
+
+# What the operator's API answered while these sat on the API tree (ClientError 400 /
+# ServerError 500), now read from the marker at its edge.
+@pytest.mark.parametrize(
+    ("error", "status", "kind"),
+    [
+        (ModelLoadError("corrupt weights"), 400, "invalid_request_error"),
+        (TokenizerError("no merges"), 400, "invalid_request_error"),
+        (KernelError("kernel library missing"), 500, "server_error"),
+    ],
+)
+def test_the_operator_edge_keeps_the_engine_errors_answers(
+    error: VerinferError, status: int, kind: str
+) -> None:
+    assert operator_errors.http_status(error) == status
+    body = operator_errors.error_payload(error)["error"]
+    assert body["type"] == kind and body["code"] == error.code

@@ -61,9 +61,6 @@ def reproduce(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
 ) -> None:
     """Reproduce a receipt: signature, batch, ciphertext, opening, environment, replay."""
-    if kernel_isa is not None:
-        # before any kernel runs: the engine reads it once, when the kernels load
-        os.environ["VERINFER_KERNEL_ISA"] = kernel_isa
     try:
         report = _run(ref, model or [], app_key, transcript, save_transcript, operator_url,
                       rpc_url, deployment, da_store, da_redis_url, kernel_isa, as_json)
@@ -119,17 +116,17 @@ def _run(ref: str, models: list[str], app_key: Path | None, transcript: Path | N
 
 def _force_isa(name: str) -> None:
     """Refuse a path this CPU lacks (the cookbook's cross-ISA check must not silently run
-    another one), then dispatch to it."""
+    another one), then dispatch to it, before any kernel runs. VERINFER_KERNEL_ISA is set only
+    after the check: the kernels read it when they load (here), and would refuse a missing
+    path in their own words, naming a variable the auditor never set."""
     from verinfer.auditor.material import AuditInputError
     from verinfer.engine import kernels
 
-    if name == "auto":
-        kernels.set_isa("auto")
-        return
     have = kernels.supported_isas()
-    if name not in have:
+    if name != "auto" and name not in have:
         raise AuditInputError(f"this CPU cannot run the {name} kernel path (it supports "
                               f"{', '.join(have)})", param="kernel_isa")
+    os.environ[kernels.ISA_ENV] = name  # what this process runs, for what it starts
     kernels.set_isa(name)
 
 

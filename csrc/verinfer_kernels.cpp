@@ -37,6 +37,10 @@
 #include <type_traits>
 #include <vector>
 
+#include <unistd.h>
+
+#include "verinfer_pool.h"
+
 namespace vi {
 
 // Function table of one ISA path. Block functions take pointers already offset to the block.
@@ -340,6 +344,39 @@ static void check_f32(const at::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(dim < 0 || t.dim() == dim, name, " must have ", dim, " dims");
 }
 
+// ---- decode-step parallelism (verinfer_pool.h). One pool per process and thread count: a
+// changed torch thread count retires the old workers, a forked child starts its own.
+static std::mutex g_pool_mu;
+static SpinPool* g_pool = nullptr;
+static pid_t g_pool_pid = 0;
+static std::atomic<bool> g_pool_enabled{true};
+void set_spin_pool(bool on) { g_pool_enabled.store(on); }
+static SpinPool* spin_pool() {
+  const int threads = at::get_num_threads();
+  if (threads <= 1 || !g_pool_enabled.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard<std::mutex> lk(g_pool_mu);
+  const pid_t pid = getpid();
+  if (g_pool != nullptr && (g_pool->threads() != threads || g_pool_pid != pid)) {
+    if (g_pool_pid == pid) g_pool->retire();  // (a forked child's copy has no threads to stop)
+    g_pool = nullptr;  // leaked on purpose: a retiring worker may still read it
+  }
+  if (g_pool == nullptr) g_pool = new SpinPool(threads), g_pool_pid = pid;
+  return g_pool;
+}
+// fn(b, e) over `tasks` contiguous ranges covering [0, n), on the spin pool's threads (or
+// at::parallel_for's when the pool is off or busy). Ranges decide only who computes what.
+template <class F>
+static void par_ranges(int64_t n, int64_t tasks, const F& fn) {
+  tasks = std::min(tasks, n);
+  if (tasks <= 1) return fn(int64_t{0}, n);
+  const std::function<void(int64_t)> task = [&](int64_t i) { fn(n * i / tasks, n * (i + 1) / tasks); };
+  SpinPool* pool = spin_pool();
+  if (pool != nullptr && pool->run(tasks, task)) return;
+  at::parallel_for(0, tasks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) task(i);
+  });
+}
+
 constexpr int64_t kColTile = 16;  // multiple of every kNR, so chunk edges never split a tile
 constexpr int64_t kRowChunk = 48;  // a multiple of every ISA's row group (6, 4, 2)
 
@@ -477,6 +514,41 @@ at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
+// Per-head RMSNorm then rotary in the NeoX/HF half layout (Gemma's q/k path) in one pass:
+// x [T, H, D] -> y with n = rmsnorm(x[t, h]) exactly as rmsnorm() above, then for i < D/2
+//   y[i] = n[i] * c[i] - n[i + D/2] * s[i],   y[i + D/2] = n[i + D/2] * c[i] + n[i] * s[i]
+// with c, s = cos[t], sin[t]: every product and sum rounded on its own (-ffp-contract=off), as
+// PyTorch's elementwise ops in models/common.py rope_half round them, so the bits are the same.
+at::Tensor rmsnorm_rope_half(const at::Tensor& x, const at::Tensor& w, double eps, const at::Tensor& cos,
+                             const at::Tensor& sin) {
+  check_f32(x, "x", 3), check_f32(w, "w", 1), check_f32(cos, "cos", 2), check_f32(sin, "sin", 2);
+  const int64_t T = x.size(0), H = x.size(1), D = x.size(2), h = D / 2;
+  TORCH_CHECK(D > 0 && D % 2 == 0 && w.size(0) == D, "x must be [T, H, D] with even D and w [D]");
+  TORCH_CHECK(cos.size(0) == T && cos.size(1) == h && sin.sizes() == cos.sizes(), "cos and sin must be [T, D/2]");
+  at::Tensor y = at::empty_like(x);
+  const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float feps = static_cast<float>(eps);
+  const Kern& kn = kern();
+  at::parallel_for(0, T * H, 64, [&](int64_t b, int64_t e) {
+    std::vector<float> nrm(D);
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = xp + r * D;
+      const float inv = 1.0f / std::sqrt(kn.dot(xr, xr, D) / static_cast<float>(D) + feps);
+      kn.scale_mul(xr, inv, wp, nrm.data(), D);
+      const float *c = cp + (r / H) * h, *s = sp + (r / H) * h;
+      float* yr = yp + r * D;
+      for (int64_t i = 0; i < h; ++i) {
+        const float a = nrm[i], bb = nrm[i + h];
+        yr[i] = a * c[i] - bb * s[i];
+        yr[i + h] = bb * c[i] + a * s[i];
+      }
+    }
+  });
+  return y;
+}
+
 // Elementwise; vi_expf is plain IEEE arithmetic, so one C path serves every ISA with the same bits.
 // Grain: a decode step's 2048..8192 elements take ~13-50 us on one thread, less than waking the
 // second one costs inside a real decode on a shared machine (measured ~70 us per region).
@@ -582,6 +654,10 @@ at::Tensor attention(const at::Tensor& q, const std::vector<at::Tensor>& kc, con
 // 32-k block, 32 fp16 scales d[i] (64 bytes), then q[kk][i] (32 x 32 int8, k-major); padding
 // rows have d = 0, q = 0. linear_packed / linear_q8_0_packed: y[m, n] = fmaf chain over k.
 static constexpr int64_t kGemvMaxRows = 4;
+// Decode GEMVs on the spin pool: matrices under kSerialSpinBytes stay on the calling thread
+// (a region costs ~1-2 us there); larger ones split into kGemvTasksPerThread ranges per thread,
+// claimed dynamically, so a descheduled thread's share goes to the others.
+constexpr int64_t kSerialSpinBytes = 1 << 16, kGemvTasksPerThread = 4;
 
 at::Tensor pack_f32(const at::Tensor& w) {
   check_f32(w, "w", 2);
@@ -760,9 +836,13 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& wp, int64_t n) {
   if (M <= kGemvMaxRows) {
     at::Tensor xt = M == 1 ? x : pack_x(x, M);
     const float* xp = xt.data_ptr<float>();
-    at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
+    const auto run = [&](int64_t b, int64_t e) {
       kn.gemv_p(xp, M, K, w + b * ps, ps, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
-    });
+    };
+    if (g_pool_enabled.load(std::memory_order_relaxed))
+      par_ranges(P, P * ps * 4 < kSerialSpinBytes ? 1 : kGemvTasksPerThread * at::get_num_threads(), run);
+    else
+      at::parallel_for(0, P, 1, run);
     return y;
   }
   at::Tensor xt = pack_x(x, kn.pmr);
@@ -804,14 +884,19 @@ at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const
     at::Tensor xt = M == 1 ? x : pack_x(x, M);
     const float* xp = xt.data_ptr<float>();
     const auto gemv = kn.gemv_q[gt.fmt];
-    // Matrices under kSerialGemvBytes run on the calling thread: threads only split panels, so
+    const auto run = [&](int64_t b, int64_t e) {
+      gemv(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
+    };
+    if (g_pool_enabled.load(std::memory_order_relaxed)) {
+      par_ranges(P, P * psb < kSerialSpinBytes ? 1 : kGemvTasksPerThread * at::get_num_threads(), run);
+      return y;
+    }
+    // Without the spin pool: matrices under kSerialGemvBytes run on the calling thread: threads only split panels, so
     // this changes no bit, and measured inside Gemma 3 270M decode steps the second thread's
     // wake-up cost more than it saved below ~1 MiB (e.g. 256x640 Q5_0: 26 us alone, 79 us on
     // two threads; 2048x640: 154 us alone, 137 us on two).
     const int64_t grain = P * psb < kSerialGemvBytes ? P : 1;
-    at::parallel_for(0, P, grain, [&](int64_t b, int64_t e) {
-      gemv(xp, M, K, w + b * psb, psb, (e - b) * kPNR, std::min(N, e * kPNR) - b * kPNR, yp + b * kPNR, N);
-    });
+    at::parallel_for(0, P, grain, run);
     return y;
   }
   // Large M (prefill, replay: compute-bound): each task dequantizes its panel group into fp32
@@ -875,6 +960,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q8_0", &vi::linear_q8_0, rel());
   m.def("dequantize_q8_0", &vi::dequantize_q8_0, rel());
   m.def("rmsnorm", &vi::rmsnorm, rel());
+  m.def("rmsnorm_rope_half", &vi::rmsnorm_rope_half, rel());
   m.def("gelu_tanh_mul", &vi::gelu_tanh_mul, rel());
   m.def("silu_mul", &vi::silu_mul, rel());
   m.def("attention", &vi::attention, rel());
@@ -887,6 +973,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
   m.def("pack_quant", &vi::pack_quant, rel());
   m.def("linear_quant_packed", &vi::linear_quant_packed, rel());
+  m.def("set_spin_pool", &vi::set_spin_pool, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());
 }

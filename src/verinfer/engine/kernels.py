@@ -229,6 +229,23 @@ QUANT_BLOCKS = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_1": (32, 20), "Q4_K": (2
                 "Q6_K": (256, 210)}
 
 
+# The panel layout (csrc PanelFmt) each block type packs into: types of one layout can share a
+# kernel call (Q5_0 is widened to Q8_0's int8 panels at pack time); None = fp32 panels.
+PANEL_LAYOUTS = {"Q8_0": "q8", "Q5_0": "q8", "Q4_1": "q4_1", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+
+
+def panel_layout(qtype: str | None) -> str:
+    """The packed layout of a matrix of GGUF type ``qtype`` (None: fp32 panels)."""
+    return "f32" if qtype is None else PANEL_LAYOUTS[qtype]
+
+
+def set_spin_pool(on: bool) -> None:
+    """Decode-size kernels on the spinning thread pool (default) or on OpenMP's threads with
+    small matrices on the calling thread (the old scheduling, kept to measure against). Only
+    which thread computes an output changes, never a bit. Process-wide."""
+    _call("set_spin_pool", bool(on))
+
+
 def quant_row_bytes(qtype: str, k: int) -> int:
     """Bytes of one GGUF row of k weights of block type ``qtype`` (a key of QUANT_BLOCKS)."""
     try:
@@ -269,6 +286,14 @@ def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
     Gemma's (1 + w) weight convention is the caller's business: pass the effective weight."""
     return _tensor("rmsnorm", x, w, float(eps))
+
+
+def rmsnorm_rope_half(x: torch.Tensor, w: torch.Tensor, eps: float, cos: torch.Tensor,
+                      sin: torch.Tensor) -> torch.Tensor:
+    """x [T, H, D] -> per head ``rope_half(rmsnorm(x[t, h], w, eps), cos[t], sin[t])`` in one
+    pass, bit-equal to the two steps (:func:`rmsnorm`, then models/common.py ``rope_half``'s
+    separately rounded products and sums); cos, sin: [T, D/2]."""
+    return _tensor("rmsnorm_rope_half", x, w, float(eps), cos, sin)
 
 
 def gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,8 @@ PyTorch's vectorized and scalar-tail code paths may round differently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
@@ -45,6 +46,7 @@ class Matrix:
     q4_1: torch.Tensor | None = None
     qtype: str | None = None
     blocks: torch.Tensor | None = None
+    _shape: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for qtype, legacy in (("Q8_0", self.q8_0), ("Q4_1", self.q4_1)):
@@ -59,6 +61,11 @@ class Matrix:
 
     @property
     def shape(self) -> tuple[int, int]:
+        if self._shape is None:  # asked on every matmul: computed once
+            self._shape = self._compute_shape()
+        return self._shape
+
+    def _compute_shape(self) -> tuple[int, int]:
         if self.f32 is not None:
             return (int(self.f32.shape[0]), int(self.f32.shape[1]))
         assert self.blocks is not None and self.qtype is not None
@@ -107,6 +114,27 @@ def dequantize_q8_0_rows(blocks: torch.Tensor) -> torch.Tensor:
     return (q * d).reshape(r, -1)
 
 
+@dataclass
+class MatrixGroup:
+    """Matrices that multiply the same input (q/k/v, gate/up), for :meth:`Ops.linear_group`.
+
+    ``packed``: one kernel-ready matrix holding every part's panels back to back (the parts'
+    ``packed`` become views into it, so nothing is stored twice), when the mode and the parts
+    allow it; else None and the parts run one by one. ``qtype``/``n``/``k``: what the kernel is
+    called with; ``splits``: each part's output columns.
+    """
+
+    parts: list[Matrix]
+    packed: torch.Tensor | None = None
+    qtype: str | None = None
+    n: int = 0
+    k: int = 0
+
+    @property
+    def splits(self) -> list[int]:
+        return [p.shape[0] for p in self.parts]
+
+
 class Ops(Protocol):
     mode: KernelMode
     linear_order: str  # names the summation order of every matmul; part of the fingerprint
@@ -117,7 +145,22 @@ class Ops(Protocol):
 
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor: ...
 
+    def group(self, parts: Sequence[Matrix]) -> MatrixGroup:
+        """Prepared matrices of one input as a group (called once per group, at model load)."""
+        ...
+
+    def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        """``[linear(x, p) for p in g.parts]``, the same bits; possibly in one kernel call (the
+        outputs are then column slices of one tensor: contiguous only for one row)."""
+        ...
+
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+    def rmsnorm_rope_half(self, x: torch.Tensor, w: torch.Tensor, eps: float,
+                          cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``rope_half(rmsnorm(x per head), cos, sin)``: x [T, H, D], cos/sin [T, D/2] (Gemma's
+        q/k path; models/common.py has both steps)."""
+        ...
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
 
@@ -169,8 +212,42 @@ class InvariantOps:
             return self.k.linear_quant_packed(x, w.packed, w.qtype, n, k)
         return self.k.linear_packed(x, w.packed, n)
 
+    def group(self, parts: Sequence[Matrix]) -> MatrixGroup:
+        """One panel matrix for parts of one panel layout and K whose row counts are whole
+        panels: each output is still its own fmaf chain over k (rows never interact), so the
+        one call gives the bits of the separate ones while reading x, starting threads and
+        crossing into C++ once (Gemma 3 270M: q/k/v are Q5_0/Q8_0, both int8 panels)."""
+        g = MatrixGroup(list(parts))
+        if len(parts) < 2 or any(p.packed is None for p in parts):
+            return g
+        layouts = {self.k.panel_layout(p.qtype) for p in parts}
+        ks = {p.shape[1] for p in parts}
+        if len(layouts) != 1 or len(ks) != 1 or any(p.shape[0] % self.k.PANEL for p in parts):
+            return g
+        packed = torch.cat([p.packed for p in parts if p.packed is not None])
+        start = 0
+        for p in parts:
+            assert p.packed is not None
+            p.packed = packed[start:start + p.packed.shape[0]]  # a view: stored once
+            start += p.packed.shape[0]
+        g.packed, g.qtype, g.n, g.k = packed, parts[0].qtype, sum(g.splits), ks.pop()
+        return g
+
+    def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        if g.packed is None:
+            return [self.linear(x, p) for p in g.parts]
+        if g.qtype is not None:
+            y = self.k.linear_quant_packed(x, g.packed, g.qtype, g.n, g.k)
+        else:
+            y = self.k.linear_packed(x, g.packed, g.n)
+        return list(y.split(g.splits, dim=1))
+
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return self.k.rmsnorm(x, w, eps)
+
+    def rmsnorm_rope_half(self, x: torch.Tensor, w: torch.Tensor, eps: float,
+                          cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return self.k.rmsnorm_rope_half(x, w, eps, cos, sin)  # one pass, the same bits
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return self.k.gelu_tanh_mul(gate, up)
@@ -194,8 +271,21 @@ class TorchOps:
     def linear(self, x: torch.Tensor, w: Matrix) -> torch.Tensor:
         return F.linear(x, w.dense())
 
+    def group(self, parts: Sequence[Matrix]) -> MatrixGroup:
+        return MatrixGroup(list(parts))
+
+    def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        return [self.linear(x, p) for p in g.parts]
+
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+    def rmsnorm_rope_half(self, x: torch.Tensor, w: torch.Tensor, eps: float,
+                          cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        n = self.rmsnorm(x, w, eps)  # then models/common.py rope_half, written out
+        half = n.shape[-1] // 2
+        n1, n2, c, s = n[..., :half], n[..., half:], cos[:, None, :], sin[:, None, :]
+        return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], dim=-1)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return F.gelu(gate, approximate="tanh") * up

@@ -13,6 +13,7 @@ local rope base; the others attend to the full prefix with the global base (and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,9 +25,8 @@ from verinfer.engine.models.common import (
     RopeTable,
     embed_scale,
     rope_divisors,
-    rope_half,
 )
-from verinfer.engine.ops import Matrix, Ops
+from verinfer.engine.ops import Matrix, MatrixGroup, Ops
 
 
 @dataclass
@@ -44,6 +44,8 @@ class Gemma3Layer:
     up: Matrix  # [F, dim]
     down: Matrix  # [dim, F]
     post_ffw_norm: torch.Tensor  # [dim]
+    qkv: MatrixGroup  # q, k, v in one call where the panels allow
+    gate_up: MatrixGroup
 
 
 class Gemma3:
@@ -55,30 +57,34 @@ class Gemma3:
 
         self.embed = mat("token_embd.weight")  # [V, dim], also the LM head
         self.out_norm = weights["output_norm.weight"]
-        self.layers = [
-            Gemma3Layer(
-                attn_norm=weights[f"blk.{i}.attn_norm.weight"],
-                q=mat(f"blk.{i}.attn_q.weight"),
-                k=mat(f"blk.{i}.attn_k.weight"),
-                v=mat(f"blk.{i}.attn_v.weight"),
-                q_norm=weights[f"blk.{i}.attn_q_norm.weight"],
-                k_norm=weights[f"blk.{i}.attn_k_norm.weight"],
-                o=mat(f"blk.{i}.attn_output.weight"),
-                post_attn_norm=weights[f"blk.{i}.post_attention_norm.weight"],
-                ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
-                gate=mat(f"blk.{i}.ffn_gate.weight"),
-                up=mat(f"blk.{i}.ffn_up.weight"),
-                down=mat(f"blk.{i}.ffn_down.weight"),
-                post_ffw_norm=weights[f"blk.{i}.post_ffw_norm.weight"],
-            )
-            for i in range(cfg.n_layers)
-        ]
+        self.layers = [self._layer(weights, mat, i) for i in range(cfg.n_layers)]
         # rope scaling (Gemma 3 4B+: linear, factor 8) stretches the global layers only
         scaling = cfg.rope_scaling
         self.rope_global = RopeTable(cfg.head_dim, cfg.rope_theta, None if scaling is None else
                                      rope_divisors(scaling, cfg.head_dim, cfg.rope_theta))
         self.rope_local = RopeTable(cfg.head_dim, cfg.rope_local_theta)
         self.scale = embed_scale(cfg.dim)
+
+    def _layer(self, weights: Weights, mat: Callable[[str], Matrix], i: int) -> Gemma3Layer:
+        q, k, v = (mat(f"blk.{i}.attn_{n}.weight") for n in "qkv")
+        gate, up = mat(f"blk.{i}.ffn_gate.weight"), mat(f"blk.{i}.ffn_up.weight")
+        return Gemma3Layer(
+            attn_norm=weights[f"blk.{i}.attn_norm.weight"],
+            q=q,
+            k=k,
+            v=v,
+            q_norm=weights[f"blk.{i}.attn_q_norm.weight"],
+            k_norm=weights[f"blk.{i}.attn_k_norm.weight"],
+            o=mat(f"blk.{i}.attn_output.weight"),
+            post_attn_norm=weights[f"blk.{i}.post_attention_norm.weight"],
+            ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
+            gate=gate,
+            up=up,
+            down=mat(f"blk.{i}.ffn_down.weight"),
+            post_ffw_norm=weights[f"blk.{i}.post_ffw_norm.weight"],
+            qkv=self.ops.group([q, k, v]),
+            gate_up=self.ops.group([gate, up]),
+        )
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
@@ -93,18 +99,17 @@ class Gemma3:
             sliding = cfg.is_sliding(i)
             cos, sin = (cos_l, sin_l) if sliding else (cos_g, sin_g)
             h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
-            q = ops.linear(h, L.q).view(T * H, D)
-            k = ops.linear(h, L.k).view(T * KV, D)
-            v = ops.linear(h, L.v).view(T, KV, D)
-            q = rope_half(ops.rmsnorm(q, L.q_norm, cfg.norm_eps).view(T, H, D), cos, sin)
-            k = rope_half(ops.rmsnorm(k, L.k_norm, cfg.norm_eps).view(T, KV, D), cos, sin)
-            batch.write_kv(i, k, v)
+            q, k, v = (t.contiguous() for t in ops.linear_group(h, L.qkv))  # copies if T > 1
+            q = ops.rmsnorm_rope_half(q.view(T, H, D), L.q_norm, cfg.norm_eps, cos, sin)
+            k = ops.rmsnorm_rope_half(k.view(T, KV, D), L.k_norm, cfg.norm_eps, cos, sin)
+            batch.write_kv(i, k, v.view(T, KV, D))
             window = (cfg.sliding_window or 0) if sliding else 0
-            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, window, cfg.attn_scale)
+            a = ops.attention(q, *batch.kv(i), seq, pos, window, cfg.attn_scale)
             o = ops.linear(a.view(T, H * D), L.o)
             x = x + ops.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
             h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
-            m = ops.gelu_tanh_mul(ops.linear(h, L.gate), ops.linear(h, L.up))
+            gate, up = ops.linear_group(h, L.gate_up)
+            m = ops.gelu_tanh_mul(gate.contiguous(), up.contiguous())
             x = x + ops.rmsnorm(ops.linear(m, L.down), L.post_ffw_norm, cfg.norm_eps)
         x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
         return ops.linear(x, self.embed)  # [R, V]

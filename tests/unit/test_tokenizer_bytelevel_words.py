@@ -12,6 +12,7 @@ left out, an illegal reordering of the pattern, a disagreeing code point let thr
 
 from __future__ import annotations
 
+import os
 import random
 import sysconfig
 from pathlib import Path
@@ -231,3 +232,27 @@ def test_the_path_changes_neither_ids_nor_hash(monkeypatch: pytest.MonkeyPatch) 
     text = _corpus()[:50_000]
     for special in (True, False):
         assert fast.encode(text, parse_special=special) == whole.encode(text, parse_special=special)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_encodes_long_texts(tok: ByteLevelTokenizer) -> None:
+    """The pre-token search's thread pool, used in the parent, is rebuilt in a forked child
+    (a copied pool has no threads and would hang)."""
+    text = _corpus()[:200_000]
+    expected = tok.encode(text)  # the parent's pool now exists
+    assert bytelevel_words._POOL is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, never return into pytest
+        ok = False
+        try:
+            ok = tok.encode(text) == expected
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as answer:
+            assert answer.read() == b"1"
+    finally:
+        os.waitpid(pid, 0)

@@ -145,6 +145,16 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def _forget_pool_after_fork() -> None:
+    """A forked child has none of the parent's threads, but a copied pool would believe it has
+    them all and never run a task: the child starts its own."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def pattern(pre: str) -> str:
     """The pre-token regex for ``tokenizer.ggml.pre`` (see the module docstring)."""
     if pre == "gpt2":

@@ -348,10 +348,12 @@ class VllmEngine(Engine):
         toks = list(dec.outputs[0].token_ids)
         dec_lp = [step[t].logprob for step, t in zip(dec.outputs[0].logprobs, toks,
                                                       strict=True)]
-        pre = self._probe(list(prompt) + toks[:-1], 1, prompt_logprobs=0)
+        # the prefill scores every token it is given: all n generated ones (prompt_logprobs has
+        # one entry per prompt position), so the last one too
+        pre = self._probe(list(prompt) + toks, 1, prompt_logprobs=0)
         p = len(prompt)
         for i, t in enumerate(toks):
-            entry = pre.prompt_logprobs[p + i]
+            entry = pre.prompt_logprobs[p + i] if p + i < len(pre.prompt_logprobs) else None
             got = entry[t].logprob if entry is not None and t in entry else None
             if got is None or got != dec_lp[i]:
                 return False, (f"step {i}: decode logprob {dec_lp[i]!r}, prefill {got!r}")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from eth_account import Account
 
-from verinfer.enclave.attestation import measurement
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.app_keys import load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ShardProcesses, add_epoch, provision
@@ -56,7 +56,7 @@ def pct(xs: list[float], p: float) -> float:
 def tdx_verify_ms(iters: int = 200) -> float:
     """p50 of verifying the real TDX sample (tests/vectors/attestation) with its collateral at
     its pinned time: dcap-qvl's chain/CRL/TCB checks plus our collateral dates and policy."""
-    from verinfer.enclave.tdx import TdxEvidence, TdxPolicy, verify_tdx
+    from verinfer.attestation.tdx import TdxEvidence, TdxPolicy, verify_tdx
 
     vec = Path(__file__).resolve().parents[1] / "tests" / "vectors" / "attestation"
     ev = TdxEvidence((vec / "tdx_quote").read_bytes(),

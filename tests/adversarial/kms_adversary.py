@@ -13,9 +13,9 @@ import httpx
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from verinfer.enclave.attestation import measurement
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
 

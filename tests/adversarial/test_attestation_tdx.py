@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from eth_account import Account
 from fastapi.testclient import TestClient
 
-from verinfer.enclave.attestation import AttestationPolicy, Quote, measurement
-from verinfer.enclave.errors import AttestationError
-from verinfer.enclave.software import SoftwareAttester, SoftwareQuoteVerifier, load_root_private
-from verinfer.enclave.tdx import (
+from verinfer.attestation.errors import AttestationError
+from verinfer.attestation.quotes import AttestationPolicy, Quote, measurement
+from verinfer.attestation.software import SoftwareAttester, SoftwareQuoteVerifier, load_root_private
+from verinfer.attestation.tdx import (
     EVENT_IMAGE_DIGEST,
     TdxEvidence,
     TdxPlatform,
@@ -32,7 +32,7 @@ from verinfer.enclave.tdx import (
     verify_tdx,
     verinfer_events,
 )
-from verinfer.enclave.tee_gate import TeeGate, build_tee_gate
+from verinfer.attestation.tee_gate import TeeGate, build_tee_gate
 from verinfer.kms.identity import sign_eip191
 from verinfer.kms.local_cluster import build_shard_service, provision
 from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest

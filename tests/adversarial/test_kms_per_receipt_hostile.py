@@ -20,8 +20,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from fastapi.testclient import TestClient
 
-from verinfer.enclave.attestation import measurement
-from verinfer.enclave.software import SoftwareAttester, load_root_private
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.kms import tdh
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.identity import sign_eip191

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verinfer.enclave.attestation import parse_hex as quote_hex
-from verinfer.enclave.errors import QuoteMalformedError
+from verinfer.attestation.errors import QuoteMalformedError
+from verinfer.attestation.quotes import parse_hex as quote_hex
 from verinfer.kms.allowlist import FileMeasurementAllowlist
 from verinfer.kms.committee import FileCommitteeOracle
 from verinfer.kms.errors import BadReleaseRequest, RegistryError, SealError

@@ -25,13 +25,13 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 from web3 import Web3
 
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.chain.anvil import Anvil, dev_accounts, free_port, increase_time, mine
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.signing import sign_receipt_typed
 from verinfer.chain.structs import ETHER, Kind, Role, Status, default_params
-from verinfer.enclave.attestation import measurement
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.chain_oracle import ChainCommitteeOracle, parse_challenge_id
 from verinfer.kms.cli import app as kms_app
 from verinfer.kms.errors import CommitteeUnavailableError, RegistryError

@@ -16,10 +16,10 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from verinfer.enclave.attestation import measurement
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.errors import KeyReleaseError
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.app_keys import load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, add_epoch, provision

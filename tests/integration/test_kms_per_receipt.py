@@ -17,10 +17,10 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from verinfer.enclave.attestation import measurement
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.errors import EnclaveError, KeyReleaseError
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms import tdh
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.keygen import share_label, share_path

@@ -33,8 +33,8 @@ ROOT_PACKAGE = "verinfer"
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # Empty: the last two (the request rule and ExecRequest.sampling_params reaching up into
     # receipts and the engine) went when ExecRequest and SamplingParams moved into the protocol
-    # layer (issue 22). kms <-> enclave is no cycle at module level: kms imports only attestation
-    # modules (layer 6), the enclave runner (layer 8) imports kms.
+    # layer (issue 22). kms and enclave do not import each other: both import the attestation
+    # package below them (test_kms_and_enclave_meet_only_in_attestation).
 }
 
 
@@ -186,15 +186,16 @@ SYNTHETIC = """<!-- layers: synthetic -->
 | 0 | `verinfer`, `verinfer.errors` | x |
 | 1 | `verinfer.protocol` | x |
 | 2 | `verinfer.receipts` | x |
-| 3 | `verinfer.enclave.attestation` | x |
+| 3 | `verinfer.attestation` | x |
 | 4 | `verinfer.kms` | x |
 | 5 | `verinfer.enclave` | x |
 | 6 | `verinfer.operator`, `verinfer.verifier` | x |
 <!-- /layers -->
 """
 SYNTH_MODULES = {"verinfer", "verinfer.errors", "verinfer.protocol", "verinfer.protocol.limits",
-                 "verinfer.receipts", "verinfer.receipts.canonical", "verinfer.enclave",
-                 "verinfer.enclave.attestation", "verinfer.enclave.runner", "verinfer.kms",
+                 "verinfer.receipts", "verinfer.receipts.canonical", "verinfer.attestation",
+                 "verinfer.attestation.quotes", "verinfer.enclave", "verinfer.enclave.runner",
+                 "verinfer.kms",
                  "verinfer.kms.shard", "verinfer.operator", "verinfer.operator.app",
                  "verinfer.verifier", "verinfer.verifier.node"}
 
@@ -216,9 +217,11 @@ def _check(module: str, source: str, is_package: bool = False) -> list[Violation
      "    from verinfer.operator.app import create_app\n"),
     # the bottom layer reaching up one step
     ("verinfer.protocol.limits", "from verinfer.receipts import canonical\n"),
-    # attestation (3) must not reach the runner (5) through the shared package name
-    ("verinfer.enclave.attestation", "from verinfer.enclave import runner\n"),
+    # attestation (3) reaches neither the KMS (4) nor the enclave runner (5); the KMS not the runner
+    ("verinfer.attestation.quotes", "from verinfer.enclave import runner\n"),
+    ("verinfer.attestation.quotes", "from verinfer.kms.shard import report_data\n"),
     ("verinfer.kms.shard", "from verinfer.enclave.runner import run\n"),
+    ("verinfer.kms.shard", "import verinfer.enclave\n"),
     # two services on one layer stay independent
     ("verinfer.operator.app", "from verinfer.verifier.node import Node\n"),
 ])
@@ -229,9 +232,10 @@ def test_upward_import_is_caught(module: str, source: str) -> None:
 
 
 @pytest.mark.parametrize(("module", "source"), [
-    ("verinfer.kms.shard", "from verinfer.enclave.attestation import Quote\n"),
-    ("verinfer.kms.shard", "from verinfer.enclave import attestation\n"),
+    ("verinfer.kms.shard", "from verinfer.attestation.quotes import Quote\n"),
+    ("verinfer.kms.shard", "from verinfer.attestation import quotes\n"),
     ("verinfer.enclave.runner", "from verinfer.kms.shard import Shard\nimport verinfer.errors\n"),
+    ("verinfer.enclave.runner", "from verinfer.attestation.quotes import Attester\n"),
     ("verinfer.operator.app", "from . import app\nfrom verinfer.operator.app import x\n"),
     ("verinfer.receipts.canonical", "import json\nfrom verinfer import errors\n"),
 ])
@@ -266,6 +270,10 @@ def test_the_repository_stands_alone() -> None:
     ("verinfer.protocol.exec_request",
      "def f():\n    from verinfer.engine.sampling import SamplingParams\n"),
     ("verinfer.protocol.sampling_params", "import torch\nfrom verinfer.engine import kernels\n"),
+    # kms -> enclave and attestation -> kms, the cycle issue 22 removed, put back
+    ("verinfer.kms.shard", "from verinfer.enclave.runner import EnclaveRunner\n"),
+    ("verinfer.attestation.quotes",
+     "def f():\n    from verinfer.kms.protocol import report_data\n"),
 ])
 def test_the_documents_table_catches_an_upward_import(table: dict[str, int],
                                                       sources: dict[str, tuple[str, bool]],
@@ -274,3 +282,55 @@ def test_the_documents_table_catches_an_upward_import(table: dict[str, int],
     found = violations({module: (source, False)}, table, set(sources) | compiled_modules())
     assert [v.importer for v in found] == [module], found
     assert "imports layer" in found[0].why
+
+
+ATTESTATION = f"{ROOT_PACKAGE}.attestation"
+KMS = f"{ROOT_PACKAGE}.kms"
+ENCLAVE = f"{ROOT_PACKAGE}.enclave"
+
+
+def _imports_by_package(sources: dict[str, tuple[str, bool]],
+                        package: str) -> dict[str, set[str]]:
+    """``{module of package: the verinfer modules it imports}``, every spelling counted."""
+    known = set(sources) | compiled_modules()
+    return {module: {name for _, name in imports_of(source, module, is_package, known)}
+            for module, (source, is_package) in sources.items()
+            if module == package or module.startswith(package + ".")}
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_kms_and_enclave_meet_only_in_attestation(table: dict[str, int],
+                                                   sources: dict[str, tuple[str, bool]]) -> None:
+    """Issue 22: attestation is its own package below both; the KMS imports nothing of the
+    enclave, attestation nothing of either, and the enclave takes its quotes from attestation
+    (no attestation module is left behind in the enclave package)."""
+    rows: dict[str, int] = {}
+    for package in (ATTESTATION, KMS, ENCLAVE):
+        placed = layer_of(package, table)
+        assert placed is not None and placed[1] == package, f"{package} has no row of its own"
+        rows[package] = placed[0]
+    assert rows[ATTESTATION] < rows[KMS] < rows[ENCLAVE], rows
+
+    kms = _imports_by_package(sources, KMS)
+    assert kms, "no kms modules found"
+    kms_to_enclave = sorted(f"{m} -> {i}" for m, names in kms.items() for i in names
+                            if _in(i, ENCLAVE))
+    assert kms_to_enclave == []
+    assert any(_in(i, ATTESTATION) for names in kms.values() for i in names)
+
+    attestation = _imports_by_package(sources, ATTESTATION)
+    assert {f"{ATTESTATION}.{m}" for m in ("quotes", "software", "tdx", "tee_gate", "errors")} \
+        <= set(attestation)
+    upward = sorted(f"{m} -> {i}" for m, names in attestation.items() for i in names
+                    if _in(i, KMS) or _in(i, ENCLAVE))
+    assert upward == []
+
+    enclave = _imports_by_package(sources, ENCLAVE)
+    left_behind = sorted(m for m in enclave
+                         if m.rsplit(".", 1)[-1] in {"attestation", "software", "tdx", "tee_gate"})
+    assert left_behind == [], "attestation modules still in the enclave package"
+    runner_imports = enclave[f"{ENCLAVE}.runner"]
+    assert f"{ATTESTATION}.quotes" in runner_imports  # the runner's Attester comes from below

@@ -5,13 +5,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from verinfer.enclave.attestation import (
-    AttestationPolicy,
-    Quote,
-    VerifierSet,
-    measurement,
-)
-from verinfer.enclave.errors import (
+from verinfer.attestation.errors import (
     MeasurementNotAllowedError,
     QuoteExpiredError,
     QuoteMalformedError,
@@ -19,7 +13,13 @@ from verinfer.enclave.errors import (
     RootKeyError,
     UnsupportedTeeError,
 )
-from verinfer.enclave.software import (
+from verinfer.attestation.quotes import (
+    AttestationPolicy,
+    Quote,
+    VerifierSet,
+    measurement,
+)
+from verinfer.attestation.software import (
     SoftwareAttester,
     SoftwareQuoteVerifier,
     load_root_private,

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from eth_account import Account
 
-from verinfer.enclave.attestation import measurement
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.errors import JobError, KeyReleaseError
 from verinfer.enclave.jobs import open_blob
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.kms.app_keys import app_keypair, load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.keygen import share_label, share_path

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from verinfer.enclave.attestation import measurement
-from verinfer.enclave.cli import app as enclave_app
-from verinfer.enclave.errors import QuoteMalformedError
-from verinfer.enclave.tdx import (
+from verinfer.attestation.errors import QuoteMalformedError
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.tdx import (
     EVENT_IMAGE_DIGEST,
     MAX_EVENTS,
     EventLogUnexpectedEventError,
@@ -30,6 +29,7 @@ from verinfer.enclave.tdx import (
     verify_tdx,
     verinfer_events,
 )
+from verinfer.enclave.cli import app as enclave_app
 
 V = Path(__file__).resolve().parents[1] / "vectors" / "attestation"
 NOW = 1750334400  # 2025-06-19T12:00Z: inside the sample collateral's window

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from verinfer.enclave.errors import (
+from verinfer.attestation.errors import (
     AttestationError,
     MeasurementNotAllowedError,
     QuoteMalformedError,

@@ -21,8 +21,8 @@ app = typer.Typer(help="Software enclave (not a security boundary): attestation 
 def root_keygen_cmd(out: Annotated[Path, typer.Option(help="Writes root.key and root.pub.")]
                     ) -> None:
     """Create a SoftwareEnclave attestation root key pair; shards pin root.pub."""
-    from verinfer.enclave.errors import RootKeyError
-    from verinfer.enclave.software import root_keygen
+    from verinfer.attestation.errors import RootKeyError
+    from verinfer.attestation.software import root_keygen
 
     try:
         pub = root_keygen(out / "root.key", out / "root.pub")
@@ -40,7 +40,7 @@ FingerprintOpt = Annotated[str, typer.Option(help="Engine fingerprint string.")]
 def measure(container_digest: ContainerOpt, code_hash: CodeOpt,
             engine_fingerprint: FingerprintOpt) -> None:
     """Print the measurement (hex) to put on the allowlist."""
-    from verinfer.enclave.attestation import measurement
+    from verinfer.attestation.quotes import measurement
 
     typer.echo("0x" + measurement(container_digest, code_hash, engine_fingerprint).hex())
 
@@ -75,10 +75,10 @@ def run(
     the job result and which shards answered as JSON."""
     from eth_account import Account
 
-    from verinfer.enclave.attestation import measurement
+    from verinfer.attestation.quotes import measurement
+    from verinfer.attestation.software import SoftwareAttester, load_root_private
     from verinfer.enclave.jobs import resolve_job
     from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-    from verinfer.enclave.software import SoftwareAttester, load_root_private
     from verinfer.errors import VerinferError
     from verinfer.kms.directory import load_directory
     from verinfer.kms.epochs import FileEpochRegistry
@@ -126,8 +126,8 @@ def verify_quote_cmd(
     """Verify an Intel TDX quote against Intel's root with its collateral; print one JSON
     object (ok, tee, tcb_status, advisory_ids, mrtd, rtmr0..3, report_data, measurement, or
     reason and message); exit 1 when refused, 2 on unusable arguments."""
-    from verinfer.enclave.errors import AttestationError
-    from verinfer.enclave.tdx import TEE, TdxEvidence, TdxPolicy, verify_tdx
+    from verinfer.attestation.errors import AttestationError
+    from verinfer.attestation.tdx import TEE, TdxEvidence, TdxPolicy, verify_tdx
     from verinfer.errors import VerinferError
     from verinfer.protocol.jsonsafe import loads_untrusted
 

@@ -1,44 +1,10 @@
-"""Typed attestation and enclave errors; ``code`` is the machine-readable reason a shard
-reports when it refuses a quote. Domain errors: the KMS shard app maps them to HTTP statuses
-(``verinfer.kms.shard_app.http_status``), nothing here knows HTTP."""
+"""Typed enclave errors (the runner's key release and jobs); the attestation errors a shard
+reports when it refuses a quote live in ``verinfer.attestation.errors``. Domain errors: nothing
+here knows HTTP."""
 
 from __future__ import annotations
 
 from verinfer.errors import VerinferError
-
-
-class AttestationError(VerinferError):
-    """A quote is not acceptable (malformed, forged, expired, foreign measurement)."""
-
-    code = "quote_invalid"
-
-
-class QuoteMalformedError(AttestationError):
-    code = "quote_malformed"
-
-
-class UnsupportedTeeError(AttestationError):
-    code = "tee_unsupported"
-
-
-class QuoteSignatureError(AttestationError):
-    """The quote's signature chain does not lead to a pinned root (forged or foreign quote)."""
-
-    code = "quote_signature_invalid"
-
-
-class QuoteExpiredError(AttestationError):
-    code = "quote_expired"
-
-
-class MeasurementNotAllowedError(AttestationError):
-    code = "measurement_not_allowed"
-
-
-class RootKeyError(VerinferError):
-    """An attestation root key file is missing or malformed."""
-
-    code = "root_key_invalid"
 
 
 class EnclaveError(VerinferError):

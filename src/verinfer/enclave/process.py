@@ -143,10 +143,10 @@ class _PipeSigner:
 def _child(conn: Connection, spec: EnclaveSpec, requester: str, job_ref: str,
            job_args: dict[str, Any], epoch: int, purpose: str, challenge_id: str,
            per_receipt: bool = False, assignment: dict[str, Any] | None = None) -> None:
-    from verinfer.enclave.attestation import measurement
+    from verinfer.attestation.quotes import measurement
+    from verinfer.attestation.software import SoftwareAttester, load_root_private
     from verinfer.enclave.jobs import resolve_job
     from verinfer.enclave.runner import EnclaveRunner
-    from verinfer.enclave.software import SoftwareAttester, load_root_private
     from verinfer.errors import VerinferError
     from verinfer.kms.directory import load_directory
     from verinfer.kms.epochs import FileEpochRegistry

@@ -37,7 +37,7 @@ from Crypto.PublicKey import ECC
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from eth_account.signers.local import LocalAccount
 
-from verinfer.enclave.attestation import Attester
+from verinfer.attestation.quotes import Attester
 from verinfer.enclave.errors import EnclaveError, JobError, KeyReleaseError
 from verinfer.enclave.zeroize import wipe, wipe_all
 from verinfer.errors import VerinferError

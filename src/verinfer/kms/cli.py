@@ -243,8 +243,8 @@ def shard_serve(
     (--committee): exactly one."""
     import uvicorn
 
-    from verinfer.enclave.software import load_root_public
-    from verinfer.enclave.tee_gate import build_tee_gate
+    from verinfer.attestation.software import load_root_public
+    from verinfer.attestation.tee_gate import build_tee_gate
     from verinfer.errors import VerinferError
     from verinfer.kms.allowlist import FileMeasurementAllowlist
     from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
@@ -286,7 +286,7 @@ def shard_serve(
         except ReleaseLogError as e:
             raise fail(f"release log does not verify ({e.reason}); refusing to start: "
                        f"{e.message}", exit_code=2) from e
-        try:  # which TEEs this shard accepts (enclave/tee_gate.py)
+        try:  # which TEEs this shard accepts (attestation/tee_gate.py)
             gate = build_tee_gate(tees=tee or [], tdx_policy=tdx_policy,
                                   allow_insecure_software_enclave=allow_insecure_software_enclave)
             if allow_insecure_software_enclave and not attestation_root:

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 from eth_account import Account
 
-from verinfer.enclave.attestation import VerifierSet
-from verinfer.enclave.software import SoftwareQuoteVerifier, load_root_public, root_keygen
+from verinfer.attestation.quotes import VerifierSet
+from verinfer.attestation.software import SoftwareQuoteVerifier, load_root_public, root_keygen
 from verinfer.kms.allowlist import FileMeasurementAllowlist, write_allowlist
 from verinfer.kms.app_keys import LEGACY_SUITE
 from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import rfc8785
 from cryptography.hazmat.primitives import hpke
 
-from verinfer.enclave.attestation import Quote
+from verinfer.attestation.quotes import Quote
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
 from verinfer.protocol.hexutil import HexFormatError, parse_hex
@@ -222,7 +222,7 @@ class ReleaseRequest:
 
     @classmethod
     def from_json(cls, d: Any) -> ReleaseRequest:
-        from verinfer.enclave.errors import AttestationError
+        from verinfer.attestation.errors import AttestationError
 
         if not isinstance(d, Mapping):
             raise BadReleaseRequest("release request must be a JSON object")

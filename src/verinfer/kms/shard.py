@@ -41,7 +41,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from eth_account.signers.local import LocalAccount
 
-from verinfer.enclave.attestation import AttestationPolicy, QuoteVerifier, VerifiedQuote
+from verinfer.attestation.quotes import AttestationPolicy, QuoteVerifier, VerifiedQuote
 from verinfer.errors import VerinferError
 from verinfer.kms import tdh
 from verinfer.kms.allowlist import MeasurementAllowlist

@@ -31,7 +31,7 @@ from prometheus_client import (
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from verinfer.enclave.errors import AttestationError, QuoteMalformedError
+from verinfer.attestation.errors import AttestationError, QuoteMalformedError
 from verinfer.errors import ClientError, ServerError, VerinferError
 from verinfer.kms.errors import (
     BadReleaseRequest,
@@ -153,7 +153,7 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
     decisions = Counter("kms_release_decisions", "Release decisions",
                         ["decision", "reason"], registry=registry)
     # Whether SoftwareEnclave quotes (no security boundary) can obtain shares: visible to
-    # whoever monitors the shard, not only in its start-up log (enclave/tee_gate.py).
+    # whoever monitors the shard, not only in its start-up log (attestation/tee_gate.py).
     insecure = bool(getattr(service.cfg.quote_verifier, "insecure_software_enclave", False))
     Gauge("kms_insecure_software_enclave", "1 when software-enclave quotes are accepted",
           registry=registry).set(1 if insecure else 0)

@@ -25,6 +25,8 @@ from typing import Literal, Protocol
 
 from eth_account.signers.local import LocalAccount
 
+from verinfer.attestation.quotes import measurement
+from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.da_client.errors import (
     BackendMismatchError,
     BlobNotFoundError,
@@ -33,11 +35,9 @@ from verinfer.da_client.errors import (
     MalformedPointerError,
 )
 from verinfer.da_client.pointer import Pointer
-from verinfer.enclave.attestation import measurement
 from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.enclave.software import SoftwareAttester, load_root_private
 from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
 from verinfer.kms.directory import load_directory

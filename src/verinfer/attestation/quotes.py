@@ -4,7 +4,8 @@
 ``QuoteVerifier.verify(quote, policy)`` checks the signature chain up to a pinned root, the
 quote's age and the measurement allowlist, and returns a ``VerifiedQuote`` (or raises a typed
 ``AttestationError``). Binding report_data to a particular request is the caller's job: the KMS
-recomputes it from the request and compares (``verinfer.kms.protocol.report_data``).
+shard, a layer above, recomputes it from the request and compares (``report_data`` in the
+KMS's protocol module); this package knows nothing of the KMS.
 
 Measurement = sha256 over the length-prefixed container digest, code hash and engine
 fingerprint (see ``measurement``). Real TEEs map their own fields to it (docs/kms.md).
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from verinfer.enclave.errors import QuoteMalformedError, UnsupportedTeeError
+from verinfer.attestation.errors import QuoteMalformedError, UnsupportedTeeError
 from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 
 REPORT_DATA_LEN = 64  # TDX / SEV-SNP report_data size; Nitro user_data fits it too

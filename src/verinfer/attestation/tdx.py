@@ -54,21 +54,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from verinfer.enclave.attestation import (
-    MEASUREMENT_LEN,
-    REPORT_DATA_LEN,
-    AttestationPolicy,
-    Quote,
-    VerifiedQuote,
-    measurement,
-)
-from verinfer.enclave.errors import (
+from verinfer.attestation.errors import (
     AttestationError,
     MeasurementNotAllowedError,
     QuoteExpiredError,
     QuoteMalformedError,
     QuoteSignatureError,
     UnsupportedTeeError,
+)
+from verinfer.attestation.quotes import (
+    MEASUREMENT_LEN,
+    REPORT_DATA_LEN,
+    AttestationPolicy,
+    Quote,
+    VerifiedQuote,
+    measurement,
 )
 from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
@@ -709,7 +709,7 @@ class TdxQuoteVerifier:
     (the same allow-list as the software enclave: one entry = one image); the ``TdxPolicy``
     given here supplies TCB statuses, advisories, platform flags and the platform
     (MRTD/RTMR0-2) allow-list, which must not be empty. report_data is returned for the
-    caller to compare with the request binding (``kms.protocol.report_data``).
+    caller to compare with the request binding (the KMS protocol's ``report_data``).
     """
 
     tee = TEE

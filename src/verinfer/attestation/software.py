@@ -23,20 +23,20 @@ import rfc8785
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from verinfer.enclave.attestation import (
+from verinfer.attestation.errors import (
+    MeasurementNotAllowedError,
+    QuoteExpiredError,
+    QuoteMalformedError,
+    QuoteSignatureError,
+    RootKeyError,
+)
+from verinfer.attestation.quotes import (
     MEASUREMENT_LEN,
     REPORT_DATA_LEN,
     AttestationPolicy,
     Quote,
     VerifiedQuote,
     parse_hex,
-)
-from verinfer.enclave.errors import (
-    MeasurementNotAllowedError,
-    QuoteExpiredError,
-    QuoteMalformedError,
-    QuoteSignatureError,
-    RootKeyError,
 )
 from verinfer.protocol.hexutil import parse_hex_lenient
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from verinfer.enclave.attestation import AttestationPolicy, Quote, QuoteVerifier, VerifiedQuote
-from verinfer.enclave.errors import UnsupportedTeeError
+from verinfer.attestation.errors import UnsupportedTeeError
+from verinfer.attestation.quotes import AttestationPolicy, Quote, QuoteVerifier, VerifiedQuote
 
 SOFTWARE = "software"
 KNOWN_TEES = ("software", "tdx")
@@ -90,11 +90,11 @@ def build_tee_gate(*, tees: Iterable[str], tdx_policy: Path | None,
         default = frozenset({SOFTWARE})
     verifiers: list[QuoteVerifier] = []
     if allow_insecure_software_enclave:
-        from verinfer.enclave.software import SoftwareQuoteVerifier
+        from verinfer.attestation.software import SoftwareQuoteVerifier
 
         verifiers.append(SoftwareQuoteVerifier())
     if tdx_policy is not None:
-        from verinfer.enclave.tdx import TdxPolicy, TdxQuoteVerifier
+        from verinfer.attestation.tdx import TdxPolicy, TdxQuoteVerifier
 
         verifiers.append(TdxQuoteVerifier(TdxPolicy.load(tdx_policy)))
     return TeeGate(verifiers, accepted=default, per_epoch=per_epoch,

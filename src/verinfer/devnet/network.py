@@ -16,13 +16,13 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from web3 import Web3
 
+from verinfer.attestation.quotes import measurement
 from verinfer.chain.anvil import dev_accounts
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.structs import ETHER, Kind, Params, Role, default_params
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
-from verinfer.enclave.attestation import measurement
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision

@@ -89,13 +89,15 @@ def create_app(ctx: Context) -> FastAPI:
         return error_page(request, 500, "internal error (logged on the server)")
 
     # ---- pages and their JSON twins ------------------------------------------------------------
+    # Plain `def` handlers: FastAPI runs them in its thread pool, so a page that waits on a slow
+    # DA backend or index read blocks one worker thread, not the event loop serving every page.
     def page(path: str, template: str, title: Callable[[dict[str, Any]], str],
              build: Callable[..., dict[str, Any]], *, paged: bool = False) -> None:
-        async def html(request: Request) -> Response:
+        def html(request: Request) -> Response:
             data = build(ctx, **_args(request, paged))
             return render(request, template, data, title(data))
 
-        async def api(request: Request) -> Response:
+        def api(request: Request) -> Response:
             return JSONResponse(build(ctx, **_args(request, paged)))
 
         app.add_api_route(path, html, methods=["GET"], response_class=HTMLResponse)
@@ -120,15 +122,15 @@ def create_app(ctx: Context) -> FastAPI:
     page("/kms", "kms.html", lambda d: "KMS", views.kms)
 
     @app.get("/api/status")
-    async def api_status() -> JSONResponse:
+    def api_status() -> JSONResponse:
         return JSONResponse(views.status(ctx))
 
     @app.get("/api/search")
-    async def api_search(q: str = "") -> JSONResponse:
+    def api_search(q: str = "") -> JSONResponse:
         return JSONResponse(views.search(ctx, q))
 
     @app.get("/search")
-    async def search(q: str = "") -> Response:
+    def search(q: str = "") -> Response:
         hit = views.search(ctx, q)
         return RedirectResponse(hit["url"], status_code=303)
 

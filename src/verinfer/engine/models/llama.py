@@ -36,7 +36,7 @@ from verinfer.engine.models.common import (
     rope_half,
     rope_interleaved,
 )
-from verinfer.engine.ops import Matrix, Ops
+from verinfer.engine.ops import Matrix, MatrixGroup, Ops
 from verinfer.errors import ModelLoadError
 
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's per-frequency rope divisors (Llama 3.1 scaling)
@@ -53,6 +53,8 @@ class LlamaLayer:
     gate: Matrix  # [F, dim]
     up: Matrix  # [F, dim]
     down: Matrix  # [dim, F]
+    qkv_group: MatrixGroup  # q, k, v in one call where the panels allow (Ops.group)
+    gate_up_group: MatrixGroup
 
 
 def has_weight(weights: Weights, name: str) -> bool:
@@ -91,30 +93,35 @@ class Llama:
         return None
 
     def load_layer(self, weights: Weights, i: int) -> Any:
+        q, k, v = (self.mat(weights, f"blk.{i}.attn_{n}.weight") for n in "qkv")
+        gate = self.mat(weights, f"blk.{i}.ffn_gate.weight")
+        up = self.mat(weights, f"blk.{i}.ffn_up.weight")
         return LlamaLayer(
             attn_norm=weights[f"blk.{i}.attn_norm.weight"],
-            q=self.mat(weights, f"blk.{i}.attn_q.weight"),
-            k=self.mat(weights, f"blk.{i}.attn_k.weight"),
-            v=self.mat(weights, f"blk.{i}.attn_v.weight"),
+            q=q,
+            k=k,
+            v=v,
             o=self.mat(weights, f"blk.{i}.attn_output.weight"),
             ffn_norm=weights[f"blk.{i}.ffn_norm.weight"],
-            gate=self.mat(weights, f"blk.{i}.ffn_gate.weight"),
-            up=self.mat(weights, f"blk.{i}.ffn_up.weight"),
+            gate=gate,
+            up=up,
             down=self.mat(weights, f"blk.{i}.ffn_down.weight"),
+            qkv_group=self.ops.group([q, k, v]),
+            gate_up_group=self.ops.group([gate, up]),
         )
 
     def project_qkv(self, h: torch.Tensor, L: Any
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [T, H, D], k [T, KV, D], v [T, KV, D] before rotary."""
         cfg, ops, T = self.cfg, self.ops, h.shape[0]
-        q = ops.linear(h, L.q).view(T, cfg.n_heads, cfg.head_dim)
-        k = ops.linear(h, L.k).view(T, cfg.n_kv_heads, cfg.head_dim)
-        v = ops.linear(h, L.v).view(T, cfg.n_kv_heads, cfg.head_dim)
-        return q, k, v
+        q, k, v = ops.linear_group(h, L.qkv_group)  # column slices of one output if T > 1
+        return (q.view(T, cfg.n_heads, cfg.head_dim), k.view(T, cfg.n_kv_heads, cfg.head_dim),
+                v.view(T, cfg.n_kv_heads, cfg.head_dim))
 
     def mlp(self, h: torch.Tensor, L: Any) -> torch.Tensor:
         ops = self.ops
-        return ops.linear(ops.silu_mul(ops.linear(h, L.gate), ops.linear(h, L.up)), L.down)
+        gate, up = ops.linear_group(h, L.gate_up_group)
+        return ops.linear(ops.silu_mul(gate.contiguous(), up.contiguous()), L.down)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:

@@ -12,8 +12,10 @@ left out, an illegal reordering of the pattern, a disagreeing code point let thr
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
+import re
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,42 @@ def test_digits_spaces_and_apostrophes_same_ids(tok: ByteLevelTokenizer) -> None
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
         for special in (True, False):
             assert _words(tok, special).encode(text) == _whole(tok, text, special), repr(text)
+
+
+def _ascii_strings() -> list[str]:
+    """Every ASCII string of up to 2 characters; every one of 3 over a representative alphabet
+    (spaces, the \\x1c-\\x1f separators Python's own \\s would take, letters, an apostrophe
+    and contraction letters, a digit, symbols, controls) and of 4 over a smaller one; 10,000
+    random ones of up to 40 characters."""
+    every = [chr(c) for c in range(128)]
+    rep = [" ", "\t", "\n", "\x0b", "\x1c", "\x1f", "a", "Z", "s", "l", "'", "1", ".", "_", "\x00"]
+    small = [" ", "\n", "a", "'", "s", "1", "."]
+    out = ["", *every, *(a + b for a in every for b in every)]
+    out += ["".join(t) for t in itertools.product(rep, repeat=3)]
+    out += ["".join(t) for t in itertools.product(small, repeat=4)]
+    rng = random.Random(128)
+    out += [
+        "".join(rng.choice(every + rep * 4) for _ in range(rng.randint(0, 40)))
+        for _ in range(10_000)
+    ]
+    return out
+
+
+@pytest.mark.parametrize("pre", ["smollm", "gpt2"])
+def test_ascii_pattern_finds_the_same_pieces(pre: str) -> None:
+    """ASCII chunks are searched by the standard library's re with spelled-out classes: the same
+    pieces as the regex package's pattern (itself equal to HF's, above) on every short ASCII
+    string and many random ones. Negative control: Python's own \\s (which takes \\x1c-\\x1f)
+    in place of the spelled-out spaces finds other pieces."""
+    ours = re.compile(bytelevel_words.pattern(pre, ascii_only=True))
+    unicode_pattern = regex.compile(bytelevel_words.pattern(pre))
+    strings = _ascii_strings()
+    for text in strings:
+        assert ours.findall(text) == unicode_pattern.findall(text), repr(text)
+    python_spaces = re.compile(
+        bytelevel_words.pattern(pre, ascii_only=True).replace(r"[\t\n\x0b\x0c\r ]", r"\s")
+    )
+    assert any(python_spaces.findall(t) != unicode_pattern.findall(t) for t in strings)
 
 
 def test_every_other_code_point_is_classed_alike() -> None:

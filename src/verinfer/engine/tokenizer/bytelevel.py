@@ -88,10 +88,11 @@ PARALLEL_MIN_CHARS = 1 << 16
 PARALLEL_CHUNKS = 8
 
 
-def cut_for_parallel(text: str) -> list[str]:
-    r"""``text`` in about :data:`PARALLEL_CHUNKS` pieces whose byte-level ids concatenate to the
-    ids of the whole. Each cut lies right after a newline that follows a letter or digit and
-    precedes a letter (``"...x\ny..."`` -> ``"...x\n"`` | ``"y..."``).
+def cut_for_parallel(text: str, *, step: int | None = None) -> list[str]:
+    r"""``text`` in about :data:`PARALLEL_CHUNKS` pieces (or pieces of at least ``step``
+    characters) whose byte-level ids concatenate to the ids of the whole. Each cut lies right
+    after a newline that follows a letter or digit and precedes a letter (``"...x\ny..."`` ->
+    ``"...x\n"`` | ``"y..."``).
 
     Why the ids cannot change under the GPT-2 pre-tokenizer regex
     (``'s|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+``): no alternative crosses
@@ -101,7 +102,8 @@ def cut_for_parallel(text: str) -> list[str]:
     BPE merges never cross pre-tokens, and digit splitting (``smollm``) only splits at digits.
     Python's isalnum/isalpha are subsets of what that regex treats as non-space, so a
     Unicode-version difference can only forgo a cut, never make a wrong one."""
-    step = max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS)
+    if step is None:
+        step = max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS)
     chunks: list[str] = []
     start = 0
     while len(text) - start > step:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
@@ -353,7 +354,7 @@ class WordEncoder:
             parts.append(text[start:])
         return parts
 
-    def _encode_distinct(self, distinct: set[str]) -> dict[Any, tuple[int, ...]]:
+    def _encode_distinct(self, distinct: set[str]) -> dict[Any, Sequence[int]]:
         """Each distinct pre-token's ids, from HF: one pre-tokenized sequence per worker, so the
         batch runs on every core."""
         words = list(distinct)
@@ -368,11 +369,11 @@ class WordEncoder:
             )
         except Exception as e:  # the Rust side raises a bare Exception (a lone surrogate...)
             raise TokenizerError(f"tokenizer failed on the input: {e}") from e
-        table: dict[Any, tuple[int, ...]] = {}
+        table: dict[Any, Sequence[int]] = {}
         for batch, enc in zip(batches, encodings, strict=True):
-            grouped: list[list[int]] = [[] for _ in batch]
-            for token_id, w in zip(enc.ids, enc.word_ids, strict=True):
-                grouped[w].append(token_id)
-            for word, ids in zip(batch, grouped, strict=True):
-                table[word] = tuple(ids)
+            ids, word_of = enc.ids, enc.word_ids  # word_of: each id's word, non-decreasing
+            starts = [bisect_left(word_of, k) for k in range(len(batch) + 1)]
+            table.update(
+                zip(batch, map(ids.__getitem__, map(slice, starts, starts[1:])), strict=False)
+            )
         return table

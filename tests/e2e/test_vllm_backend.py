@@ -9,10 +9,16 @@
   confirms the real vLLM receipt (a challenge is dismissed), votes the correct outHash against
   a tampered vLLM answer (slash), and a verifier on the own engine abstains on the vLLM receipt
   (another approved fingerprint: it must never vote against honest vLLM work) — but slashes
-  vLLM bits signed under the own engine's fingerprint (lying about the backend).
+  vLLM bits signed under the own engine's fingerprint (lying about the backend);
+* `verinfer devnet up --backend vllm --verifiers 1` (anvil, contracts, 5 KMS shards, DA, a vLLM
+  `verinfer serve` and a vLLM `verinfer verifier run`, the committee of one): a full challenge
+  on the operator's honest vLLM receipt is dismissed, a tampered answer under the vLLM
+  fingerprint is slashed (stake taken on chain).
 
-ONE vLLM engine at a time: the server first (its answers are collected, then it stops), then
-one verifier process judges everything. Skips without vLLM: run scripts/ci-extras.d/30-vllm.
+vLLM engines run one after another: the server first (its answers are collected, then it
+stops), then one verifier process judges everything, then the devnet's operator and verifier
+(two engines at once; the operator reuses the server's passed self-test report: same machine,
+same fingerprint). Skips without vLLM: run scripts/ci-extras.d/30-vllm.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +256,108 @@ def test_vllm_bits_under_the_own_fingerprint_are_slashed(verdicts: dict[str, Any
     lie = verdicts["lying"]
     assert lie["reason"] == "output_mismatch" and lie["agrees"] is False, lie
     assert lie["vote"] != lie["claimed"]
+
+
+# ---- the devnet on the vLLM backend: real committees -------------------------------------------
+VI = [sys.executable, "-m", "verinfer"]
+
+
+@pytest.fixture(scope="module")
+def vllm_devnet(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[Any]:
+    """`verinfer devnet up --backend vllm`: the operator and one verifier on vLLM (a committee
+    of one keeps it to two engines). Runs after the verdicts' process has ended (file order)."""
+    from verinfer.devnet.harness import Devnet
+
+    fp_hash = served["health"]["engine_fingerprint"]["hash"]
+    report = served["op_dir"] / "selftest" / f"{fp_hash[2:]}.json"
+    d = tmp_path_factory.mktemp("vllm-devnet") / "net"
+    up = subprocess.run([*VI, "devnet", "up", "--dir", str(d), "--backend", "vllm", "--model",
+                         "gemma3-270m", "--verifiers", "1", "--selftest-report", str(report)],
+                        capture_output=True, text=True, timeout=START_S)
+    try:
+        assert up.returncode == 0, up.stderr[-3000:]
+        dn = Devnet(d)
+        dn.wait_ready(timeout_s=START_S)  # the verifier registers once its vLLM engine runs
+        deadline = time.monotonic() + START_S
+        while not _ok(dn.operator_url + "/ready"):  # the kept self-test report is reused
+            assert time.monotonic() < deadline, (d / "logs" / "operator.log").read_text()[-3000:]
+            time.sleep(1.0)
+        yield dn
+    finally:
+        subprocess.run([*VI, "devnet", "down", "--dir", str(d)], timeout=60)
+
+
+def _follow(dn: Any, ref: str) -> tuple[int, Any]:
+    ch = dn.challenger(stall_s=60.0)
+    kind, cid = ch.open(dn.wait_located(ref))
+    assert kind == "challenge"
+    return cid, ch.wait(cid, timeout_s=300, poll_s=0.5)
+
+
+def test_devnet_vllm_committee_dismisses_an_honest_vllm_receipt(served: dict[str, Any],
+                                                                vllm_devnet: Any) -> None:
+    from openai import OpenAI
+
+    from verinfer.chain.structs import Status
+    from verinfer.devnet.network import devnet_params
+
+    dn = vllm_devnet
+    health = httpx.get(dn.operator_url + "/health", timeout=5).json()
+    assert health["engine_fingerprint"]["approved"]["backend"] == "vllm"
+    # the same machine and settings as the server above: the same approved fingerprint
+    assert health["engine_fingerprint"]["hash"] == served["health"]["engine_fingerprint"]["hash"]
+    client = OpenAI(base_url=dn.operator_url + "/v1", api_key="unused", max_retries=0,
+                    timeout=600)
+    r = client.chat.completions.create(
+        model="gemma3-270m", messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=6, temperature=0.8, seed=11)
+    v = _v(r)
+    _recovers(v)
+    assert v["receipt"]["message"]["engineFingerprintHash"] == health["engine_fingerprint"]["hash"]
+    operator = dn.state["accounts"]["operator"]
+    stake0 = dn.read.stakes.account_of(operator).stake
+    cid, status = _follow(dn, v["receipt_id"])
+    assert status is Status.DISMISSED, (dn.dir / "logs" / "verifier-0.log").read_text()[-3000:]
+    info = dn.read.challenges.challenge(cid)
+    assert info.majority_out_hash.hex() == v["out_hash"][2:]  # the vLLM verifier's own vote
+    pay = dn.payout(cid)  # the challenger's bond goes to the committee, no stake moves
+    assert pay.slashed == 0 and set(pay.credited) <= set(dn.state["accounts"]["verifiers"])
+    assert sum(pay.credited.values()) == devnet_params().challenge_bond
+    assert dn.read.stakes.account_of(operator).stake == stake0
+
+
+def test_devnet_vllm_committee_slashes_a_tampered_answer(gemma_path: Path,
+                                                         vllm_devnet: Any) -> None:
+    """The operator's key signs, under the approved vLLM fingerprint, tokens vLLM did not
+    produce (greedy tokens of the own engine, the last one changed): the vLLM verifier
+    re-decodes, votes its own outHash, and the operator's stake is slashed on chain."""
+    from verinfer.chain.structs import Status
+    from verinfer.devnet.network import devnet_params
+    from verinfer.engine.engine import Engine
+    from verinfer.engine.fingerprint import EngineFingerprint
+    from verinfer.testing.evidence import chat_body
+
+    dn = vllm_devnet
+    approved = httpx.get(dn.operator_url + "/health", timeout=5).json()[
+        "engine_fingerprint"]["approved"]
+    own = Engine.from_path(gemma_path)
+    try:
+        own.fingerprint = EngineFingerprint(**approved)  # the label the operator signs under
+        ev = dn.unsafe_operator_factory(own).unsafe_tampered_tokens(
+            chat_body("Name a colour.", max_tokens=6))
+    finally:
+        own.close()
+    dn.unsafe_publish_as_operator([ev])
+    operator = dn.state["accounts"]["operator"]
+    stake0 = dn.read.stakes.account_of(operator).stake
+    cid, status = _follow(dn, "0x" + ev.digest.hex())
+    assert status is Status.SLASHED, (dn.dir / "logs" / "verifier-0.log").read_text()[-3000:]
+    assert dn.read.challenges.receipt_slashed(ev.digest)
+    assert dn.read.challenges.challenge(cid).majority_out_hash != ev.signed.receipt.out_hash
+    slash = devnet_params().slash_amount
+    assert dn.payout(cid).slashed == slash
+    assert dn.read.stakes.account_of(operator).stake == stake0 - slash
 
 
 def _judge_job(path: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from verinfer.devnet.network import (
     register_epoch,
     roles,
 )
+from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import MODEL_NAMES, resolve_model_path, sha256_file
 from verinfer.engine.tiny import write_tiny_llama
@@ -72,6 +74,14 @@ def up(
     publish_log_heads_s: Annotated[float, typer.Option(
         help="Publish the shards' signed release-log heads (DA + chain) every this many "
              "seconds (`verinfer kms publish-heads`); 0: off.")] = 0.0,
+    backend: Annotated[str, typer.Option(
+        help="Engine backend of the operator and the verifiers: own | vllm (one .gguf "
+             "model, default gemma3-270m; docs/backends.md). vllm approves the vLLM "
+             "fingerprint of this machine.")] = "own",
+    selftest_report: Annotated[list[Path] | None, typer.Option(
+        help="A passed `verinfer selftest` report to hand the operator (it reuses one only "
+             "when its fingerprint hash is the engine's, else it runs the self-test).")]
+    = None,
 ) -> None:
     """Start everything and write <dir>/devnet.json."""
     from verinfer.errors import VerinferError
@@ -80,7 +90,8 @@ def up(
     try:
         state = start(directory, wanted[0] if wanted else None, verifiers, redis_url,
                       operator_port, publish_log_heads_s=publish_log_heads_s,
-                      more_models=wanted[1:])
+                      more_models=wanted[1:], backend=backend,
+                      selftest_reports=selftest_report or ())
     except VerinferError as e:  # e.g. a named model whose package is not installed
         console.print(f"[red]error[/red]: {e.message}")
         raise typer.Exit(2) from e
@@ -91,12 +102,24 @@ def up(
 def start(directory: Path, model: Path | str | None, verifiers: int = 4,
           redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0, *,
           publish_log_heads_s: float = 0.0,
-          more_models: Sequence[Path | str] = (), explorer_port: int = 0) -> dict[str, Any]:
+          more_models: Sequence[Path | str] = (), explorer_port: int = 0,
+          backend: str = "own", selftest_reports: Sequence[Path] = ()) -> dict[str, Any]:
     """`devnet up` without the stdout line; returns the devnet.json state. ``model`` and
     ``more_models`` are files or names (gemma3-270m, smollm2-135m-instruct: the operator
     serves a named model under its name): the operator serves them all, each model id is
     approved on chain, each verifier judges them all (the first loaded at start, the others
-    on first use: start-up only hashes them)."""
+    on first use: start-up only hashes them). ``backend`` ``vllm``: the operator serves one
+    .gguf model (default gemma3-270m) with vLLM one sequence at a time (the configuration the
+    CPU self-test passes) and every verifier judges with vLLM; the vLLM fingerprint (it names
+    the exported weights) and its enclave measurement are approved. ``selftest_reports`` are
+    copied into the operator's state, where a passed one for its fingerprint is reused."""
+    choice = EngineChoice(backend, max_seqs=1)
+    if choice.backend == "vllm" and (more_models or model is None):
+        if more_models:
+            console.print("[red]error[/red]: --backend vllm serves one --model "
+                          "(one vLLM engine per process)")
+            raise typer.Exit(2)
+        model = "gemma3-270m"  # the tiny test model has no vLLM export
     directory = directory.resolve()
     if (directory / STATE).exists():
         console.print(f"[red]error[/red]: {directory / STATE} exists: `verinfer devnet down`")
@@ -114,6 +137,7 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
     state: dict[str, Any] = {"dir": str(directory), "model": str(model),
                              "models": [str(m) for m in models],
                              "served": list(served.values()), "pids": {},
+                             "backend": choice.backend,
                              "redis_prefix": f"verinfer-devnet-{uuid.uuid4().hex[:8]}:"}
 
     def save() -> None:
@@ -133,13 +157,16 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
 
     w3 = Web3(Web3.HTTPProvider(rpc))
     engine = Engine.from_path(model)
+    # the own engine's fingerprint is the same for every model; vLLM's names the weights
+    fps = ([choice.fingerprint(p) for p in models] if choice.per_model_fingerprint
+           else [engine.fingerprint])
     r = roles(verifiers)
     with console.status("deploying contracts, KMS epoch…"):
         # the other models are only hashed (their model id), not loaded: seconds saved
         d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)),
-                           more_model_ids=[sha256_file(p) for p in extra])
+                           more_model_ids=[sha256_file(p) for p in extra], fingerprints=fps)
         d.save(directory / "deployment.json")
-        lay = provision_kms(directory / "kms", engine)
+        lay = provision_kms(directory / "kms", engine, fingerprints=fps)
         register_epoch(w3, d, r, lay)
     engine.close()
     with console.status("starting 5 KMS shards (t = 3)…"):
@@ -156,12 +183,18 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
               "--da-store", str(da_store)]
     model_args = [a for m in models for a in ("--model", str(m))]
     serve_args = [a for m in served.values() for a in ("--model", m)]
+    backend_args = ["--backend", choice.backend]
+    if choice.backend == "vllm":
+        # one sequence at a time: batched decode changes vLLM-CPU's bits (docs/backends.md)
+        serve_args += [*backend_args, "--max-seqs", str(choice.max_seqs),
+                       "--vllm-threads", str(choice.threads)]
+        backend_args += ["--vllm-threads", str(choice.threads)]
     for i, acct in enumerate(r.verifiers):
         state["pids"][f"verifier-{i}"] = _spawn(
             [sys.executable, "-m", "verinfer", "verifier", "run", *common, *model_args,
              "--kms-dir", str(lay.root), "--state-dir", str(directory / f"verifier-{i}"),
              "--unsafe-devnet-mine", "--audit-redis-url", redis_url,
-             "--audit-prefix", state["redis_prefix"]],
+             "--audit-prefix", state["redis_prefix"], *backend_args],
             directory / "logs" / f"verifier-{i}.log",
             {"VERINFER_CHAIN_PRIVATE_KEY": acct.key.hex()})
     save()
@@ -174,6 +207,7 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
                           capture_output=True, text=True, env={**os.environ, **env})
     operator_url = None
     if init.returncode == 0:
+        _hand_selftest_reports(op_dir, selftest_reports)
         state["pids"]["operator"] = _spawn(
             [sys.executable, "-m", "verinfer", "serve", *serve_args, "--port",
              str(op_port), "--operator-dir", str(op_dir)], directory / "logs" / "operator.log")
@@ -212,13 +246,31 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
                      "challenger_key": r.challenger.key.hex(),
                      "verifiers": [a.address for a in r.verifiers]}})
     save()
-    if operator_url and not _wait_http(operator_url + "/v1/models", 120):
-        console.print("[yellow]operator did not answer /v1/models within 120 s[/yellow]")
+    op_wait_s = 120 if choice.backend == "own" else 600  # vLLM start: ~1-2 min here
+    if operator_url and not _wait_http(operator_url + "/v1/models", op_wait_s):
+        console.print(f"[yellow]operator did not answer /v1/models within {op_wait_s} s"
+                      "[/yellow]")
     if not _wait_http(explorer_url + "/api/status", 60):
         console.print("[yellow]explorer did not answer /api/status within 60 s[/yellow]")
     console.print(f"devnet up: {directory / STATE}")
     console.print(f"explorer: {explorer_url}")
     return state
+
+
+def _hand_selftest_reports(op_dir: Path, reports: Sequence[Path]) -> None:
+    """Puts each readable report where the operator keeps its own
+    (``selftest/<fingerprint hash>.json``): it reuses a passed one whose fingerprint hash is
+    its engine's, and runs the self-test otherwise."""
+    from verinfer.engine.selftest import load_report
+
+    for path in reports:
+        report = load_report(path)
+        if report is None:
+            console.print(f"[yellow]{path} is not a self-test report: not handed over[/yellow]")
+            continue
+        (op_dir / "selftest").mkdir(parents=True, exist_ok=True)
+        name = report.fingerprint_hash.removeprefix("0x").lower()
+        shutil.copyfile(path, op_dir / "selftest" / f"{name}.json")
 
 
 def _alive(pid: int) -> bool:

@@ -24,6 +24,7 @@ from verinfer.chain.structs import ETHER, Kind, Params, Role, default_params
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.engine.engine import Engine
+from verinfer.engine.fingerprint import EngineFingerprint
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
 from verinfer.receipts.envelope import EnvelopeSuite, EpochPublicKey, load_public_key
@@ -64,25 +65,37 @@ def enclave_measurement(engine_fingerprint: str) -> bytes:
 
 
 def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
-                   more_model_ids: Sequence[bytes] = ()) -> Deployment:
+                   more_model_ids: Sequence[bytes] = (),
+                   fingerprints: Sequence[EngineFingerprint] = ()) -> Deployment:
     """Deploys, approves the engine's model (and ``more_model_ids``, 32 bytes each: the other models
     the operator serves — the engine fingerprint depends on the kernels, not the model, so
-    one approval covers them all) and fingerprint, stakes the operator."""
+    one approval covers them all) and fingerprint, stakes the operator. ``fingerprints``: the
+    engine fingerprints to approve instead of the engine's (another backend's, one per model
+    where it names the weights, as vLLM's does), each with its enclave measurement."""
     d = deploy_all(w3, r.governance, params)
     gov = bind(w3, d, r.governance)
     for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
         gov.config.approve(Kind.MODEL, mid)
-    gov.config.approve(Kind.ENGINE_FINGERPRINT, engine.fingerprint.hash)
-    gov.config.approve(Kind.ENCLAVE_MEASUREMENT,
-                       enclave_measurement(engine.fingerprint.canonical().decode()))
+    for fp in _distinct(fingerprints or [engine.fingerprint]):
+        gov.config.approve(Kind.ENGINE_FINGERPRINT, fp.hash)
+        gov.config.approve(Kind.ENCLAVE_MEASUREMENT,
+                           enclave_measurement(fp.canonical().decode()))
     bind(w3, d, r.operator).stakes.register(Role.OPERATOR, 20 * ETHER)
     return d
 
 
+def _distinct(fps: Sequence[EngineFingerprint]) -> list[EngineFingerprint]:
+    return list({fp.hash: fp for fp in fps}.values())
+
+
 def provision_kms(root: Path, engine: Engine, *, shares: int = 5, threshold: int = 3,
-                  epoch: int = 1) -> ClusterLayout:
+                  epoch: int = 1, fingerprints: Sequence[EngineFingerprint] = ()
+                  ) -> ClusterLayout:
+    """The KMS allowlists the enclave measurement of each of ``fingerprints`` (default: the
+    engine's)."""
     return provision(root, epoch=epoch, threshold=threshold, shares=shares,
-                     measurements=[enclave_measurement(engine.fingerprint.canonical().decode())],
+                     measurements=[enclave_measurement(fp.canonical().decode())
+                                   for fp in _distinct(fingerprints or [engine.fingerprint])],
                      # per-receipt threshold decryption: no verifier ever holds the epoch key
                      suite=EnvelopeSuite.P256.value, unsafe_single_tree=True)
 

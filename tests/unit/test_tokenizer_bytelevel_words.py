@@ -294,3 +294,51 @@ def test_a_forked_child_encodes_long_texts(tok: ByteLevelTokenizer) -> None:
             assert answer.read() == b"1"
     finally:
         os.waitpid(pid, 0)
+
+
+def test_user_tokens_beside_special_ones_same_ids() -> None:
+    """User-defined tokens (matched in both modes) overlapping special ones: HF finds added
+    tokens leftmost-longest among all of them and, with special parsing off, leaves a special
+    one it found as text -- hiding a user token inside it. Negative control: matching only the
+    user tokens in that mode (the obvious shortcut) splits "tar" out of "<|im_start|>"."""
+    fields: dict[str, Any] = dict(read_gguf_tokenizer_fields(smollm2_model_path()))
+    types = list(fields["tokenizer.ggml.token_type"])
+    tokens = list(fields["tokenizer.ggml.tokens"])
+    for user in ("tar", "text", "im"):
+        types[tokens.index(user)] = 4  # user-defined
+    fields["tokenizer.ggml.token_type"] = types
+    tok = Tokenizer.from_gguf_fields(fields)
+    assert isinstance(tok, ByteLevelTokenizer)
+    parts = [
+        "<|im_start|>",
+        "start",
+        "im_start",
+        "<|im_end|>",
+        "text",
+        " text",
+        "imim",
+        "<|",
+        "tar",
+        "startar",
+        "user\n",
+        "x",
+        " ",
+        "1",
+    ]
+    rng = random.Random(4)
+    texts = ["<|im_start|>user"] + [
+        "".join(rng.choice(parts) for _ in range(rng.randint(0, 12))) for _ in range(3_000)
+    ]
+    for text in texts:
+        for special in (True, False):
+            assert _words(tok, special).encode(text) == _whole(tok, text, special), repr(text)
+    added = tok._backend.get_added_tokens_decoder()
+    only_user = WordEncoder(
+        _words(tok, False)._words,
+        "smollm",
+        [(t.content, i, t.special) for i, t in added.items() if not t.special],
+        parse_special=False,
+        cut=cut_for_parallel,
+    )
+    text = "<|im_start|>user"
+    assert only_user.encode(text) != _whole(tok, text, False)

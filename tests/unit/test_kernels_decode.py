@@ -23,8 +23,11 @@ import torch
 from test_kernels_quant import rand_x, random_rows  # the random-block generator
 
 from verinfer.engine import kernels as vk
+from verinfer.engine.engine import Engine
+from verinfer.engine.loader import embedded_model_path, load_model
 from verinfer.engine.models.common import rope_half
 from verinfer.engine.ops import InvariantOps, Matrix, TorchOps
+from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import KernelError
 
 ISAS = vk.supported_isas()
@@ -197,3 +200,18 @@ def test_rmsnorm_rope_half_bad_inputs() -> None:
                  (x.double(), w, cos, sin)]:
         with pytest.raises(KernelError):
             vk.rmsnorm_rope_half(args[0], args[1], 1e-6, args[2], args[3])
+
+
+# Gemma 3 270M (embedded Q4_K_M), BOS + ids 1000..1014, 24 greedy tokens: the roll-up digest the
+# engine gave before the spin pool and the fused calls (commit ee35653) -- they must not move it.
+GEMMA_DIGEST = "d900cba0d487968dd285b15fd08f4bc26e1a742bc5cf4e9e53016a01046a98c6"
+
+
+def test_gemma_generation_digest_is_unchanged() -> None:
+    engine = Engine(load_model(embedded_model_path()), "invariant", max_seqs=2)
+    try:
+        params = SamplingParams(max_tokens=24, ignore_eos=True)
+        result = engine.generate([2, *range(1000, 1015)], params)
+    finally:
+        engine.close()
+    assert result.logit_digest.hex() == GEMMA_DIGEST

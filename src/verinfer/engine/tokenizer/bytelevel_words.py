@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from typing import Any
 
@@ -160,23 +158,8 @@ CLASS_DISAGREEMENTS: tuple[tuple[int, int], ...] = (
 # batch call for the distinct words, the lookups) exceed what the distinct words save
 WORDS_MIN_CHARS = 4096
 # pieces longer than this are cut (bytelevel.cut_for_parallel) into chunks about this long:
-# small enough that most chunks of prose and code are all ASCII
+# small enough that most chunks of prose and code are all ASCII, for re
 CHUNK_CHARS = 1 << 13
-# with this much non-ASCII text, its chunks are searched in threads (the regex package releases
-# the GIL while it matches; re, on the ASCII chunks meanwhile, does not)
-PARALLEL_MIN_CHARS = 1 << 16
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _forget_pool_after_fork() -> None:
-    """A forked child has none of the parent's threads, but a copied pool would believe it has
-    them all and never run a task: the child starts its own."""
-    global _POOL, _POOL_LOCK
-    _POOL, _POOL_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def pattern(pre: str, *, ascii_only: bool = False) -> str:
@@ -255,16 +238,6 @@ def words_backend(model: Any) -> Any:
     return words
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(
-                max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="verinfer-pretok"
-            )
-        return _POOL
-
-
 class WordEncoder:
     """Encodes text for one special-token mode of a byte-level ``tokenizers.Tokenizer`` as that
     tokenizer would, pre-token by distinct pre-token (module docstring).
@@ -312,20 +285,13 @@ class WordEncoder:
                 layout.extend(self._cut(part, step=CHUNK_CHARS))
             else:
                 layout.append(part)
-        chunks = [part for part in layout if isinstance(part, str)]
-        found: list[list[str]] = [[] for _ in chunks]
-        # non-ASCII chunks to the thread pool first, ASCII ones (re holds the GIL) meanwhile here
-        wide = [k for k, c in enumerate(chunks) if not c.isascii()]
-        pending: Iterable[list[str]]
-        if len(wide) > 1 and sum(len(chunks[k]) for k in wide) >= PARALLEL_MIN_CHARS:
-            pending = _pool().map(self._find_wide, [chunks[k] for k in wide])
-        else:  # (releasing the GIL costs ~30% more when no other thread could use it)
-            pending = [self._pieces.findall(chunks[k]) for k in wide]
-        for k, c in enumerate(chunks):
-            if c.isascii():
-                found[k] = self._ascii_pieces.findall(c)
-        for k, pieces_of_k in zip(wide, pending, strict=True):
-            found[k] = pieces_of_k
+        # one thread: the regex package's concurrent mode gained nothing here (measured), and
+        # re holds the GIL
+        found = [
+            (self._ascii_pieces if part.isascii() else self._pieces).findall(part)
+            for part in layout
+            if isinstance(part, str)
+        ]
         distinct: set[str] = set().union(*found)
         # (str.isascii is O(1): ASCII pieces are skipped without a scan)
         if self._disagreeing.search("".join(w for w in distinct if not w.isascii())):
@@ -336,9 +302,6 @@ class WordEncoder:
         words = iter(found)
         pieces = [next(words) if isinstance(part, str) else (part,) for part in layout]
         return list(chain.from_iterable(map(table.__getitem__, chain.from_iterable(pieces))))
-
-    def _find_wide(self, chunk: str) -> list[str]:
-        return self._pieces.findall(chunk, concurrent=True)
 
     def _split_added(self, text: str) -> list[str | int]:
         if self._added is None:

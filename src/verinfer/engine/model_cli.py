@@ -1,4 +1,5 @@
-"""`verinfer model export-hf GGUF DIR` and `verinfer selftest --backend own|vllm`.
+"""`verinfer model export-hf GGUF DIR` and `verinfer selftest --backend own|vllm` (the engine
+through the one backend dispatch, engine/backends.py).
 
 Both load heavy parts (transformers, vLLM, the model) only inside the command.
 """
@@ -7,26 +8,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from verinfer.cli_errors import fail
 
-if TYPE_CHECKING:
-    from verinfer.engine.engine import Engine
-
-app = typer.Typer(help="Models: export-hf (the HF folder vLLM loads), backend self-test.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Models: export-hf (the HF folder vLLM loads), backend self-test.", no_args_is_help=True
+)
 
 
 @app.command("export-hf")
 def export_hf_cmd(
-    gguf: Annotated[str, typer.Argument(help="A .gguf file or a shipped model name "
-                                             "(gemma3-270m).")],
+    gguf: Annotated[
+        str, typer.Argument(help="A .gguf file or a shipped model name (gemma3-270m).")
+    ],
     out_dir: Annotated[Path, typer.Argument(help="The folder to write (created).")],
-    force: Annotated[bool, typer.Option(help="Overwrite a folder that holds something "
-                                             "else.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Overwrite a folder that holds something else.")
+    ] = False,
 ) -> None:
     """Write the Hugging Face folder (float32 safetensors, config, tokenizer equal to ours)
     that vLLM loads, with every file's sha256 in verinfer-export.json."""
@@ -45,10 +46,13 @@ def export_hf_cmd(
 @app.command("selftest")
 def selftest_cmd(
     backend: Annotated[str, typer.Option(help="own | vllm")] = "own",
-    model: Annotated[str, typer.Option(help="A .gguf file or a shipped model name.")] =
-    "gemma3-270m",
-    export_dir: Annotated[Path | None, typer.Option(
-        help="vllm: the export-hf folder (default: exported once into the cache).")] = None,
+    model: Annotated[
+        str, typer.Option(help="A .gguf file or a shipped model name.")
+    ] = "gemma3-270m",
+    export_dir: Annotated[
+        Path | None,
+        typer.Option(help="vllm: the export-hf folder (default: exported once into the cache)."),
+    ] = None,
     threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
     max_seqs: Annotated[int, typer.Option(help="Sequences the engine batches together.")] = 16,
     kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
@@ -56,13 +60,15 @@ def selftest_cmd(
 ) -> None:
     """Run the determinism self-test (alone vs batched, chunked prefill, greedy and seeded,
     token ids + logits bits + logprobs, replay) and print its report. Exit 1 on failure."""
+    from verinfer.engine.backends import EngineChoice
+    from verinfer.engine.loader import resolve_model_path
     from verinfer.engine.selftest import run_selftest
     from verinfer.errors import VerinferError
 
     try:
-        engine = open_backend(backend, model, export_dir=export_dir, threads=threads,
-                              kernels=kernels, max_seqs=max_seqs)
-    except (VerinferError, ImportError) as e:
+        choice = EngineChoice(backend, kernels, threads, max_seqs, export_dir)
+        engine = choice.load(resolve_model_path(model))
+    except (VerinferError, ImportError) as e:  # ImportError: vLLM is not installed
         raise fail(str(getattr(e, "message", e))) from e
     try:
         report = run_selftest(engine)
@@ -71,38 +77,20 @@ def selftest_cmd(
     if out is not None:
         report.save(out)
     doc = report.to_json()
-    typer.echo(json.dumps({**report.summary(), "backend": report.backend,
-                           "seconds": report.seconds,
-                           "cases": [f"{'ok  ' if c['passed'] else 'FAIL'} {c['name']}"
-                                     + (f": {c['detail']}" if c["detail"] else "")
-                                     for c in doc["cases"]]}, indent=2))
+    typer.echo(
+        json.dumps(
+            {
+                **report.summary(),
+                "backend": report.backend,
+                "seconds": report.seconds,
+                "cases": [
+                    f"{'ok  ' if c['passed'] else 'FAIL'} {c['name']}"
+                    + (f": {c['detail']}" if c["detail"] else "")
+                    for c in doc["cases"]
+                ],
+            },
+            indent=2,
+        )
+    )
     if not report.passed:
         raise typer.Exit(1)
-
-
-def open_backend(backend: str, model: str, *, export_dir: Path | None = None,
-                 threads: int = 1, kernels: str = "invariant", max_seqs: int = 16,
-                 max_context: int | None = None) -> Engine:
-    """The engine of ``backend`` for ``model`` (a name or a .gguf path)."""
-    from verinfer.engine.loader import resolve_model_path
-
-    path = resolve_model_path(model)
-    if backend == "own":
-        from verinfer.engine.engine import Engine
-
-        if kernels not in ("invariant", "fast"):
-            raise typer.BadParameter("--kernels must be 'invariant' or 'fast'")
-        return Engine.from_path(path, kernels, max_seqs=max_seqs,  # type: ignore[arg-type]
-                                **({"max_context": max_context} if max_context else {}))
-    if backend == "vllm":
-        from verinfer.engine.export_hf import ensure_export
-        from verinfer.engine.vllm_backend.engine import VllmEngine
-        from verinfer.engine.vllm_backend.settings import VllmSettings
-
-        if path.suffix != ".gguf":
-            raise typer.BadParameter("the vllm backend takes a .gguf model (its identity and "
-                                     "tokenizer); export-hf makes the folder vLLM loads")
-        exp = ensure_export(path, export_dir)
-        return VllmEngine(path, exp, VllmSettings(threads=threads, max_num_seqs=max_seqs),
-                          max_context=max_context)
-    raise typer.BadParameter(f"unknown backend {backend!r} (own | vllm)")

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from verinfer.cli_errors import fail
+from verinfer.engine.backends import BACKENDS, EngineChoice
+from verinfer.errors import VerinferError
 
-ModelsOpt = Annotated[list[str] | None, typer.Option(
-    "--model", help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
-                    "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
-                    "`model` picks one. Default: gemma3-270m.")]
+if TYPE_CHECKING:
+    from verinfer.engine.engine import Engine
+
+ModelsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model",
+        help="A model to serve, repeatable: a name (gemma3-270m, smollm2-135m-instruct: "
+        "models shipped as PyPI packages) or a .gguf/.safetensors path. A request's "
+        "`model` picks one. Default: gemma3-270m.",
+    ),
+]
 KernelsOpt = Annotated[str, typer.Option("--kernels", help="invariant | fast")]
 
 
@@ -27,12 +37,6 @@ def _model_path(model: str | None) -> Path:
     return resolve_model_path(model) if model else embedded_model_path()
 
 
-def _kernels(mode: str) -> str:
-    if mode not in ("invariant", "fast"):
-        raise typer.BadParameter("--kernels must be 'invariant' or 'fast'")
-    return mode
-
-
 def serve(
     model: ModelsOpt = None,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
@@ -40,80 +44,104 @@ def serve(
     kernels: KernelsOpt = "invariant",
     max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
     max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
-    name: Annotated[str | None, typer.Option(
-        help="Model name clients send (one --model only; default: the model's name).")] = None,
-    api_keys_file: Annotated[Path | None, typer.Option(
-        help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
-             "none = open API.")] = None,
-    rate_limit: Annotated[float | None, typer.Option(
-        help="Requests per minute per API key (or per client address).")] = None,
-    operator_dir: Annotated[Path | None, typer.Option(
-        help="Operator state directory (from `verinfer operator init`): signs a receipt for "
-             "every response and publishes the evidence.")] = None,
-    unsafe_no_evidence: Annotated[bool, typer.Option(
-        help="Serve without receipts or published evidence (nothing is verifiable).")] = False,
-    unsafe_dev: Annotated[bool, typer.Option(
-        help="Allow production-unsafe operator modes (no chain, zero verifyingContract, a "
-             "locally provisioned KMS): demos and tests only.")] = False,
-    unsafe_skip_identity_check: Annotated[bool, typer.Option(
-        hidden=True, help="Sign even while the model or engine fingerprint is not approved "
-                          "on chain (tests that play a careless operator).")] = False,
-    backend: Annotated[str, typer.Option(
-        help="Engine backend: own (the invariant CPU engine) | vllm (one --model, a .gguf; "
-             "needs scripts/ci-extras.d/30-vllm or a CUDA vLLM, docs/backends.md).")] = "own",
-    vllm_export_dir: Annotated[Path | None, typer.Option(
-        help="vllm: the `verinfer model export-hf` folder (default: exported into the "
-             "cache on first use).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="Model name clients send (one --model only; default: the model's name)."),
+    ] = None,
+    api_keys_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File with one API key per line (else $VERINFER_API_KEYS, comma-separated); "
+            "none = open API."
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None, typer.Option(help="Requests per minute per API key (or per client address).")
+    ] = None,
+    operator_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Operator state directory (from `verinfer operator init`): signs a receipt for "
+            "every response and publishes the evidence."
+        ),
+    ] = None,
+    unsafe_no_evidence: Annotated[
+        bool,
+        typer.Option(help="Serve without receipts or published evidence (nothing is verifiable)."),
+    ] = False,
+    unsafe_dev: Annotated[
+        bool,
+        typer.Option(
+            help="Allow production-unsafe operator modes (no chain, zero verifyingContract, a "
+            "locally provisioned KMS): demos and tests only."
+        ),
+    ] = False,
+    unsafe_skip_identity_check: Annotated[
+        bool,
+        typer.Option(
+            hidden=True,
+            help="Sign even while the model or engine fingerprint is not approved "
+            "on chain (tests that play a careless operator).",
+        ),
+    ] = False,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="Engine backend: own (the invariant CPU engine) | vllm (one --model, a .gguf; "
+            "needs scripts/ci-extras.d/30-vllm or a CUDA vLLM, docs/backends.md)."
+        ),
+    ] = "own",
+    vllm_export_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="vllm: the `verinfer model export-hf` folder (default: exported into the "
+            "cache on first use)."
+        ),
+    ] = None,
     vllm_threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
-    selftest: Annotated[bool | None, typer.Option(
-        "--selftest/--no-selftest",
-        help="Run the determinism self-test before signing (a failed one stops signing; the "
-             "report is kept in the operator directory). Default: on for vllm, off for own "
-             "(its kernels are invariant by construction, tested in CI).")] = None,
+    selftest: Annotated[
+        bool | None,
+        typer.Option(
+            "--selftest/--no-selftest",
+            help="Run the determinism self-test before signing (a failed one stops signing; the "
+            "report is kept in the operator directory). Default: on for vllm, off for own "
+            "(its kernels are invariant by construction, tested in CI).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API."""
     import uvicorn
 
-    from verinfer.engine.engine import Engine
-    from verinfer.engine.loader import load_model
-    from verinfer.errors import VerinferError
     from verinfer.operator.app import ServerConfig, create_app
 
     keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
     if api_keys_file is not None:
         keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
-    from verinfer.engine.loader import MODEL_NAMES, LoadedModel
-
     wanted = list(model or ["gemma3-270m"])
     if name is not None and len(wanted) > 1:
-        raise fail("--name applies to a single --model (named models keep their "
-                   "names)")
+        raise fail("--name applies to a single --model (named models keep their names)")
     if (operator_dir is None) == (not unsafe_no_evidence):
-        raise fail("pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
-                   "without any verifiable evidence, --unsafe-no-evidence")
-    if backend not in ("own", "vllm"):
-        raise fail(f"unknown --backend {backend!r} (own | vllm)")
+        raise fail(
+            "pass --operator-dir DIR (see `verinfer operator init`) or, to serve "
+            "without any verifiable evidence, --unsafe-no-evidence"
+        )
+    if backend not in BACKENDS:
+        raise fail(f"unknown --backend {backend!r} ({' | '.join(BACKENDS)})")
     if backend == "vllm" and len(wanted) != 1:
         raise fail("--backend vllm serves one --model (one vLLM engine per process)")
-    loaded_by_name: dict[str, LoadedModel] = {}
-    for m in (wanted if backend == "own" else []):
-        try:
-            loaded = load_model(_model_path(m))
-        except VerinferError as e:
-            raise fail(f"{m}: {e.message}") from e
-        served = name or (m if m in MODEL_NAMES else _default_name(loaded.name))
-        if served in loaded_by_name:
-            raise fail(f"two models would be served as {served!r}")
-        loaded_by_name[served] = loaded
-    engines: dict[str, Engine] = {
-        n: Engine(lm, _kernels(kernels), max_seqs=max_seqs,  # type: ignore[arg-type]
-                  max_context=max_context) for n, lm in loaded_by_name.items()}
-    if backend == "vllm":
-        engines = _vllm_engines(wanted[0], name, vllm_export_dir, vllm_threads, max_seqs,
-                                max_context)
+    try:
+        choice = EngineChoice(
+            backend, kernels, vllm_threads, max_seqs, vllm_export_dir, max_context
+        )
+    except VerinferError as e:
+        raise fail(e) from e
+    engines = _engines(choice, wanted, name)
     runtime = None
-    unsafe = ["no evidence: responses carry no receipt and nothing is published"] \
-        if unsafe_no_evidence else []
+    unsafe = (
+        ["no evidence: responses carry no receipt and nothing is published"]
+        if unsafe_no_evidence
+        else []
+    )
     if operator_dir is not None:
         from verinfer.operator.config import OperatorConfig
         from verinfer.operator.runtime import build_runtime, unsafe_reasons
@@ -124,14 +152,19 @@ def serve(
             if unsafe and not unsafe_dev:
                 for eng in engines.values():
                     eng.close()
-                raise fail("this operator configuration is unsafe for production:\n  - "
-                           + "\n  - ".join(unsafe) + "\nconfigure a chain (`operator init "
-                           "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
-                           "demo")
-            runtime = build_runtime(cfg, list(engines.values()),
-                                    check_identity=not unsafe_skip_identity_check,
-                                    selftest=selftest if selftest is not None
-                                    else backend == "vllm")
+                raise fail(
+                    "this operator configuration is unsafe for production:\n  - "
+                    + "\n  - ".join(unsafe)
+                    + "\nconfigure a chain (`operator init "
+                    "--rpc-url --deployment --epochs-file`) or pass --unsafe-dev for a "
+                    "demo"
+                )
+            runtime = build_runtime(
+                cfg,
+                list(engines.values()),
+                check_identity=not unsafe_skip_identity_check,
+                selftest=selftest if selftest is not None else backend == "vllm",
+            )
         except VerinferError as e:
             for eng in engines.values():
                 eng.close()
@@ -139,15 +172,21 @@ def serve(
     for reason in unsafe:
         typer.echo(f"WARNING: UNSAFE MODE: {reason}", err=True)
     for served_name, eng in engines.items():
-        typer.echo(f"serving {served_name} (0x{eng.model_id.hex()[:16]}…) on "
-                   f"http://{host}:{port}/v1 "
-                   f"[{eng.fingerprint.system_fingerprint}]", err=True)
+        typer.echo(
+            f"serving {served_name} (0x{eng.model_id.hex()[:16]}…) on "
+            f"http://{host}:{port}/v1 "
+            f"[{eng.fingerprint.system_fingerprint}]",
+            err=True,
+        )
     try:
-        config = ServerConfig(api_keys=keys, rate_limit_per_minute=rate_limit,
-                              evidence=runtime.evidence if runtime else None,
-                              readiness=runtime.readiness if runtime else None, unsafe=unsafe)
-        uvicorn.run(create_app(engines, None, config), host=host, port=port,
-                    log_level="warning")
+        config = ServerConfig(
+            api_keys=keys,
+            rate_limit_per_minute=rate_limit,
+            evidence=runtime.evidence if runtime else None,
+            readiness=runtime.readiness if runtime else None,
+            unsafe=unsafe,
+        )
+        uvicorn.run(create_app(engines, None, config), host=host, port=port, log_level="warning")
     finally:
         if runtime is not None:
             runtime.close()
@@ -155,29 +194,28 @@ def serve(
             eng.close()
 
 
-def _vllm_engines(model: str, name: str | None, export_dir: Path | None, threads: int,
-                  max_seqs: int, max_context: int) -> dict[str, Any]:
-    """The one vLLM engine, by served name; a clear error (exit 2) when it cannot start."""
+def _engines(choice: EngineChoice, wanted: list[str], name: str | None) -> dict[str, Engine]:
+    """One engine per --model through the backend dispatch, by served name (a shipped model
+    keeps its name, a file gets its model's); a clear error (exit 2) when one cannot start."""
     from verinfer.engine.loader import MODEL_NAMES
-    from verinfer.errors import VerinferError
 
+    engines: dict[str, Engine] = {}
     try:
-        from verinfer.engine.export_hf import ensure_export
-        from verinfer.engine.vllm_backend.engine import VllmEngine
-        from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
-
-        require_vllm()
-        path = _model_path(model)
-        if path.suffix != ".gguf":
-            raise typer.BadParameter("--backend vllm takes a .gguf model (its identity and "
-                                     "tokenizer); vLLM loads its export-hf folder")
-        eng = VllmEngine(path, ensure_export(path, export_dir),
-                         VllmSettings(threads=threads, max_num_seqs=max_seqs),
-                         max_context=max_context)
-    except (VerinferError, ImportError) as e:
-        raise fail(f"{model}: {getattr(e, 'message', str(e))}") from e
-    served = name or (model if model in MODEL_NAMES else _default_name(eng.loaded.name))
-    return {served: eng}
+        for m in wanted:
+            try:
+                eng = choice.load(_model_path(m))
+            except (VerinferError, ImportError) as e:  # ImportError: vLLM is not installed
+                raise fail(f"{m}: {getattr(e, 'message', str(e))}") from e
+            served = name or (m if m in MODEL_NAMES else _default_name(eng.loaded.name))
+            if served in engines:
+                eng.close()
+                raise fail(f"two models would be served as {served!r}")
+            engines[served] = eng
+    except typer.Exit:
+        for started in engines.values():
+            started.close()
+        raise
+    return engines
 
 
 def _default_name(model_name: str) -> str:

@@ -154,7 +154,7 @@ def test_fingerprint_and_measurement_are_per_model(tmp_path: Path) -> None:
         more_models=(p1,),
         engine=choice,
     )
-    judge = EnclaveJudge(cfg, Account.create(), da=None)
+    judge = EnclaveJudge(cfg, Account.create(), da=None)  # type: ignore[arg-type]
     assert judge.engine is None and cfg.choice is choice
     assert judge._fingerprint(id0) == fp0.canonical().decode()
     assert judge._fingerprint(id1) == fp1.canonical().decode()

@@ -344,24 +344,26 @@ static void check_f32(const at::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(dim < 0 || t.dim() == dim, name, " must have ", dim, " dims");
 }
 
-// ---- decode-step parallelism (verinfer_pool.h). One pool per process and thread count: a
-// changed torch thread count retires the old workers, a forked child starts its own.
+// ---- decode-step parallelism (verinfer_pool.h). One pool per thread count, kept for the
+// process's life: torch's thread count is per calling thread (the engine's worker and the main
+// thread may differ), so one shared pool resized on demand would churn threads between them;
+// idle workers sleep. A forked child inherits the pointers but not the threads: it drops them
+// (leaked, never freed) and starts its own.
+constexpr int kMaxPoolThreads = 256;
 static std::mutex g_pool_mu;
-static SpinPool* g_pool = nullptr;
+static SpinPool* g_pools[kMaxPoolThreads + 1] = {};
 static pid_t g_pool_pid = 0;
 static std::atomic<bool> g_pool_enabled{true};
 void set_spin_pool(bool on) { g_pool_enabled.store(on); }
 static SpinPool* spin_pool() {
   const int threads = at::get_num_threads();
-  if (threads <= 1 || !g_pool_enabled.load(std::memory_order_relaxed)) return nullptr;
+  if (threads <= 1 || threads > kMaxPoolThreads || !g_pool_enabled.load(std::memory_order_relaxed)) return nullptr;
   std::lock_guard<std::mutex> lk(g_pool_mu);
   const pid_t pid = getpid();
-  if (g_pool != nullptr && (g_pool->threads() != threads || g_pool_pid != pid)) {
-    if (g_pool_pid == pid) g_pool->retire();  // (a forked child's copy has no threads to stop)
-    g_pool = nullptr;  // leaked on purpose: a retiring worker may still read it
-  }
-  if (g_pool == nullptr) g_pool = new SpinPool(threads), g_pool_pid = pid;
-  return g_pool;
+  if (g_pool_pid != pid) std::fill(std::begin(g_pools), std::end(g_pools), nullptr), g_pool_pid = pid;
+  SpinPool*& pool = g_pools[threads];
+  if (pool == nullptr) pool = new SpinPool(threads);
+  return pool;
 }
 // fn(b, e) over `tasks` contiguous ranges covering [0, n), on the spin pool's threads (or
 // at::parallel_for's when the pool is off or busy). Ranges decide only who computes what.

@@ -35,22 +35,12 @@ class SpinPool {
   static constexpr int64_t kMaxTasks = 1 << 16;  // the ticket's index field must not overflow
   explicit SpinPool(int threads) : threads_(threads) {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
-    for (std::thread& t : workers_) t.detach();  // lives as long as the process (never destroyed)
+    for (std::thread& t : workers_) t.detach();  // the pool lives as long as the process
   }
   SpinPool(const SpinPool&) = delete;
   SpinPool& operator=(const SpinPool&) = delete;
 
   int threads() const { return threads_; }
-
-  // Makes the workers exit (the object itself is never freed: a worker may still read it).
-  void retire() {
-    std::unique_lock<std::mutex> busy(busy_);
-    stop_.store(true, std::memory_order_seq_cst);
-    const uint64_t id = (ticket_.load(std::memory_order_relaxed) >> kIdShift) + 1;
-    ticket_.store(id << kIdShift, std::memory_order_seq_cst);  // a job of 0 tasks wakes them
-    std::lock_guard<std::mutex> lk(sleep_mu_);
-    sleep_cv_.notify_all();
-  }
 
   // fn(i) for every i in [0, n) (n <= kMaxTasks) across the caller and the workers; returns when all
   // are done. False (and nothing run) if another caller holds the pool: run it yourself.
@@ -114,7 +104,6 @@ class SpinPool {
         id = ticket_.load(std::memory_order_acquire) >> kIdShift;
       }
       seen = id;
-      if (stop_.load(std::memory_order_acquire)) return;
       claim_all();
     }
   }
@@ -125,7 +114,6 @@ class SpinPool {
   std::atomic<uint64_t> ticket_{0};
   Slot slots_[2];
   std::atomic<int> sleepers_{0};
-  std::atomic<bool> stop_{false};
   std::mutex sleep_mu_;
   std::condition_variable sleep_cv_;
 };

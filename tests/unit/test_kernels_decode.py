@@ -110,6 +110,27 @@ def test_concurrent_callers_share_the_pool_safely() -> None:
     assert not any(t.is_alive() for t in threads) and bad == []
 
 
+def test_threads_with_different_thread_counts_alternate() -> None:
+    """torch's thread count is per calling thread: an engine thread at 2 and the main thread at
+    3 alternate between their own pools, with the one-thread bits."""
+    qtype, n, k = "Q4_K", 333, 768
+    wp = quant(qtype, n, k, seed=9)
+    x = rand_x(1, k, seed=9)
+    ref = one_thread(lambda: vk.linear_quant_packed(x, wp, qtype, n, k))
+    outs: list[torch.Tensor] = []
+
+    def other() -> None:
+        torch.set_num_threads(2)
+        outs.extend(vk.linear_quant_packed(x, wp, qtype, n, k) for _ in range(20))
+
+    torch.set_num_threads(3)
+    t = threading.Thread(target=other)
+    t.start()
+    outs.extend(vk.linear_quant_packed(x, wp, qtype, n, k) for _ in range(20))
+    t.join(timeout=120)
+    assert not t.is_alive() and len(outs) == 40 and all(same(o, ref) for o in outs)
+
+
 def _child(conn, x: torch.Tensor, wp: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
     torch.set_num_threads(2)
     conn.send(vk.linear_quant_packed(x, wp, "Q8_0", 300, 512).numpy().tobytes())

@@ -10,6 +10,9 @@
   a tampered vLLM answer (slash), and a verifier on the own engine abstains on the vLLM receipt
   (another approved fingerprint: it must never vote against honest vLLM work) — but slashes
   vLLM bits signed under the own engine's fingerprint (lying about the backend);
+* `verinfer reproduce --backend vllm`, in that verifier's process and on its engine (the same
+  EngineChoice: the dispatch's per-process cache), reproduces the real receipt (exit 0) and
+  finds the tampered answer (exit 1); `--backend own` cannot reproduce the vLLM receipt (2);
 * `verinfer devnet up --backend vllm --verifiers 1` (anvil, contracts, 5 KMS shards, DA, a vLLM
   `verinfer serve` and a vLLM `verinfer verifier run`, the committee of one): a full challenge
   on the operator's honest vLLM receipt is dismissed, a tampered answer under the vLLM
@@ -38,8 +41,7 @@ import httpx
 import pytest
 
 if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vllm is not installed: run scripts/ci-extras.d/30-vllm",
-                allow_module_level=True)
+    pytest.skip("vllm is not installed: run scripts/ci-extras.d/30-vllm", allow_module_level=True)
 
 HERE = Path(__file__).resolve()
 START_S = float(os.environ.get("VERINFER_VLLM_START_S", "900"))  # start + self-test, loaded
@@ -76,8 +78,9 @@ def _wait(pred: Any, what: str, proc: subprocess.Popen[bytes], log: Path, limit:
     deadline = time.monotonic() + limit
     while not pred():
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited {proc.returncode}: "
-                               f"{log.read_text(errors='replace')[-4000:]}")
+            raise RuntimeError(
+                f"server exited {proc.returncode}: {log.read_text(errors='replace')[-4000:]}"
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: {log.read_text(errors='replace')[-3000:]}")
         time.sleep(1.0)
@@ -95,8 +98,9 @@ def _v(r: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path, export: Any
-           ) -> dict[str, Any]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, gemma_path: Path, export: Any
+) -> dict[str, Any]:
     """Runs the vLLM operator, drives it with the openai SDK, collects everything the tests
     check, and stops it (so the verifier's vLLM engine never runs beside it)."""
     from openai import OpenAI
@@ -110,10 +114,32 @@ def served(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path, export: A
     log = op_dir.parent / "serve.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "verinfer", "serve", "--backend", "vllm", "--model",
-             str(gemma_path), "--name", "gemma", "--vllm-export-dir", str(export.path),
-             "--operator-dir", str(op_dir), "--unsafe-dev", "--port", str(port),
-             "--max-seqs", "1", "--max-context", "1024"], stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "verinfer",
+                "serve",
+                "--backend",
+                "vllm",
+                "--model",
+                str(gemma_path),
+                "--name",
+                "gemma",
+                "--vllm-export-dir",
+                str(export.path),
+                "--operator-dir",
+                str(op_dir),
+                "--unsafe-dev",
+                "--port",
+                str(port),
+                "--max-seqs",
+                "1",
+                "--max-context",
+                "1024",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     got: dict[str, Any] = {"op_dir": op_dir}
     try:
         _wait(lambda: _ok(base + "/health"), "server start", proc, log, START_S)
@@ -123,15 +149,24 @@ def served(tmp_path_factory: pytest.TempPathFactory, gemma_path: Path, export: A
         got["metrics"] = httpx.get(base + "/metrics", timeout=5).text
         client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=600)
         got["completion"] = client.completions.create(
-            model="gemma", prompt="The capital of France is", max_tokens=8, temperature=0)
-        got["completion_stream"] = list(client.completions.create(
-            model="gemma", prompt="The capital of France is", max_tokens=8, temperature=0,
-            stream=True))
+            model="gemma", prompt="The capital of France is", max_tokens=8, temperature=0
+        )
+        got["completion_stream"] = list(
+            client.completions.create(
+                model="gemma",
+                prompt="The capital of France is",
+                max_tokens=8,
+                temperature=0,
+                stream=True,
+            )
+        )
         chat = {"model": "gemma", "messages": [{"role": "user", "content": "Say hello."}]}
-        got["chat"] = client.chat.completions.create(**chat, max_tokens=8, temperature=0.8,
-                                                     seed=7)
-        got["chat_stream"] = list(client.chat.completions.create(
-            **chat, max_tokens=8, temperature=0.8, seed=7, stream=True))
+        got["chat"] = client.chat.completions.create(**chat, max_tokens=8, temperature=0.8, seed=7)
+        got["chat_stream"] = list(
+            client.chat.completions.create(
+                **chat, max_tokens=8, temperature=0.8, seed=7, stream=True
+            )
+        )
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -160,8 +195,9 @@ def _recovers(v: dict[str, Any]) -> None:
     from eth_account import Account
     from eth_account.messages import encode_typed_data
 
-    signer = Account.recover_message(encode_typed_data(full_message=v["receipt"]),
-                                     signature=v["signature"])
+    signer = Account.recover_message(
+        encode_typed_data(full_message=v["receipt"]), signature=v["signature"]
+    )
     assert signer == v["operator"] == v["receipt"]["message"]["operator"]
 
 
@@ -206,35 +242,62 @@ def _epoch_seed(op_dir: Path) -> tuple[bytes, str]:
 
     lay = ClusterLayout(op_dir / "kms", 3)
     rec = FileEpochRegistry(lay.registry).get(1)
-    shares = [Share(i, int.from_bytes(read_sealed(share_path(shard_dir(lay.root, i), 1),
-                                                  load_seal_key(lay.seal_key_file(i)),
-                                                  share_label(1, i)), "big"))
-              for i in (1, 2)]
+    shares = [
+        Share(
+            i,
+            int.from_bytes(
+                read_sealed(
+                    share_path(shard_dir(lay.root, i), 1),
+                    load_seal_key(lay.seal_key_file(i)),
+                    share_label(1, i),
+                ),
+                "big",
+            ),
+        )
+        for i in (1, 2)
+    ]
     secret = reconstruct(shares, rec.threshold)
     return secret.to_bytes(32, "big"), rec.suite
 
 
 @pytest.fixture(scope="module")
-def verdicts(served: dict[str, Any], gemma_path: Path, export: Any,
-             tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verdicts(
+    served: dict[str, Any], gemma_path: Path, export: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     op_dir = served["op_dir"]
     v = _v(served["chat"])
     secret, suite = _epoch_seed(op_dir)
-    job = {"gguf": str(gemma_path), "export": str(export.path), "receipt": v["receipt"]["message"],
-           "blob": base64.b64encode(_blob(op_dir, v["da_pointer"])).decode(),
-           "secret": secret.hex(), "suite": suite, "body": json.dumps(
-               {"model": "gemma", "messages": [{"role": "user", "content": "Say hello."}],
-                "max_tokens": 8, "temperature": 0.8, "seed": 7})}
+    job = {
+        "gguf": str(gemma_path),
+        "export": str(export.path),
+        "receipt": v["receipt"]["message"],
+        "verification": v,
+        "da_store": str(op_dir / "da"),
+        "blob": base64.b64encode(_blob(op_dir, v["da_pointer"])).decode(),
+        "secret": secret.hex(),
+        "suite": suite,
+        "body": json.dumps(
+            {
+                "model": "gemma",
+                "messages": [{"role": "user", "content": "Say hello."}],
+                "max_tokens": 8,
+                "temperature": 0.8,
+                "seed": 7,
+            }
+        ),
+    }
     path = tmp_path_factory.mktemp("vllm-judge") / "job.json"
     path.write_text(json.dumps(job))
-    r = subprocess.run([sys.executable, str(HERE), str(path)], capture_output=True, text=True,
-                       timeout=START_S)
+    r = subprocess.run(
+        [sys.executable, str(HERE), str(path)], capture_output=True, text=True, timeout=START_S
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return json.loads(r.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_real_vllm_receipt_is_confirmed_by_a_vllm_verifier(served: dict[str, Any],
-                                                           verdicts: dict[str, Any]) -> None:
+def test_real_vllm_receipt_is_confirmed_by_a_vllm_verifier(
+    served: dict[str, Any], verdicts: dict[str, Any]
+) -> None:
     honest = verdicts["honest"]
     assert honest["reason"] == "match" and honest["agrees"] is True, honest
     assert honest["vote"] == _v(served["chat"])["out_hash"]  # the challenge is dismissed
@@ -250,6 +313,30 @@ def test_own_engine_verifier_abstains_on_a_vllm_receipt(verdicts: dict[str, Any]
     assert "engine fingerprint" in verdicts["own_engine"]["abstain"], verdicts["own_engine"]
 
 
+def test_reproduce_backend_vllm_reproduces_the_real_receipt(verdicts: dict[str, Any]) -> None:
+    """`verinfer reproduce --backend vllm` (the verifier process's engine, reused: the same
+    EngineChoice): the operator's receipt, from its verification object, app key and DA."""
+    honest = verdicts["reproduce"]["honest"]
+    assert honest["exit_code"] == 0 and honest["verdict"] == "reproduced", honest
+    env = next(s for s in honest["steps"] if s["step"] == "environment")
+    assert env["status"] == "ok" and env["backend"] == "vllm", env
+    assert not [d for d in env["fingerprint_differences"] if d["matters"]], env
+
+
+def test_reproduce_backend_vllm_finds_the_tampered_answer(verdicts: dict[str, Any]) -> None:
+    t = verdicts["reproduce"]["tampered"]
+    assert t["exit_code"] == 1 and t["verdict"] == "mismatch", t
+    assert t["mismatch_step"] is not None and t["challenge_command"].startswith("verinfer")
+
+
+def test_reproduce_on_the_own_engine_cannot_reproduce_a_vllm_receipt(
+    verdicts: dict[str, Any],
+) -> None:
+    own = verdicts["reproduce"]["own_backend"]
+    assert own["exit_code"] == 2 and own["verdict"] == "cannot_reproduce", own
+    assert "--backend vllm" in own["reason"], own
+
+
 def test_vllm_bits_under_the_own_fingerprint_are_slashed(verdicts: dict[str, Any]) -> None:
     """Lying about the backend does not pay: own-engine verifiers judge the receipt, get other
     logits bits and vote another outHash."""
@@ -263,8 +350,7 @@ VI = [sys.executable, "-m", "verinfer"]
 
 
 @pytest.fixture(scope="module")
-def vllm_devnet(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[Any]:
+def vllm_devnet(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """`verinfer devnet up --backend vllm`: the operator and one verifier on vLLM (a committee
     of one keeps it to two engines). Runs after the verdicts' process has ended (file order)."""
     from verinfer.devnet.harness import Devnet
@@ -272,9 +358,26 @@ def vllm_devnet(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
     fp_hash = served["health"]["engine_fingerprint"]["hash"]
     report = served["op_dir"] / "selftest" / f"{fp_hash[2:]}.json"
     d = tmp_path_factory.mktemp("vllm-devnet") / "net"
-    up = subprocess.run([*VI, "devnet", "up", "--dir", str(d), "--backend", "vllm", "--model",
-                         "gemma3-270m", "--verifiers", "1", "--selftest-report", str(report)],
-                        capture_output=True, text=True, timeout=START_S)
+    up = subprocess.run(
+        [
+            *VI,
+            "devnet",
+            "up",
+            "--dir",
+            str(d),
+            "--backend",
+            "vllm",
+            "--model",
+            "gemma3-270m",
+            "--verifiers",
+            "1",
+            "--selftest-report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=START_S,
+    )
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         dn = Devnet(d)
@@ -295,8 +398,9 @@ def _follow(dn: Any, ref: str) -> tuple[int, Any]:
     return cid, ch.wait(cid, timeout_s=300, poll_s=0.5)
 
 
-def test_devnet_vllm_committee_dismisses_an_honest_vllm_receipt(served: dict[str, Any],
-                                                                vllm_devnet: Any) -> None:
+def test_devnet_vllm_committee_dismisses_an_honest_vllm_receipt(
+    served: dict[str, Any], vllm_devnet: Any
+) -> None:
     from openai import OpenAI
 
     from verinfer.chain.structs import Status
@@ -307,11 +411,14 @@ def test_devnet_vllm_committee_dismisses_an_honest_vllm_receipt(served: dict[str
     assert health["engine_fingerprint"]["approved"]["backend"] == "vllm"
     # the same machine and settings as the server above: the same approved fingerprint
     assert health["engine_fingerprint"]["hash"] == served["health"]["engine_fingerprint"]["hash"]
-    client = OpenAI(base_url=dn.operator_url + "/v1", api_key="unused", max_retries=0,
-                    timeout=600)
+    client = OpenAI(base_url=dn.operator_url + "/v1", api_key="unused", max_retries=0, timeout=600)
     r = client.chat.completions.create(
-        model="gemma3-270m", messages=[{"role": "user", "content": "Name a colour."}],
-        max_tokens=6, temperature=0.8, seed=11)
+        model="gemma3-270m",
+        messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=6,
+        temperature=0.8,
+        seed=11,
+    )
     v = _v(r)
     _recovers(v)
     assert v["receipt"]["message"]["engineFingerprintHash"] == health["engine_fingerprint"]["hash"]
@@ -327,8 +434,9 @@ def test_devnet_vllm_committee_dismisses_an_honest_vllm_receipt(served: dict[str
     assert dn.read.stakes.account_of(operator).stake == stake0
 
 
-def test_devnet_vllm_committee_slashes_a_tampered_answer(gemma_path: Path,
-                                                         vllm_devnet: Any) -> None:
+def test_devnet_vllm_committee_slashes_a_tampered_answer(
+    gemma_path: Path, vllm_devnet: Any
+) -> None:
     """The operator's key signs, under the approved vLLM fingerprint, tokens vLLM did not
     produce (greedy tokens of the own engine, the last one changed): the vLLM verifier
     re-decodes, votes its own outHash, and the operator's stake is slashed on chain."""
@@ -339,13 +447,15 @@ def test_devnet_vllm_committee_slashes_a_tampered_answer(gemma_path: Path,
     from verinfer.testing.evidence import chat_body
 
     dn = vllm_devnet
-    approved = httpx.get(dn.operator_url + "/health", timeout=5).json()[
-        "engine_fingerprint"]["approved"]
+    approved = httpx.get(dn.operator_url + "/health", timeout=5).json()["engine_fingerprint"][
+        "approved"
+    ]
     own = Engine.from_path(gemma_path)
     try:
         own.fingerprint = EngineFingerprint(**approved)  # the label the operator signs under
         ev = dn.unsafe_operator_factory(own).unsafe_tampered_tokens(
-            chat_body("Name a colour.", max_tokens=6))
+            chat_body("Name a colour.", max_tokens=6)
+        )
     finally:
         own.close()
     dn.unsafe_publish_as_operator([ev])
@@ -365,8 +475,8 @@ def _judge_job(path: str) -> None:
     an own engine is asked about the vLLM receipt. Prints one JSON line."""
     import hashlib
 
+    from verinfer.engine.backends import EngineChoice
     from verinfer.engine.engine import Engine
-    from verinfer.engine.export_hf import read_export
     from verinfer.engine.vllm_backend.engine import VllmEngine
     from verinfer.kms.app_keys import app_keypair, seed_from_secret
     from verinfer.receipts import (
@@ -379,28 +489,39 @@ def _judge_job(path: str) -> None:
     from verinfer.receipts.eip712 import Receipt
     from verinfer.testing.evidence import EvidenceFactory, request_for_body
     from verinfer.verifier.errors import CannotJudgeError
-    from verinfer.verifier.reexec import judge
+    from verinfer.verifier.reexec import engine_for, judge
 
     job = json.loads(Path(path).read_text())
-    sk, _ = app_keypair(seed_from_secret(int(job["secret"], 16)), job["suite"])
+    seed = seed_from_secret(int(job["secret"], 16))
+    sk, _ = app_keypair(seed, job["suite"])
     receipt = Receipt.from_json(job["receipt"])
     blob = base64.b64decode(job["blob"])
     out: dict[str, Any] = {}
     own = Engine.from_path(job["gguf"])
-    eng = VllmEngine(Path(job["gguf"]), read_export(job["export"]))
+    # through the dispatch and its per-process cache, so `verinfer reproduce --backend vllm`
+    # below (the same EngineChoice) replays on this engine instead of starting another
+    choice = EngineChoice("vllm", export_dir=Path(job["export"]))
+    eng = engine_for(job["gguf"], choice)
+    assert isinstance(eng, VllmEngine) and eng.max_seqs == 1
     try:
         out["honest"] = judge(eng, receipt, blob, sk).to_json()
         signer = ReceiptSigner(hashlib.sha256(b"vllm tampering operator").digest())
-        tsk, tpk = derive_epoch_keypair(hashlib.sha256(b"epoch 9").digest(),
-                                        EnvelopeSuite.X25519)
-        factory = EvidenceFactory(eng, signer, Domain(31337, "0x" + "11" * 20), key_epoch=9,
-                                  epoch_public_key=tpk, now=lambda: 1_800_000_000)
+        tsk, tpk = derive_epoch_keypair(hashlib.sha256(b"epoch 9").digest(), EnvelopeSuite.X25519)
+        factory = EvidenceFactory(
+            eng,
+            signer,
+            Domain(31337, "0x" + "11" * 20),
+            key_epoch=9,
+            epoch_public_key=tpk,
+            now=lambda: 1_800_000_000,
+        )
         body = job["body"].encode()
         ev = factory.unsafe_tampered_tokens(body)
         t = judge(eng, ev.signed.receipt, ev.blob, tsk).to_json()
         req = request_for_body(eng, body)
-        honest = ExecResult.from_generation(eng.generate(list(req.prompt_token_ids),
-                                                         req.sampling_params()))
+        honest = ExecResult.from_generation(
+            eng.generate(list(req.prompt_token_ids), req.sampling_params())
+        )
         t["honest_out_hash"] = "0x" + honest.hash.hex()
         t["claimed"] = "0x" + ev.signed.receipt.out_hash.hex()
         out["tampered"] = t
@@ -412,6 +533,7 @@ def _judge_job(path: str) -> None:
             eng.fingerprint = real_fp
         out["lying"] = judge(own, lie.signed.receipt, lie.blob, tsk).to_json()
         out["lying"]["claimed"] = "0x" + lie.signed.receipt.out_hash.hex()
+        out["reproduce"] = _reproduce(job, bytes(seed), receipt.key_epoch, ev, tsk)
     finally:
         eng.close()
     try:
@@ -422,6 +544,63 @@ def _judge_job(path: str) -> None:
     finally:
         own.close()
     print(json.dumps(out))
+
+
+def _reproduce(
+    job: dict[str, Any], seed: bytes, key_epoch: int, tampered: Any, tampered_key: Any
+) -> dict[str, Any]:
+    """`verinfer reproduce` in this process (its vLLM engine is the verifier's, from the
+    dispatch's cache): the operator's real receipt with the app key and its DA store, the
+    tampered answer with its envelope transcript, and the real receipt on the own engine."""
+    from typer.testing import CliRunner
+
+    from verinfer.auditor.material import save_transcript, write_app_key
+    from verinfer.cli import app
+    from verinfer.receipts.envelope import open_envelope
+
+    work = Path(job["da_store"]).parent / "reproduce"
+    work.mkdir(exist_ok=True)
+    ref, key = work / "verification.json", work / "app-key.json"
+    ref.write_text(json.dumps(job["verification"]))
+    write_app_key(key, job["suite"], seed, key_epoch)
+    t_ref, transcript = work / "tampered.json", work / "tampered-transcript.json"
+    t_ref.write_text(json.dumps(tampered.signed.to_json()))
+    save_transcript(
+        transcript,
+        open_envelope(tampered.blob, tampered.signed.receipt, tampered_key),
+        "0x" + tampered.digest.hex(),
+    )
+    vllm = [
+        "--model",
+        job["gguf"],
+        "--backend",
+        "vllm",
+        "--vllm-export-dir",
+        job["export"],
+        "--json",
+    ]
+    runs = {
+        "honest": [str(ref), "--app-key", str(key), "--da-store", job["da_store"], *vllm],
+        "tampered": [str(t_ref), "--transcript", str(transcript), *vllm],
+        "own_backend": [
+            str(ref),
+            "--app-key",
+            str(key),
+            "--da-store",
+            job["da_store"],
+            "--model",
+            job["gguf"],
+            "--backend",
+            "own",
+            "--json",
+        ],
+    }
+    out = {}
+    for name, args in runs.items():
+        r = CliRunner().invoke(app, ["reproduce", *args])
+        out[name] = json.loads(r.stdout.strip().splitlines()[-1])
+        assert r.exit_code == out[name]["exit_code"], (name, r.output[-2000:])
+    return out
 
 
 if __name__ == "__main__":  # the verifier process of `verdicts`

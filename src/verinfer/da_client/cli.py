@@ -16,7 +16,7 @@ from verinfer.cli_errors import fail
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.errors import VerinferError
-from verinfer.protocol.hexutil import parse_hex_lenient
+from verinfer.protocol.hexutil import parse_hex_lenient, to_hex
 
 app = typer.Typer(help="Data availability: get/put blobs, batch proofs, the publication outbox.",
                   no_args_is_help=True)
@@ -197,7 +197,7 @@ def proof(manifest: Annotated[str, typer.Argument(help="DA pointer of the batch 
         digest = parse_hex_lenient(receipt_digest, 32, "receipt digest")
         pr = m.proof(digest)
         entry = m.entries[pr.index]
-    typer.echo(json.dumps({"batchRoot": "0x" + m.root.hex(), "proof": pr.to_json(),
+    typer.echo(json.dumps({"batchRoot": to_hex(m.root), "proof": pr.to_json(),
                            "ciphertext": str(entry.ciphertext),
                            "receipt": entry.signed.receipt.to_json(),
-                           "signature": "0x" + entry.signed.signature.hex()}, sort_keys=True))
+                           "signature": to_hex(entry.signed.signature)}, sort_keys=True))

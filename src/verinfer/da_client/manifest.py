@@ -29,7 +29,7 @@ import rfc8785
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
 from verinfer.da_client.pointer import Pointer
-from verinfer.protocol.hexutil import HexFormatError, parse_hex
+from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Domain, Receipt, check_receipt_domain
 from verinfer.receipts.errors import (
@@ -64,8 +64,8 @@ class ManifestEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {"ciphertext": str(self.ciphertext), "receipt": self.signed.receipt.to_json(),
-                "receiptDigest": "0x" + self.signed.digest.hex(),
-                "signature": "0x" + self.signed.signature.hex()}
+                "receiptDigest": to_hex(self.signed.digest),
+                "signature": to_hex(self.signed.signature)}
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class BatchManifest:
         return tuple(e.signed.digest for e in self.entries)
 
     def to_json(self) -> dict[str, Any]:
-        return {"batchRoot": "0x" + self.root.hex(), "domain": self.domain.to_json(),
+        return {"batchRoot": to_hex(self.root), "domain": self.domain.to_json(),
                 "entries": [e.to_json() for e in self.entries],
                 "format": MANIFEST_FORMAT, "leafCount": self.leaf_count}
 

@@ -28,6 +28,7 @@ from typing import Any
 from verinfer.da_client.errors import OutboxConflictError, OutboxError
 from verinfer.da_client.pointer import sha256
 from verinfer.errors import VerinferError
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.signed import SignedReceipt
 
 ENTRY_STATES = ("queued", "published", "batched", "committed")
@@ -122,7 +123,7 @@ class OutboxStatus:
             "entries": self.entries, "batches": self.batches,
             "oldest_unpublished_age_s": self.oldest_unpublished_age_s,
             "last_batch": None if b is None else {
-                "id": b.id, "root": "0x" + b.root.hex(), "leaf_count": b.leaf_count,
+                "id": b.id, "root": to_hex(b.root), "leaf_count": b.leaf_count,
                 "manifest": b.manifest_pointer, "state": b.state, "created_at": b.created_at,
                 "committed_at": b.committed_at},
             "last_error": self.last_error,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verinfer.da_client.pointer import Pointer
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 
 log = logging.getLogger("verinfer.da_client")
 
@@ -30,7 +30,7 @@ class BatchCommitment:
     manifest: Pointer
 
     def to_json(self) -> dict[str, Any]:
-        return {"batchId": self.batch_id, "batchRoot": "0x" + self.root.hex(),
+        return {"batchId": self.batch_id, "batchRoot": to_hex(self.root),
                 "leafCount": self.leaf_count, "manifest": str(self.manifest)}
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from verinfer.cli_errors import fail
+from verinfer.protocol.hexutil import to_hex
 
 app = typer.Typer(help="Software enclave (not a security boundary): attestation root, "
                        "measurements, key-release runs; TDX quote verification.",
@@ -42,12 +43,12 @@ def measure(container_digest: ContainerOpt, code_hash: CodeOpt,
     """Print the measurement (hex) to put on the allowlist."""
     from verinfer.attestation.quotes import measurement
 
-    typer.echo("0x" + measurement(container_digest, code_hash, engine_fingerprint).hex())
+    typer.echo(to_hex(measurement(container_digest, code_hash, engine_fingerprint)))
 
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, bytes | bytearray):
-        return "0x" + bytes(v).hex()
+        return to_hex(bytes(v))
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):

@@ -30,7 +30,7 @@ from typing import Any
 
 from verinfer.enclave.errors import EnclaveError, KeyReleaseError
 from verinfer.enclave.runner import JobOutcome, RequesterSigner
-from verinfer.protocol.hexutil import HexFormatError, parse_hex
+from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 #: Largest child message the parent reads (an opened envelope, hex-encoded, fits).
@@ -55,7 +55,7 @@ class EnclaveSpec:
 def _jsonable(v: Any) -> Any:
     """Job results as JSON: bytes as 0x-hex (the job result types are JSON and bytes)."""
     if isinstance(v, bytes | bytearray):
-        return "0x" + bytes(v).hex()
+        return to_hex(bytes(v))
     if isinstance(v, Mapping):
         return {str(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
@@ -70,7 +70,7 @@ def _encode_result(result: Any) -> tuple[str, Any]:
     from verinfer.receipts.envelope import EnvelopeContents
 
     if isinstance(result, EnvelopeContents):
-        return "envelope_contents", "0x" + result.to_bytes().hex()
+        return "envelope_contents", to_hex(result.to_bytes())
     return "json", _jsonable(result)
 
 
@@ -133,7 +133,7 @@ class _PipeSigner:
         return self._address
 
     def sign(self, digest: bytes) -> bytes:
-        _send(self._conn, {"kind": "sign", "digest": "0x" + digest.hex()})
+        _send(self._conn, {"kind": "sign", "digest": to_hex(digest)})
         sig = self._conn.recv_bytes(256)
         if not sig:
             raise EnclaveError("parent refused to sign the release request")

@@ -8,13 +8,14 @@ from typing import Any
 
 from verinfer.chain.structs import ETHER, ClaimStatus
 from verinfer.explorer.index import FAULTS, Account, Batch, Challenge, Claim, Index, Slash
+from verinfer.protocol.hexutil import to_hex
 
 #: A challenge's phases, in order (the timeline on its page).
 PHASES = ("opened", "drawn", "commits", "reveals", "verdict")
 
 
 def hx(b: bytes) -> str:
-    return "0x" + b.hex()
+    return to_hex(b)
 
 
 def eth(wei: int) -> str:

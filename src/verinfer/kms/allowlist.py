@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from verinfer.kms.errors import RegistryError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 
 
 class MeasurementAllowlist(Protocol):
@@ -43,5 +43,5 @@ class FileMeasurementAllowlist:
 
 
 def write_allowlist(path: Path, measurements: Iterable[bytes]) -> None:
-    path.write_text(json.dumps({"measurements": sorted("0x" + m.hex() for m in measurements)},
+    path.write_text(json.dumps({"measurements": sorted(to_hex(m) for m in measurements)},
                                indent=2) + "\n")

@@ -15,6 +15,7 @@ from verinfer.kms.errors import EpochError, EpochExistsError, InvalidShareError
 from verinfer.kms.sealing import TokenBytes, write_sealed
 from verinfer.kms.shamir import RandBelow, Share, check_params, random_scalar, split
 from verinfer.kms.tdh import ScalarShare
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.envelope import EnvelopeSuite
 
 
@@ -73,8 +74,8 @@ def keygen(*, epoch: int, threshold: int, shares: int, out: Path,
         finally:
             buf[:] = bytes(32)
     record = EpochRecord(epoch=epoch, threshold=threshold, shares=shares, suite=suite,
-                         public_key="0x" + public_raw.hex(),
-                         commitments=tuple("0x" + c.hex() for c in commitments),
+                         public_key=to_hex(public_raw),
+                         commitments=tuple(to_hex(c) for c in commitments),
                          status="live", created_at=int(now()))
     registry.register(record)
     return record

@@ -40,6 +40,7 @@ from verinfer.kms.keygen import keygen, shard_dir
 from verinfer.kms.release_log import ReleaseLog
 from verinfer.kms.sealing import load_seal_key, new_seal_key
 from verinfer.kms.shard import ShardConfig, ShardService
+from verinfer.protocol.hexutil import to_hex
 
 
 @dataclass(frozen=True)
@@ -139,15 +140,15 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
                                               acct.address.lower()))
     write_allowlist(lay.allowlist, measurements)
     # the light-audit scheduler of this throwaway cluster (another key in the unsafe tree)
-    lay.audit_scheduler_key.write_text("0x" + secrets.token_bytes(32).hex())
+    lay.audit_scheduler_key.write_text(to_hex(secrets.token_bytes(32)))
     lay.audit_scheduler_key.chmod(0o600)
     lay.committee.write_text(json.dumps({
         "verifiers": list(verifiers),
         "challenges": {cid: {"status": "open", "committee": list(m),
-                             **({"receipt_hash": "0x" + challenge_receipts[cid].hex()}
+                             **({"receipt_hash": to_hex(challenge_receipts[cid])}
                                 if challenge_receipts and cid in challenge_receipts else {})}
                        for cid, m in (challenges or {}).items()},
-        "audits": {v: ["0x" + d.hex() for d in ds] for v, ds in (audits or {}).items()}},
+        "audits": {v: [to_hex(d) for d in ds] for v, ds in (audits or {}).items()}},
         indent=2))
     return lay
 

@@ -43,6 +43,7 @@ from web3 import Web3
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.errors import KmsError
 from verinfer.kms.release_log import ReleaseLogError, SignedHead
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 TAG = b"verinfer/kms/log-heads/v1\x00"
@@ -206,7 +207,7 @@ class LogHeadPublisher:
         receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=60)
         if receipt["status"] != 1:
             raise ShardHeadError(f"publication transaction {tx_hash.hex()} failed")
-        pub = Publication("0x" + bytes(tx_hash).hex(), int(receipt["blockNumber"]), pointer,
+        pub = Publication(to_hex(bytes(tx_hash)), int(receipt["blockNumber"]), pointer,
                           digest, heads, failed)
         if self.index_path is not None:
             with self.index_path.open("a") as f:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hpke
 from verinfer.attestation.quotes import Quote
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
-from verinfer.protocol.hexutil import HexFormatError, parse_hex
+from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.receipts.eip712 import Receipt
 
 Purpose = Literal["full_challenge", "light_audit"]
@@ -96,8 +96,8 @@ class AuditAssignment:
                               + self.expires_at.to_bytes(8, "big")).digest()
 
     def to_json(self) -> dict[str, Any]:
-        return {"receipt_hash": "0x" + self.receipt_hash.hex(), "auditor": self.auditor,
-                "expires_at": self.expires_at, "signature": "0x" + self.signature.hex()}
+        return {"receipt_hash": to_hex(self.receipt_hash), "auditor": self.auditor,
+                "expires_at": self.expires_at, "signature": to_hex(self.signature)}
 
     @classmethod
     def from_json(cls, d: Any) -> AuditAssignment:
@@ -215,9 +215,9 @@ class ReleaseRequest:
         return {**extra, "epoch": self.epoch, "purpose": self.purpose,
                 "challenge_id": self.challenge_id,
                 "requester": self.requester,
-                "requester_signature": "0x" + self.requester_signature.hex(),
-                "enclave_public_key": "0x" + self.enclave_public_key.hex(),
-                "nonces": {str(k): "0x" + v.hex() for k, v in sorted(self.nonces.items())},
+                "requester_signature": to_hex(self.requester_signature),
+                "enclave_public_key": to_hex(self.enclave_public_key),
+                "nonces": {str(k): to_hex(v) for k, v in sorted(self.nonces.items())},
                 "quote": self.quote.to_wire()}
 
     @classmethod
@@ -281,11 +281,11 @@ class Release:
     def unsigned_json(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "shard_index": self.shard_index,
                 "shard_address": self.shard_address,
-                "report_data": "0x" + self.report_data.hex(),
+                "report_data": to_hex(self.report_data),
                 "encrypted_share": b64(self.encrypted_share), "issued_at": self.issued_at}
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.unsigned_json(), "signature": "0x" + self.signature.hex()}
+        return {**self.unsigned_json(), "signature": to_hex(self.signature)}
 
     @classmethod
     def from_json(cls, d: Any) -> Release:

@@ -40,7 +40,7 @@ from eth_account.signers.local import LocalAccount
 
 from verinfer.kms.errors import KmsError
 from verinfer.kms.identity import recover_eip191_signer, sign_eip191
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 GENESIS = "0" * 64
@@ -90,7 +90,7 @@ class SignedHead:
         return hashlib.sha256(HEAD_DOMAIN + rfc8785.dumps(self.unsigned_json())).digest()
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.unsigned_json(), "signature": "0x" + self.signature.hex()}
+        return {**self.unsigned_json(), "signature": to_hex(self.signature)}
 
     @classmethod
     def sign(cls, account: LocalAccount, *, shard_index: int, count: int, head: str,

@@ -45,6 +45,7 @@ from verinfer.kms.errors import (
     RequestTooLargeError,
 )
 from verinfer.kms.shard import Decision, ShardService
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
     def nonce() -> dict[str, Any]:
         grant = service.issue_nonce()
         nonces.inc()
-        return {"shard_index": service.index, "nonce": "0x" + grant.nonce.hex(),
+        return {"shard_index": service.index, "nonce": to_hex(grant.nonce),
                 "expires_at": grant.expires_at}
 
     @app.get("/v1/log/head")

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 
 Endpoint = Literal["chat", "completions"]
@@ -402,7 +403,7 @@ def request_seed(model_id: bytes, prompt_ids: Sequence[int], max_tokens: int,
                  policy: DecodePolicy) -> int:
     """Step 6, a body without ``seed``: derived from what decides the output — model id, prompt
     ids and the canonical decode policy — so the operator has nothing to choose."""
-    doc = json.dumps(["0x" + model_id.hex(), list(prompt_ids), max_tokens, policy.temperature,
+    doc = json.dumps([to_hex(model_id), list(prompt_ids), max_tokens, policy.temperature,
                       policy.top_k, policy.top_p, list(policy.stop), False],
                      separators=(",", ":"))
     return derive_seed(hashlib.sha256(doc.encode()).digest())

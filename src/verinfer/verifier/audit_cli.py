@@ -18,6 +18,7 @@ from rich.table import Table
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 from verinfer.kms.protocol import AuditAssignment
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import check_issued_at
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.audit_stream import AuditQueue, StreamKeys
@@ -167,8 +168,8 @@ def audit(
         if escalate and mismatches:
             ch = Challenger(w.view, w.contracts, w.da)
             for rep in mismatches:
-                kind, cid = ch.open(locate(w.view, w.da, "0x" + rep.report.receipt_digest.hex()))
-                escalated.append({"receipt": "0x" + rep.report.receipt_digest.hex(),
+                kind, cid = ch.open(locate(w.view, w.da, to_hex(rep.report.receipt_digest)))
+                escalated.append({"receipt": to_hex(rep.report.receipt_digest),
                                   kind: cid})
         summary = {"sampled": len(jobs), "reported": len(got), "matches": len(got) -
                    len(mismatches), "mismatches": len(mismatches), "escalated": escalated,

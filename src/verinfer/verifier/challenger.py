@@ -25,7 +25,7 @@ from verinfer.chain.structs import (
 )
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
 from verinfer.receipts.merkle import MerkleProof
@@ -88,7 +88,7 @@ def signed_from_json(d: Any, domain: Domain) -> SignedReceipt:
     if signed.domain != domain:
         raise ReceiptRefError(f"the receipt is signed for {signed.domain.to_json()}, not for "
                               f"this chain's {domain.to_json()}", param="domain")
-    if claimed_id is not None and str(claimed_id).lower() != "0x" + signed.digest.hex():
+    if claimed_id is not None and str(claimed_id).lower() != to_hex(signed.digest):
         raise ReceiptRefError(f"receipt id {claimed_id} does not match the receipt "
                               f"(0x{signed.digest.hex()})", param="receipt_id")
     # the chain rule (receipt chainId == domain chainId == this chain) and the signature
@@ -177,15 +177,15 @@ class Challenger:
         if kind == "claim":
             cl = self.c.challenges.claim(ident)
             return {"kind": "claim", "id": ident, "status": cl.status.name.lower(),
-                    "receiptDigest": "0x" + cl.receipt_digest.hex(), "operator": cl.operator,
+                    "receiptDigest": to_hex(cl.receipt_digest), "operator": cl.operator,
                     "responseDeadline": cl.response_deadline}
         info = self.c.challenges.challenge(ident)
         if info.status.name == "NONE":
             raise ChallengeStateError(f"no challenge {ident}", param="id")
         return {"kind": "challenge", "id": ident, "status": info.status.name.lower(),
-                "receiptDigest": "0x" + info.receipt_digest.hex(), "operator": info.operator,
-                "receiptOutHash": "0x" + info.receipt_out_hash.hex(),
-                "majorityOutHash": "0x" + info.majority_out_hash.hex(),
+                "receiptDigest": to_hex(info.receipt_digest), "operator": info.operator,
+                "receiptOutHash": to_hex(info.receipt_out_hash),
+                "majorityOutHash": to_hex(info.majority_out_hash),
                 "members": info.members, "commits": info.commits, "reveals": info.reveals,
                 "commitDeadline": info.commit_deadline, "revealDeadline": info.reveal_deadline,
                 "committee": [m.account for m in self.c.challenges.committee(ident)]

@@ -31,7 +31,7 @@ from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.receipts.eip712 import Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
@@ -218,7 +218,7 @@ class VerifierNode:
                 return
             self.retries.pop(cid, None)
             self.stats.judged += 1
-            self._state[key] = {"vote": "0x" + verdict.vote.hex(), "salt": "0x" + self.salt().hex(),
+            self._state[key] = {"vote": to_hex(verdict.vote), "salt": to_hex(self.salt()),
                                 "reason": verdict.reason, "phase": "judged"}
             self._save()
             self.log(f"challenge {cid}: vote {verdict.reason} "

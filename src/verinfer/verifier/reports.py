@@ -19,7 +19,7 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.verifier.errors import AuditJobError
 from verinfer.verifier.votes import Verdict
 
@@ -36,9 +36,9 @@ class AuditReport:
 
     def body(self) -> dict[str, Any]:
         return {"version": 1, "jobId": self.job_id,
-                "receiptDigest": "0x" + self.receipt_digest.hex(),
-                "auditor": self.auditor, "observedOutHash": "0x" + self.verdict.vote.hex(),
-                "receiptOutHash": "0x" + self.verdict.receipt_out_hash.hex(),
+                "receiptDigest": to_hex(self.receipt_digest),
+                "auditor": self.auditor, "observedOutHash": to_hex(self.verdict.vote),
+                "receiptOutHash": to_hex(self.verdict.receipt_out_hash),
                 "matches": self.verdict.agrees, "reason": self.verdict.reason,
                 "detail": self.verdict.detail, "issuedAt": self.issued_at}
 
@@ -80,8 +80,8 @@ class SignedAuditReport:
         return signer
 
     def to_json(self) -> dict[str, Any]:
-        return {"report": self.report.body(), "reportHash": "0x" + self.report.report_hash.hex(),
-                "signature": "0x" + self.signature.hex()}
+        return {"report": self.report.body(), "reportHash": to_hex(self.report.report_hash),
+                "signature": to_hex(self.signature)}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> SignedAuditReport:
@@ -95,6 +95,6 @@ class SignedAuditReport:
             out = cls(rep, parse_hex(d["signature"], None, "signature"))
         except (KeyError, TypeError, ValueError) as e:
             raise AuditJobError(f"malformed audit report {dict(d)!r:.200}: {e}") from e
-        if rep.verdict.agrees != b["matches"] or "0x" + rep.report_hash.hex() != d["reportHash"]:
+        if rep.verdict.agrees != b["matches"] or to_hex(rep.report_hash) != d["reportHash"]:
             raise AuditJobError("audit report fields do not match its hash", param="reportHash")
         return out

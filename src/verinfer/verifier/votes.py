@@ -17,7 +17,7 @@ from typing import Any, Literal
 # on it together with stake on any other non-receipt value towards slashing, and refuses
 # receipts whose outHash is this value.
 from verinfer.chain.structs import INVALID_EVIDENCE
-from verinfer.protocol.hexutil import parse_hex
+from verinfer.protocol.hexutil import parse_hex, to_hex
 
 __all__ = ["INVALID_EVIDENCE", "REASONS", "Reason", "Verdict"]
 
@@ -55,8 +55,8 @@ class Verdict:
         return self.vote == self.receipt_out_hash
 
     def to_json(self) -> dict[str, Any]:
-        return {"vote": "0x" + self.vote.hex(), "reason": self.reason,
-                "receipt_out_hash": "0x" + self.receipt_out_hash.hex(),
+        return {"vote": to_hex(self.vote), "reason": self.reason,
+                "receipt_out_hash": to_hex(self.receipt_out_hash),
                 "agrees": self.agrees, "replayed_tokens": self.replayed_tokens,
                 "decoded_tokens": self.decoded_tokens, "detail": self.detail}
 

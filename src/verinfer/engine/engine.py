@@ -10,8 +10,10 @@ generated step, the logits digest and the token the decode policy chooses.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -37,6 +39,20 @@ from verinfer.receipts.canonical import MAX_TOP_LOGPROBS  # the ExecRequest's bo
 FinishReason = Literal["stop", "length"]
 __all__ = ["MAX_TOP_LOGPROBS", "Engine", "GenerationResult", "ReplayResult", "StepEvent",
            "TokenLogprob", "token_logprob"]
+
+# Engines whose worker thread may still run. The worker is a daemon thread: one still inside a
+# torch or kernel call (the GIL released) when the interpreter finalizes is ended by
+# pthread_exit, whose unwinding through C++ noexcept frames aborts the whole process
+# ("terminate called without an active exception", exit 134) — after a CLI has printed its
+# answer, so `verinfer reproduce`'s exit code said crash instead of its verdict. Every live
+# engine is therefore closed at exit, before the interpreter finalizes.
+_LIVE_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_engines() -> None:
+    for engine in list(_LIVE_ENGINES):
+        engine.close()
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,7 @@ class Engine:
         self._closed = False
         self._worker = threading.Thread(target=self._loop, name="verinfer-engine", daemon=True)
         self._worker.start()
+        self._close_at_exit()
 
     @classmethod
     def from_path(cls, path: str | Path, kernels: KernelMode = "invariant",
@@ -189,6 +206,10 @@ class Engine:
     def generate(self, prompt_ids: Sequence[int], params: SamplingParams, *,
                  top_logprobs: int | None = None) -> GenerationResult:
         return self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
+
+    def _close_at_exit(self) -> None:
+        """Have this engine closed (its worker joined) when the interpreter exits."""
+        _LIVE_ENGINES.add(self)
 
     def close(self) -> None:
         with self._cv:

@@ -130,6 +130,7 @@ class VllmEngine(Engine):
         self._memo: OrderedDict[tuple[Any, ...], GenerationResult] = OrderedDict()
         self._worker = threading.Thread(target=self._loop, name="verinfer-vllm", daemon=True)
         self._worker.start()
+        self._close_at_exit()
 
     @classmethod
     def from_path(cls, path: str | Path, kernels: str = "vllm",

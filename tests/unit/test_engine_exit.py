@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import weakref
 from pathlib import Path
+
+import pytest
 
 from verinfer.engine import engine as engine_mod
 from verinfer.engine.engine import Engine
@@ -28,10 +31,13 @@ print("answered")
 """  # no close(): the process ends with the worker alive, as a CLI does
 
 
-def test_the_exit_hook_joins_every_live_engine(tmp_path: Path) -> None:
+def test_the_exit_hook_joins_every_live_engine(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     eng = Engine.from_path(write_tiny_llama(tmp_path / "t.gguf"))
     eng.generate([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
     assert eng in engine_mod._LIVE_ENGINES and eng._worker.is_alive()
+    # run the hook over this engine alone: the real set also holds engines other tests share
+    monkeypatch.setattr(engine_mod, "_LIVE_ENGINES", weakref.WeakSet([eng]))
     engine_mod._close_live_engines()  # what atexit runs
     assert not eng._worker.is_alive()
 

@@ -13,9 +13,9 @@ import random
 
 import pytest
 
+from support.bytelevel import smollm2_tokenizer, whole_text_ids
 from support.random_text import random_texts
-from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import Tokenizer, bytelevel, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer import bytelevel
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer, cut_for_parallel
 
 pytestmark = pytest.mark.slow
@@ -23,14 +23,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tok() -> ByteLevelTokenizer:
-    t = Tokenizer.from_gguf_fields(read_gguf_tokenizer_fields(smollm2_model_path()))
-    assert isinstance(t, ByteLevelTokenizer)
-    return t
+    return smollm2_tokenizer()
 
 
-def _whole(tok: ByteLevelTokenizer, text: str, parse_special: bool) -> list[int]:
-    backend = tok._backend if parse_special else tok._plain
-    return list(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+_whole = whole_text_ids
 
 
 def _long_text(seed: int, min_chars: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import regex
 
+from support.bytelevel import smollm2_tokenizer, whole_text_ids
 from support.random_text import random_texts
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer import Tokenizer, bytelevel_words, read_gguf_tokenizer_fields
@@ -38,14 +39,10 @@ SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<file
 
 @pytest.fixture(scope="module")
 def tok() -> ByteLevelTokenizer:
-    t = Tokenizer.from_gguf_fields(read_gguf_tokenizer_fields(smollm2_model_path()))
-    assert isinstance(t, ByteLevelTokenizer)
-    return t
+    return smollm2_tokenizer()
 
 
-def _whole(tok: ByteLevelTokenizer, text: str, parse_special: bool) -> list[int]:
-    backend = tok._backend if parse_special else tok._plain
-    return list(backend.encode_batch_fast([text], add_special_tokens=False)[0].ids)
+_whole = whole_text_ids
 
 
 def _words(tok: ByteLevelTokenizer, parse_special: bool) -> WordEncoder:

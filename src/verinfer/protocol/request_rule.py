@@ -33,11 +33,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from verinfer.errors import ContextLengthExceededError, InvalidRequestError
+from verinfer.errors import ContextLengthExceededError, InvalidRequestError, ModelNotFoundError
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
@@ -154,6 +155,7 @@ class DecodePolicy:
 @dataclass(frozen=True)
 class ParsedBody:
     policy: DecodePolicy
+    model: str  # the body's ``model``: a served name, or a model id (see :func:`check_model`)
     messages: tuple[ChatTurn, ...] | None  # chat
     prompts: tuple[str | tuple[int, ...], ...]  # completions: text or token ids per prompt
 
@@ -182,7 +184,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     if unknown:
         raise InvalidRequestError(f"unrecognized request argument: {unknown[0]}",
                                   param=unknown[0])
-    _str(b.get("model"), "model")
+    model_name = _str(b.get("model"), "model")
     for name in ("frequency_penalty", "presence_penalty"):
         if name in b and canonical_float(b[name], name) != 0.0:
             raise InvalidRequestError(f"{name} is not supported by this server", param=name)
@@ -259,7 +261,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
                           top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
                           top_logprobs=top_logprobs, prompt_commitments=commitments,
                           stream=stream, include_usage=include_usage)
-    return ParsedBody(policy, messages, prompts)
+    return ParsedBody(policy, model_name, messages, prompts)
 
 
 def _stop(value: object) -> tuple[str, ...]:
@@ -417,6 +419,20 @@ def choice_seed(seed: int, index: int) -> int:
                                       + index.to_bytes(4, "big")).digest())
 
 
+MODEL_ID = re.compile(r"0x[0-9a-fA-F]{64}")
+
+
+def check_model(name: str, model: ServedModel) -> None:
+    """A body whose ``model`` is a model id (``0x`` + 64 hex digits, the weights' sha256) is
+    run by that model only. Why: a served name is the operator's own label, but an id is the
+    client pinning the weights; without this rule an operator could answer a body naming
+    model A with the cheaper model B (both allowlisted) and every verifier, applying the rule
+    with B's facts, found B's ExecRequest conformant. Names stay unbound (docs/protocol.md)."""
+    if MODEL_ID.fullmatch(name) and bytes.fromhex(name[2:]) != model.model_id:
+        raise ModelNotFoundError(f"the body names model {name}; this request runs model "
+                                 f"{to_hex(model.model_id)}", param="model")
+
+
 # ---- the whole rule -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RequestPlan:
@@ -430,6 +446,7 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
     Raises a ClientError (InvalidRequestError, ContextLengthExceededError, ...) for a body an
     honest server refuses."""
     parsed = parse_body(body, endpoint)
+    check_model(parsed.model, model)
     pol = parsed.policy
     if parsed.messages is not None:
         prompt_ids = [prompts.chat(parsed.messages)]

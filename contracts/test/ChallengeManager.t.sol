@@ -553,11 +553,19 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(id2, id + 1);
     }
 
+    /// The only verifier covering the fingerprint opens the challenge itself: it is excluded,
+    /// nobody else is eligible, the challenge ends inconclusive.
     function test_resolve_noEligibleVerifiers_inconclusive_succeeds() public {
-        for (uint256 i = 0; i < verifiers.length; i++) {
+        for (uint256 i = 1; i < verifiers.length; i++) {
             vm.prank(verifiers[i]);
-            stakes.requestUnbond(5 ether);
+            stakes.undeclareFingerprint(FINGERPRINT);
         }
+        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()));
+        for (uint256 i = 1; i < verifiers.length; i++) {
+            stakes.completeUndeclare(verifiers[i], FINGERPRINT);
+        }
+        vm.roll(block.number + 1);
+        challenger = verifiers[0];
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         vm.roll(cm.challenge(id).targetBlock + 1);
         cm.drawCommittee(id);

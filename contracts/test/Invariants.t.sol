@@ -103,6 +103,9 @@ contract ProtocolHandler is Fixture {
     function postBatchAction(uint256 n) external {
         calls++;
         if (!stakes.isActiveOperator(operator)) return;
+        // The honest operator refuses to sign while no declared verifier covers its fingerprint
+        // (such a receipt is invalid on its face); the mixed one signs anyway.
+        if (honest && !stakes.isCoveredAt(FINGERPRINT, uint64(block.timestamp))) return;
         n = bound(n, 1, 9);
         posted.push(postBatch(HONEST_OUT, n, n / 2));
         allDigests.push(digestOf(posted[posted.length - 1].receipt));
@@ -123,9 +126,12 @@ contract ProtocolHandler is Fixture {
         _countSlashes();
         if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) {
             liveChallenges.push(id);
-            for (uint256 i = 0; i < verifiers.length; i++) {
-                uint256 slot = stakes.accountOf(verifiers[i]).slot;
-                if (slot != 0) seatsAtOpen[id].push(Seat(slot, verifiers[i], stakes.weightOf(verifiers[i])));
+            // The committee's pool: verifiers declared for the receipt's fingerprint now (the end
+            // of the open block), leaving ones included.
+            uint256 used = stakes.poolSlotsUsed(FINGERPRINT);
+            for (uint256 slot = 1; slot <= used; slot++) {
+                (address who, uint256 w) = stakes.poolSlotAt(FINGERPRINT, slot, block.number);
+                if (w != 0) seatsAtOpen[id].push(Seat(slot, who, w));
             }
         }
         // Every later stake change lands after the open block.
@@ -286,6 +292,25 @@ contract ProtocolHandler is Fixture {
         stakes.requestUnbond(uint128(bound(amount, 1, avail)));
     }
 
+    /// A verifier toggles its declaration: undeclare (stays drawable until leaveAt), re-declare
+    /// (cancels), or completes a due undeclaration (anyone may).
+    function declarationAction(uint256 who) external {
+        calls++;
+        address v = verifiers[who % verifiers.length];
+        (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(v);
+        vm.startPrank(v);
+        if (fps.length == 0) {
+            if (stakes.activeStake(v) >= 1 ether) stakes.declareFingerprint(FINGERPRINT);
+        } else if (leaveAt[0] == 0) {
+            stakes.undeclareFingerprint(FINGERPRINT);
+        } else if (block.timestamp >= leaveAt[0]) {
+            stakes.completeUndeclare(v, FINGERPRINT);
+        } else {
+            stakes.declareFingerprint(FINGERPRINT);
+        }
+        vm.stopPrank();
+    }
+
     function withdrawAction(uint256 who) external {
         calls++;
         address[] memory a = actors();
@@ -386,7 +411,7 @@ contract ProtocolHandler is Fixture {
     }
 
     function selectors() external pure returns (bytes4[] memory s) {
-        s = new bytes4[](14);
+        s = new bytes4[](15);
         s[0] = this.postBatchAction.selector;
         s[1] = this.openAction.selector;
         s[2] = this.drawAction.selector;
@@ -401,6 +426,7 @@ contract ProtocolHandler is Fixture {
         s[11] = this.selfClaimAction.selector;
         s[12] = this.answerSelfClaimAction.selector;
         s[13] = this.bondAction.selector;
+        s[14] = this.declarationAction.selector;
     }
 }
 
@@ -470,8 +496,10 @@ abstract contract ProtocolInvariants is Test {
         }
     }
 
-    /// Committee membership is independent of stake changes after the open block: every draw
-    /// equals a reference draw over the weights recorded when the challenge opened.
+    /// Committee membership is independent of stake and declaration changes after the open
+    /// block: every draw equals a reference draw over the weights, in the pool of the receipt's
+    /// fingerprint, recorded when the challenge opened (so every member was declared for the
+    /// fingerprint at the snapshot).
     function invariant_committeeFixedAtOpen() public view {
         vm.assertFalse(handler.committeeMoved(), "a post-open stake change moved a committee");
     }

@@ -80,6 +80,8 @@ abstract contract Fixture is Test {
             vm.deal(v, 100 ether);
             vm.prank(v);
             stakes.register{value: 5 ether}(IStakeRegistryTypes.Role.Verifier);
+            vm.prank(v);
+            stakes.declareFingerprint(FINGERPRINT);
         }
         vm.warp(T0 + 10);
     }

@@ -27,6 +27,13 @@ MAX_TOP_LOGPROBS = 20
 MAX_LEGACY_LOGPROBS = 5
 #: Decode policy ranges (temperature closed, top_p half-open (0, 1]).
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.0, 2.0
+#: The smallest temperature other than 0 (greedy). Below it ``logit / temperature`` overflows a
+#: double for ordinary logits (1e-310: +inf, and the sampler's ``z - max z`` is inf - inf =
+#: NaN): the sampling kernel's AVX2 exp maps a NaN to its floor where the portable exp keeps
+#: the NaN, so two honest machines drew different tokens — and the rule's own definition
+#: (engine.sampling.sample_reference) refuses such logits. Well above the overflow bound
+#: (~1e-270 for float32 logits) and far below any useful temperature: use 0 for greedy.
+MIN_POSITIVE_TEMPERATURE = 1e-6
 MAX_TOP_P = 1.0
 MAX_TOP_K = 2**32 - 1  # the canonical ExecRequest holds top_k and max_tokens as u32
 MAX_MAX_TOKENS = 2**32 - 1

@@ -213,8 +213,9 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     n = _ranged_int(b["n"], "n", 1, L.MAX_CHOICES) if "n" in b else L.DEFAULT_N
     temperature = (canonical_float(b["temperature"], "temperature") if "temperature" in b
                    else L.DEFAULT_TEMPERATURE)
-    if not L.MIN_TEMPERATURE <= temperature <= L.MAX_TEMPERATURE:
-        raise InvalidRequestError(f"temperature must be in [{L.MIN_TEMPERATURE}, "
+    if (not L.MIN_TEMPERATURE <= temperature <= L.MAX_TEMPERATURE
+            or 0.0 < temperature < L.MIN_POSITIVE_TEMPERATURE):
+        raise InvalidRequestError(f"temperature must be 0 or in [{L.MIN_POSITIVE_TEMPERATURE}, "
                                   f"{L.MAX_TEMPERATURE}], got {temperature!r}",
                                   param="temperature")
     top_p = canonical_float(b["top_p"], "top_p") if "top_p" in b else L.DEFAULT_TOP_P

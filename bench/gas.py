@@ -6,10 +6,14 @@ draws the committee, commits and reveals one vote; then registers 1,000 more ver
 draws a committee again (`draw_gas_1000_verifiers`: the draw reads a checkpointed Fenwick tree,
 so its cost depends on the tree depth, not on the number of verifiers). gasUsed includes the
 21000 intrinsic cost and calldata. Prints one JSON object as the last line.
+
+``--smoke`` (CI, tests/integration/test_bench_smoke.py): registers 20 more verifiers instead of
+1,000, so ``draw_gas_1000_verifiers`` is then not that number; every other path is the same.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import time
@@ -27,6 +31,7 @@ from verinfer.receipts.merkle import build_tree
 
 LEAVES = 1024
 MANY_VERIFIERS = 1000
+SMOKE_VERIFIERS = 20
 
 
 def _register_many(w3: Web3, d: object, n: int, stake: int) -> int:
@@ -51,7 +56,7 @@ def _register_many(w3: Web3, d: object, n: int, stake: int) -> int:
     return worst
 
 
-def main() -> dict[str, object]:
+def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
     t0 = time.perf_counter()
     with Anvil() as node:
         w3 = node.web3()
@@ -109,7 +114,7 @@ def main() -> dict[str, object]:
             as_(s).challenges.commit_vote(cid, vote_commitment(cid, m.account, out, salt))
         rv = as_(signer).challenges.reveal_vote(cid, out, salt)
         # The same draw with 1,000 more verifiers registered.
-        register_worst = _register_many(w3, d, MANY_VERIFIERS, params.min_verifier_stake)
+        register_worst = _register_many(w3, d, many_verifiers, params.min_verifier_stake)
         n_verifiers = d.bind(w3).stakes.verifier_count()
         idx3 = 9
         p3 = tree.proof(idx3)
@@ -141,4 +146,6 @@ def main() -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="CI smoke run: 20 extra verifiers")
+    print(json.dumps(main(SMOKE_VERIFIERS if ap.parse_args().smoke else MANY_VERIFIERS)))

@@ -66,12 +66,16 @@ contract ProtocolHandler is Fixture {
         a[0] = operator;
         a[1] = challenger;
         a[2] = OPERATOR_ALT;
-        for (uint256 i = 0; i < verifiers.length; i++) a[i + 3] = verifiers[i];
+        for (uint256 i = 0; i < verifiers.length; i++) {
+            a[i + 3] = verifiers[i];
+        }
     }
 
     function totalEth() public view returns (uint256 sum) {
         address[] memory a = actors();
-        for (uint256 i = 0; i < a.length; i++) sum += a[i].balance;
+        for (uint256 i = 0; i < a.length; i++) {
+            sum += a[i].balance;
+        }
         sum += address(stakes).balance + address(cm).balance;
     }
 
@@ -81,8 +85,12 @@ contract ProtocolHandler is Fixture {
 
     function liveClaimIds() external view returns (uint256[] memory) {
         uint256[] memory all = new uint256[](liveClaims.length + selfClaims.length);
-        for (uint256 i = 0; i < liveClaims.length; i++) all[i] = liveClaims[i];
-        for (uint256 i = 0; i < selfClaims.length; i++) all[liveClaims.length + i] = selfClaims[i];
+        for (uint256 i = 0; i < liveClaims.length; i++) {
+            all[i] = liveClaims[i];
+        }
+        for (uint256 i = 0; i < selfClaims.length; i++) {
+            all[liveClaims.length + i] = selfClaims[i];
+        }
         return all;
     }
 
@@ -199,7 +207,10 @@ contract ProtocolHandler is Fixture {
         if (block.number <= c.targetBlock) vm.roll(c.targetBlock + 1); // block numbers only grow
         cm.drawCommittee(id);
         _checkDraw(id, c.targetBlock, c.challenger);
-        if (cm.challenge(id).status != IChallengeManagerTypes.Status.Voting && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw) {
+        if (
+            cm.challenge(id).status != IChallengeManagerTypes.Status.Voting
+                && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw
+        ) {
             _dropChallenge(id);
         }
     }
@@ -209,7 +220,9 @@ contract ProtocolHandler is Fixture {
         if (liveChallenges.length == 0) return;
         uint256 id = liveChallenges[seed % liveChallenges.length];
         IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
-        if (c.status != IChallengeManagerTypes.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) return;
+        if (c.status != IChallengeManagerTypes.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) {
+            return;
+        }
         IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         bytes32[] memory outs = new bytes32[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) {
@@ -342,7 +355,8 @@ contract ProtocolHandler is Fixture {
         for (uint256 i = 0; i < logs.length; i++) {
             if (logs[i].emitter == address(cm) && logs[i].topics[0] == IChallengeManager.OperatorSlashed.selector) {
                 bytes32 d = logs[i].topics[2];
-                (IChallengeManagerTypes.Fault fault, uint256 amount,) = abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
+                (IChallengeManagerTypes.Fault fault, uint256 amount,) =
+                    abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
                 if (amount == 0) continue;
                 bytes32 key = keccak256(abi.encode(d, fault == IChallengeManagerTypes.Fault.Unpublished ? 1 : 0));
                 if (++slashCount[key] > 1) doubleSlash = true;
@@ -375,7 +389,9 @@ contract ProtocolHandler is Fixture {
             }
         }
         uint256 pool = 0;
-        for (uint256 i = 0; i < seats.length; i++) pool += seats[i].weight;
+        for (uint256 i = 0; i < seats.length; i++) {
+            pool += seats[i].weight;
+        }
         bytes32 seed = keccak256(abi.encode(blockhash(target), id));
         uint256 size = 3; // committeeSize
         uint256 filled = 0;
@@ -448,9 +464,13 @@ abstract contract ProtocolInvariants is Test {
         vm.assertEq(address(stakes).balance, stakes.totalStake(), "registry balance == total stake");
         uint256 bonds = 0;
         uint256[] memory ids = handler.liveChallengeIds();
-        for (uint256 i = 0; i < ids.length; i++) bonds += cm.challenge(ids[i]).bond;
+        for (uint256 i = 0; i < ids.length; i++) {
+            bonds += cm.challenge(ids[i]).bond;
+        }
         ids = handler.liveClaimIds();
-        for (uint256 i = 0; i < ids.length; i++) bonds += cm.claim(ids[i]).bond;
+        for (uint256 i = 0; i < ids.length; i++) {
+            bonds += cm.claim(ids[i]).bond;
+        }
         vm.assertEq(address(cm).balance, bonds + cm.totalCredits() + cm.totalBurnt(), "cm balance accounting");
         vm.assertEq(cm.bondsHeld(), bonds, "bondsHeld view");
     }
@@ -511,9 +531,13 @@ abstract contract ProtocolInvariants is Test {
         IStakeRegistryTypes.Account memory a = stakes.accountOf(op);
         uint256 reserved = 0;
         uint256[] memory ids = handler.liveChallengeIds();
-        for (uint256 i = 0; i < ids.length; i++) reserved += cm.challenge(ids[i]).lockedStake;
+        for (uint256 i = 0; i < ids.length; i++) {
+            reserved += cm.challenge(ids[i]).lockedStake;
+        }
         ids = handler.liveClaimIds();
-        for (uint256 i = 0; i < ids.length; i++) reserved += cm.claim(ids[i]).lockedStake;
+        for (uint256 i = 0; i < ids.length; i++) {
+            reserved += cm.claim(ids[i]).lockedStake;
+        }
         vm.assertEq(a.locked, reserved, "operator lock == live liabilities");
         vs; // verifiers: withdrawAction checks that no withdrawal touches stake held by liabilities
     }

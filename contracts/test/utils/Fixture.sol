@@ -137,7 +137,9 @@ abstract contract Fixture is Test {
             index >>= 1;
         }
         bytes32[] memory out = new bytes32[](n);
-        for (uint256 i = 0; i < n; i++) out[i] = tmp[i];
+        for (uint256 i = 0; i < n; i++) {
+            out[i] = tmp[i];
+        }
         return out;
     }
 
@@ -204,6 +206,8 @@ abstract contract Fixture is Test {
 
     function allSame(uint256 n, bytes32 v) internal pure returns (bytes32[] memory outs) {
         outs = new bytes32[](n);
-        for (uint256 i = 0; i < n; i++) outs[i] = v;
+        for (uint256 i = 0; i < n; i++) {
+            outs[i] = v;
+        }
     }
 }

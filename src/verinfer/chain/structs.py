@@ -163,6 +163,7 @@ class ChallengeInfo:
     total_weight: int
     snapshot_block: int  # the open block: the draw uses verifier weights as of its end
     member_penalty: int
+    fingerprint_hash: bytes = b""  # the receipt's engine fingerprint: the committee's pool
 
     @classmethod
     def from_tuple(cls, t: Any) -> ChallengeInfo:

@@ -27,7 +27,7 @@ The word patterns guarantee the first by construction: an added-token match is t
 every word start, and inside a word every character that can begin an added token is admitted
 only where none begins (``(?!ADDED)``); the only cuts between words are then the class
 transitions listed in :func:`fine_refusal` (:func:`fine_pattern`, all-ASCII chunks: between a
-letter run, a digit, a run of punctuation and controls, and the spaces that lead each word) or
+letter run, a digit run, a run of punctuation and controls, and the spaces that lead each word) or
 "before a space" (:func:`coarse_pattern`, any chunk: spaces lead a word; a character that may
 join a following ``"▁"`` keeps the spaces after it). Both conditions are checked against the
 vocabulary's merges when the encoder is built; where the fine cuts fail it is not used, and the
@@ -104,7 +104,7 @@ def _fine_cut(x: str, y: str, glued: frozenset[str]) -> bool:
     if x in LETTERS:
         return y not in LETTERS
     if x in DIGITS:
-        return True
+        return y not in DIGITS
     if x in SYMBOLS:
         return y in LETTERS or y in DIGITS or (y == " " and x not in glued)
     return False  # the space leads the next word
@@ -148,29 +148,25 @@ def _cls(chars: Iterable[str]) -> str:
     return "".join(re.escape(c) for c in sorted(chars))
 
 
-def _unit(chars: frozenset[str], first: frozenset[str], added: str, *, run: bool) -> str:
-    """One character of ``chars`` (a run of them with ``run``), those that may begin an added
-    token only where none begins."""
+def _unit(chars: frozenset[str], first: frozenset[str], added: str) -> str:
+    """A run of ``chars``, those that may begin an added token only where none begins."""
     free, guarded = chars - first, chars & first
     alts = []
     if free:
-        alts.append(f"[{_cls(free)}]" + ("+" if run else ""))
+        alts.append(f"[{_cls(free)}]+")
     if guarded:
         alts.append(f"(?!{added})[{_cls(guarded)}]")
-    body = "|".join(alts)
-    if run and guarded:
-        return f"(?:{body})+"
-    return f"(?:{body})" if len(alts) > 1 else body
+    return f"(?:{'|'.join(alts)})+" if guarded else alts[0]
 
 
 def fine_pattern(added: str, first: frozenset[str], glued: frozenset[str]) -> str:
     """The word pattern for all-ASCII text: an added token; or spaces, then a letter run, a
-    digit or a run of symbols (punctuation and controls) -- and after a symbol run ending in a
+    digit run or a run of symbols (punctuation and controls) -- and after a symbol run ending in a
     ``glued`` character, spaces and another such core, repeatedly; or spaces alone."""
     core = "|".join([
-        _unit(LETTERS, first, added, run=True),
-        _unit(DIGITS, first, added, run=False),
-        _unit(SYMBOLS, first, added, run=True),
+        _unit(LETTERS, first, added),
+        _unit(DIGITS, first, added),
+        _unit(SYMBOLS, first, added),
     ])
     glue = f"(?:(?<=[{_cls(glued & SYMBOLS)}]) +(?:{core})?)*" if glued & SYMBOLS else ""
     lead = f"(?:{added})|" if added else ""

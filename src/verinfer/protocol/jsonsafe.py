@@ -35,6 +35,17 @@ class UntrustedJsonError(InvalidRequestError):
     code = "invalid_json"
 
 
+def json_shape(data: bytes) -> tuple[int, int]:
+    """(containers, values) of JSON text, counted on the bytes with their strings removed:
+    arrays and objects, and an upper bound on all values (commas + containers + 1). C-speed
+    scans only (a few ms for 4 MiB), so it runs before a parser builds anything: a body of a
+    million one-element lists costs seconds to parse and validate, and this refuses it first.
+    Invalid JSON gets some count; the parser refuses it anyway."""
+    bare = _STRING.sub(b"", data)
+    containers = bare.count(b"[") + bare.count(b"{")
+    return containers, bare.count(b",") + containers + 1
+
+
 def max_depth(data: bytes) -> int:
     """Deepest bracket nesting of ``data`` (brackets inside strings do not count)."""
     brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)

@@ -42,7 +42,7 @@ from verinfer.errors import ContextLengthExceededError, InvalidRequestError, Mod
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.jsonsafe import loads_untrusted
+from verinfer.protocol.jsonsafe import json_shape, loads_untrusted
 
 Endpoint = Literal["chat", "completions"]
 ROLES = ("system", "developer", "user", "assistant")
@@ -166,8 +166,24 @@ def endpoint_of(body: Mapping[str, Any]) -> Endpoint:
     return "chat" if "messages" in body else "completions"
 
 
+def check_body_shape(body: bytes) -> None:
+    """Step 1's cheap bound, on the raw bytes before any parser runs: at most
+    ``MAX_BODY_CONTAINERS`` arrays/objects and ``MAX_BODY_VALUES`` values. The operator calls
+    it before its web framework parses a body (that parse runs on the event loop), and
+    :func:`load_body` applies it, so both sides refuse the same bodies."""
+    containers, values = json_shape(body)
+    if containers > L.MAX_BODY_CONTAINERS:
+        raise InvalidRequestError(f"the request body holds {containers} arrays and objects; "
+                                  f"the limit is {L.MAX_BODY_CONTAINERS}")
+    if values > L.MAX_BODY_VALUES:
+        raise InvalidRequestError(f"the request body holds up to {values} values; the limit "
+                                  f"is {L.MAX_BODY_VALUES}")
+
+
 def load_body(body: bytes | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(body, bytes | bytearray | memoryview):
+        if len(body) <= L.MAX_BODY_BYTES:  # (a longer one is refused by the parser, by size)
+            check_body_shape(bytes(body))
         obj = loads_untrusted(body, max_bytes=L.MAX_BODY_BYTES, what="request body",
                               unique_keys=True)
     else:

@@ -23,6 +23,13 @@ MAX_DEPTH = 64
 MAX_BYTES = 8 * 1024 * 1024
 #: Where the interpreter's recursion limit is put back (the CPython default).
 SAFE_RECURSION_LIMIT = 1000
+#: Longest integer literal (digits) any party may send: a uint256 has 78. CPython refuses
+#: int literals past ``sys.get_int_max_str_digits()`` (4300 by default, but 0 = unlimited, or
+#: any value >= 640, via PYTHONINTMAXSTRDIGITS / -X int_max_str_digits): left to the
+#: interpreter, one body could parse in an operator started with another setting and fail in
+#: a verifier's enclave (a big integer in a field the rule ignores, e.g. chat ``max_tokens``
+#: beside ``max_completion_tokens``), and an honest operator would be voted nonconformant.
+MAX_INT_DIGITS = 100
 
 # A JSON string, unrolled so the regex engine runs in linear time on any input.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -69,6 +76,13 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits (the limit is "
+                         f"{MAX_INT_DIGITS})")
+    return int(text)
+
+
 def _cap_recursion() -> None:
     if sys.getrecursionlimit() > SAFE_RECURSION_LIMIT:
         sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
@@ -96,7 +110,8 @@ def loads_untrusted(
         raise UntrustedJsonError(f"{what}: nesting depth {found} exceeds the limit of {depth}")
     _cap_recursion()  # belt and braces: a decoder bug past the scan still raises, not crashes
     try:
-        return json.loads(raw, object_pairs_hook=_unique_object if unique_keys else None)
+        return json.loads(raw, object_pairs_hook=_unique_object if unique_keys else None,
+                          parse_int=_parse_int)
     # JSONDecodeError and UnicodeDecodeError are ValueErrors.
     except (ValueError, RecursionError) as e:
         raise UntrustedJsonError(f"{what}: not valid JSON ({e})") from None

@@ -98,13 +98,36 @@ def test_long_text_goes_word_by_word_and_stays_equal(tok: FastSpmTokenizer) -> N
     assert tok.hash == ref.hash
 
 
-def test_special_text_with_parsing_off_falls_back() -> None:
+def test_special_text_with_parsing_off_is_text() -> None:
+    """With special parsing off a control token's text is text: no user token can overlap one
+    here, so the word patterns take it like any other (same ids as HF, which finds it and
+    leaves it as text)."""
     tok = _fast(FINE_EXTRA)
-    _, words = backend_and_words(tok, False)
-    text = "x(<start_of_turn>y " * 400
+    backend, words = backend_and_words(tok, False)
+    text = "x(<start_of_turn>y <eos>\n" * 400
+    assert words.encode(text) == whole_ids(backend, text)
+    assert tok.token_to_id("<start_of_turn>") not in whole_ids(backend, text)
+
+
+def test_user_token_a_special_one_can_hide_falls_back() -> None:
+    """HF's matcher finds special tokens even with parsing off, and a user token overlapping
+    one ("of_t" inside "<start_of_turn>") is then not split out: such a text goes whole."""
+    fields = tiny_spm_vocab(("of_t", *FINE_EXTRA))
+    tokens = list(fields["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
+    types = list(fields["tokenizer.ggml.token_type"])  # type: ignore[call-overload]
+    types[tokens.index("of_t")] = 4  # user-defined
+    fields["tokenizer.ggml.token_type"] = types
+    tok = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    assert isinstance(tok, FastSpmTokenizer)
+    backend, words = backend_and_words(tok, False)
+    text = "x(<start_of_turn>y of_t\n" * 400
     assert words.encode(text) is None
     assert tok.encode(text, parse_special=False) == SpmTokenizer(tok.spec).encode(
         text, parse_special=False)
+    plain = "x(of_t)y of_t\n" * 400  # no special text: the word path
+    assert words.encode(plain) == whole_ids(backend, plain)
+    assert sw._hides(["<start_of_turn>"], ["of_t"]) and sw._hides(["<ab>"], [">c"])
+    assert sw._hides(["b<a>"], ["xb"]) and not sw._hides(["<eos>"], ["\n", "<table>"])
 
 
 # -- negative controls -------------------------------------------------------------------------

@@ -202,6 +202,23 @@ def words_refusal(added: Sequence[tuple[str, int, bool]], add_space_prefix: bool
     return None
 
 
+def _hides(found: Iterable[str], split: Iterable[str]) -> bool:
+    """Whether a match of a ``found`` text (matched, then left as text) can overlap one of a
+    ``split`` text: one inside the other, or a proper suffix of one a proper prefix of the
+    other. If none can, a leftmost-longest scan for both finds the same ``split`` matches as
+    a scan for ``split`` alone."""
+    found, split = list(found), list(split)
+    if not found or not split:
+        return False
+    for a, b in ((found, split), (split, found)):
+        heads = {t[:k] for t in b for k in range(1, len(t))}
+        if any(t[k:] in heads for t in a for k in range(1, len(t))):
+            return True
+    inside = re.compile("|".join(map(re.escape, sorted(split, key=len, reverse=True))))
+    return any(inside.search(t) for t in found) or any(
+        f in t for f in found for t in split if len(f) <= len(t))
+
+
 def newline_cuts(text: str, step: int) -> list[str]:
     """``text`` cut into pieces of about ``step`` characters, each cut just before a newline
     that follows another character (never inside a run of newlines)."""
@@ -239,15 +256,20 @@ class SpmWordEncoder:
         if reason is not None:
             raise TokenizerError(f"no word path: {reason}")
         texts = [t for t, _, _ in added]
+        # the added tokens this mode splits out: text -> (id,); the rest are left as text
+        self._split = {t: (i,) for t, i, special in added if parse_special or not special}
+        self._as_text = frozenset(texts) - self._split.keys()
+        if self._as_text and not _hides(self._as_text, self._split):
+            # HF's matcher still finds the special ones (and may thereby hide a user token);
+            # where none can overlap a user token, finding them or not splits out the same
+            # user tokens, and their text is text to the word patterns like any other
+            texts, self._as_text = list(self._split), frozenset()
         trie = trie_pattern(texts)
         first = frozenset(t[0] for t in texts)
         glued = glued_before_space(joins)
         self._coarse = re.compile(coarse_pattern(trie, first, glued))
         self.fine = fine and fine_refusal(joins) is None
         self._fine = re.compile(fine_pattern(trie, first, glued)) if self.fine else self._coarse
-        # the added tokens this mode splits out: text -> (id,); the rest are left as text
-        self._split = {t: (i,) for t, i, special in added if parse_special or not special}
-        self._as_text = frozenset(texts) - self._split.keys()
         self._words = words
         self._cut = cut
 

@@ -3,15 +3,17 @@
 The earlier fix (test_operator_server.py) moved tokenizing off the event loop and bounded the
 prompt's characters; a body can still be costly *before* any of that: FastAPI parses it and
 pydantic validates it on the event loop, and a 4 MiB body holding a million one-element lists
-(``"prompt": [[1],[1],...]``) or two million token ids costs seconds there (json.loads builds a
+(``"prompt": [[1],[1],...]``), two million token ids or a million one-letter strings costs
+seconds there (json.loads builds a
 million lists; the JsonInt validator is a Python call per id). While it runs nothing else is
 served: streams stall and /health times out (a load balancer then drops the operator). Who
 gains: a competitor or a griefer, for one request per few seconds.
 
 Fix (one home: ``verinfer.protocol.jsonsafe.json_shape`` and the limits table): a body may hold
-at most ``MAX_BODY_CONTAINERS`` arrays/objects and ``MAX_BODY_VALUES`` values. The request rule
-refuses bodies past them (both sides of a dispute), and the operator checks the same bound on the
-raw bytes before parsing (C-speed counts over the body with its strings removed), answering 400.
+at most ``MAX_BODY_STRINGS`` strings, ``MAX_BODY_CONTAINERS`` arrays/objects and
+``MAX_BODY_VALUES`` values. The request rule refuses bodies past them (both sides of a dispute),
+and the operator checks the same bound on the raw bytes before parsing (C-speed byte counts, no
+regex), answering 400.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from support.servers import Server, launched_server, operator_init
 HEAD = {"model": "tiny", "max_tokens": 2, "temperature": 0}
 LISTS = json.dumps({**HEAD, "prompt": [[1]] * 1_000_000}, separators=(",", ":"))
 IDS = json.dumps({**HEAD, "prompt": [1] * 1_990_000}, separators=(",", ":"))
+STRINGS = json.dumps({**HEAD, "prompt": ["a"] * 950_000}, separators=(",", ":"))
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,7 @@ def server(tiny_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def test_tiny_value_bombs_do_not_freeze_the_event_loop(server: Server) -> None:
-    assert len(LISTS) < 4 * 1024 * 1024 and len(IDS) < 4 * 1024 * 1024
+    assert all(len(b) < 4 * 1024 * 1024 for b in (LISTS, IDS, STRINGS))
     stop = threading.Event()
     statuses: list[int] = []
     took: list[float] = []
@@ -55,7 +58,8 @@ def test_tiny_value_bombs_do_not_freeze_the_event_loop(server: Server) -> None:
                 took.append(time.perf_counter() - t0)
                 statuses.append(r.status_code)
 
-    threads = [threading.Thread(target=flood, args=(b,), daemon=True) for b in (LISTS, IDS)]
+    threads = [threading.Thread(target=flood, args=(b,), daemon=True)
+               for b in (LISTS, IDS, STRINGS)]
     for t in threads:
         t.start()
     time.sleep(1.0)

@@ -15,9 +15,28 @@ from verinfer.protocol.request_rule import check_body_shape, parse_body
 
 
 def test_strings_do_not_count() -> None:
-    assert json_shape(b'{"a":"[[[{{,,,\\"]]"}') == (1, 2)
-    assert json_shape(b"[1,2,[3]]") == (2, 5)  # 4 values + the root, bounded from above
-    assert json_shape(b"7") == (0, 1)
+    assert json_shape(rb'{"a":"[[[{{,,,\"]]"}', 99) == (2, 1, 2)
+    assert json_shape(b"[1,2,[3]]", 99) == (0, 2, 5)  # 4 values + the root, bounded above
+    assert json_shape(b"7", 99) == (0, 0, 1)
+
+
+@pytest.mark.parametrize(("text", "strings"), [
+    (rb'["\\", "x"]', 2),  # an escaped backslash ends its string
+    (rb'["\\\"", "x"]', 2),  # escaped backslash, escaped quote
+    (rb'["\"[,]\"", 1]', 1),  # escaped quotes around brackets stay inside
+    (rb'["\u005c", ","]', 2),
+])
+def test_escapes_are_read_as_json_reads_them(text: bytes, strings: int) -> None:
+    assert json_shape(text, 99)[0] == strings == len([v for v in json.loads(text)
+                                                      if isinstance(v, str)])
+    assert json_shape(text, 99)[1] == 1
+
+
+def test_many_strings_stop_the_count_early() -> None:
+    body = json.dumps(["a"] * (L.MAX_BODY_STRINGS + 1)).encode()
+    assert json_shape(body, L.MAX_BODY_STRINGS) == (L.MAX_BODY_STRINGS + 1, -1, -1)
+    with pytest.raises(InvalidRequestError, match="strings"):
+        check_body_shape(body)
 
 
 def _completion(prompt: object) -> bytes:

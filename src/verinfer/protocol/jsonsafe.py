@@ -42,15 +42,23 @@ class UntrustedJsonError(InvalidRequestError):
     code = "invalid_json"
 
 
-def json_shape(data: bytes) -> tuple[int, int]:
-    """(containers, values) of JSON text, counted on the bytes with their strings removed:
-    arrays and objects, and an upper bound on all values (commas + containers + 1). C-speed
-    scans only (a few ms for 4 MiB), so it runs before a parser builds anything: a body of a
-    million one-element lists costs seconds to parse and validate, and this refuses it first.
-    Invalid JSON gets some count; the parser refuses it anyway."""
-    bare = _STRING.sub(b"", data)
+def json_shape(data: bytes, max_strings: int) -> tuple[int, int, int]:
+    """(strings, containers, values) of JSON text, by C-speed byte operations only (no regex:
+    ``re.sub`` over a million tiny strings takes a second, and this runs on the operator's event
+    loop before any parser). Escapes are dropped first (``\\\\`` pairs, then ``\\"``: in
+    valid JSON a backslash occurs only in strings, and pairing a run of backslashes from the
+    left is how JSON reads it), so every quote left delimits a string. Past ``max_strings``
+    strings it stops there (containers and values -1): splitting would cost a list item per
+    string. Else containers are the ``[``/``{`` outside strings and values an upper bound on all
+    values (commas outside strings + containers + 1). Invalid JSON gets some count; the parser
+    refuses it anyway."""
+    clean = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    strings = clean.count(b'"') // 2
+    if strings > max_strings:
+        return strings, -1, -1
+    bare = b"".join(clean.split(b'"')[::2])
     containers = bare.count(b"[") + bare.count(b"{")
-    return containers, bare.count(b",") + containers + 1
+    return strings, containers, bare.count(b",") + containers + 1
 
 
 def max_depth(data: bytes) -> int:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 #: Largest request body (bytes) either side parses.
 MAX_BODY_BYTES = 4 * 1024 * 1024
-#: Arrays and objects in one body (a chat body of 256 messages has ~260), and its values (an
+#: Arrays and objects in one body (a chat body of 256 messages has ~260), its strings, and its
+#: values (an
 #: upper bound counted from the commas: every token id of a prompt given as ids is one). Both
 #: are counted on the raw bytes before parsing (verinfer.protocol.jsonsafe.json_shape): 4 MiB of
 #: "[1]," is a million lists, seconds of parsing and validation on the operator's event loop.
 #: 256 Ki values: as many token ids as MAX_PROMPT_CHARS allows characters of text.
 MAX_BODY_CONTAINERS = 4096
+#: Strings (keys included; a full chat body has ~1,600), counted first: a million two-byte
+#: strings are cheap to send and costly to find.
+MAX_BODY_STRINGS = 8192
 MAX_BODY_VALUES = 256 * 1024
 #: Choices per prompt (``n``).
 MAX_CHOICES = 8

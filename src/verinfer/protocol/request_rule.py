@@ -168,10 +168,14 @@ def endpoint_of(body: Mapping[str, Any]) -> Endpoint:
 
 def check_body_shape(body: bytes) -> None:
     """Step 1's cheap bound, on the raw bytes before any parser runs: at most
-    ``MAX_BODY_CONTAINERS`` arrays/objects and ``MAX_BODY_VALUES`` values. The operator calls
-    it before its web framework parses a body (that parse runs on the event loop), and
-    :func:`load_body` applies it, so both sides refuse the same bodies."""
-    containers, values = json_shape(body)
+    ``MAX_BODY_STRINGS`` strings, ``MAX_BODY_CONTAINERS`` arrays/objects and
+    ``MAX_BODY_VALUES`` values. The operator calls it before its web framework parses a body
+    (that parse runs on the event loop), and :func:`load_body` applies it, so both sides
+    refuse the same bodies."""
+    strings, containers, values = json_shape(body, L.MAX_BODY_STRINGS)
+    if strings > L.MAX_BODY_STRINGS:
+        raise InvalidRequestError(f"the request body holds {strings} strings; the limit is "
+                                  f"{L.MAX_BODY_STRINGS}")
     if containers > L.MAX_BODY_CONTAINERS:
         raise InvalidRequestError(f"the request body holds {containers} arrays and objects; "
                                   f"the limit is {L.MAX_BODY_CONTAINERS}")

@@ -266,3 +266,21 @@ def test_refusals() -> None:
     assert prefixed._mine_words[True] is None  # whole-text path, still the reference's ids
     text = "hello world\n" * 500
     assert prefixed.encode(text) == SpmTokenizer(prefixed.spec).encode(text)
+
+
+def test_added_tokens_too_deep_for_re_keep_the_whole_text_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trie of nested added tokens ("x", "xx", ... 1,199 of them) is too deep for ``re``:
+    such a vocabulary keeps the whole-text path instead of failing to build."""
+    with pytest.raises(RecursionError):
+        re.compile(sw.trie_pattern(["x" * k for k in range(1, 1200)]))
+    from verinfer.engine.tokenizer import fast_spm
+
+    def too_deep(*args: object, **kwargs: object) -> sw.SpmWordEncoder:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(fast_spm, "SpmWordEncoder", too_deep)
+    tok = _fast(("deep", *FINE_EXTRA))
+    assert tok._rust(True) is not None and tok._mine_words[True] is None
+    text = "deep text\n" * 600
+    assert tok.encode(text) == SpmTokenizer(tok.spec).encode(text)

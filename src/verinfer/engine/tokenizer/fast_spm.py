@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -204,11 +205,16 @@ class FastSpmTokenizer(SpmTokenizer):
                  for i, t in backend.get_added_tokens_decoder().items()]
         if words_refusal(added, self.spec.add_space_prefix) is not None:
             return None
-        return SpmWordEncoder(
-            tokenizers.Tokenizer(backend.model), added, parse_special=parse_special,
-            joins=joinable_pairs(merges),
-            # chunks of CHUNK_CHARS, cut where _chunks cuts (and under the same condition)
-            cut=functools.partial(newline_cuts, step=CHUNK_CHARS) if self._newline_cuts else None)
+        try:
+            return SpmWordEncoder(
+                tokenizers.Tokenizer(backend.model), added, parse_special=parse_special,
+                joins=joinable_pairs(merges),
+                # chunks of CHUNK_CHARS, cut where _chunks cuts (and under the same condition)
+                cut=functools.partial(newline_cuts, step=CHUNK_CHARS) if self._newline_cuts
+                else None)
+        except (re.error, RecursionError, OverflowError):
+            # an added-token trie too deep or large for ``re``: long texts go whole, as before
+            return None
 
     def _merge_list(self) -> list[tuple[str, str]]:
         pieces = self._piece_id

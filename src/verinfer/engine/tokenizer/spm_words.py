@@ -35,9 +35,12 @@ coarse one is exact for any vocabulary. Chunks are cut just before a newline tha
 another character, where ``"\n"`` is an added token and no added token holding a newline holds
 anything else (fast_spm's ``_newline_cuts``); otherwise the text is one chunk.
 
-Each distinct word that is an added-token match becomes that token's id; with special parsing
-off, a special token found is left as text by HF and may join the characters around it, so such
-a text is encoded whole by the caller (``encode`` returns None). Every other word is normalized
+Each distinct word that is an added-token match becomes that token's id. With special parsing
+off, HF still finds special tokens (so a user token overlapping one is not split out) and
+leaves their text as text: where no user token can overlap a special one (:func:`_hides`;
+Gemma), the special tokens are left out of the added-token pattern and their text is cut like
+any other; otherwise a text holding one is encoded whole by the caller (``encode`` returns
+None). Every other word is normalized
 and BPE'd by a backend sharing the model with nothing else configured (no added tokens, no
 normalizer, no pre-tokenizer). Not used (the caller's whole-text path instead): a space prefix
 (HF prepends ``"▁"`` to every piece between added tokens, a cut would add one), an added token
@@ -288,8 +291,8 @@ class SpmWordEncoder:
         return found, set().union(*coarse)
 
     def encode(self, text: str) -> list[int] | None:
-        """The ids of ``text``; None where a special token is left as text (the caller encodes
-        the text whole)."""
+        """The ids of ``text``; None where a special token found is left as text and a user
+        token could overlap it (the caller encodes the text whole)."""
         # The cyclic collector is paused while the word lists exist: they hold ~1M strings, and
         # each full collection set off by the small lists and tuples made here walks them and
         # every vocabulary list (0.1-0.25 s of ~0.9 s CPU on 4 MB, measured). Nothing made here

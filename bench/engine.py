@@ -271,7 +271,7 @@ def gemma(args: argparse.Namespace) -> dict[str, Any]:
     log(f"threads={torch.get_num_threads()} isa={kernels.isa()} model={path}")
     engine = Engine(load_model(path), "invariant", max_seqs=8)
     args.bos = engine.tokenizer.spec.bos_id
-    hf = None if args.no_hf else load_hf_model(path)[0]
+    hf = None if args.no_hf else load_hf_model(path, tokenizer=False)[0]  # ids in, ids out
     llama: LlamaCpp | None = None
     why_not = "skipped (--no-llamacpp)" if args.no_llamacpp else llamacpp_available()
     if why_not is None:

@@ -207,7 +207,7 @@ def bench_engine(model: Path) -> tuple[dict[str, Any], list[list[int]]]:
 
 @torch.inference_mode()
 def bench_hf(model: Path, ids: list[list[int]]) -> dict[str, Any]:
-    hf, _ = load_hf_model(model)
+    hf, _ = load_hf_model(model, tokenizer=False)  # it is given token ids
 
     def one(i: int) -> int:
         x = torch.tensor([ids[i]], dtype=torch.long)

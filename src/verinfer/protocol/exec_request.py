@@ -90,8 +90,8 @@ def _refuse_tag(_decoder: object, tag: Any) -> Any:
 def decode_cbor(data: bytes, what: str) -> Any:
     """The one decoder of CBOR from another party (the operator's envelope plaintext and the
     ExecRequest/ExecResult in it): what core deterministic CBOR of our maps can hold and
-    nothing more — no tags, no indefinite lengths, no repeated or non-text/bytes map keys,
-    nesting at most :data:`MAX_CBOR_DEPTH`. Decoding time and memory are then linear in
+    nothing more — no tags but bignums, no indefinite lengths, no repeated or non-text/bytes
+    map keys, nesting at most :data:`MAX_CBOR_DEPTH`. Decoding time and memory are then linear in
     ``len(data)``. Raises :class:`ReceiptFormatError`. Callers still compare the canonical
     re-encoding (this decoder accepts e.g. long-form heads, which that check refuses)."""
     if not isinstance(data, bytes):

@@ -4,7 +4,8 @@ Prints the HF config, greedy ``generate`` throughput at batch 1 and 4, single-fo
 and the RSS after loading. The last line of output is one JSON object with all numbers.
 
 Usage: ``python bench/hf_baseline_probe.py [--smoke]``; ``--smoke`` (CI,
-tests/slow/test_bench_smoke_gemma.py): 4 new tokens, forwards of 1 and 4 tokens, one rep each.
+tests/slow/test_bench_smoke_gemma.py): 4 new tokens, forwards of 1 and 4 tokens, one rep each,
+no tokenizer load.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def main() -> None:
     rss0 = proc.memory_info().rss
     path = gemma_gguf_path()
     t0 = time.perf_counter()
-    model, _tok = load_hf_model(path)
+    model, _tok = load_hf_model(path, tokenizer=not smoke)  # the tokenizer load is in load_s
     load_s = time.perf_counter() - t0
     rss_after_load = proc.memory_info().rss
     # ru_maxrss is KiB on Linux: the true peak, including transient dequantization buffers.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -53,12 +54,14 @@ def rate_or_none(v: Any) -> bool:
     return v is None or rate(v)
 
 
-def run_bench(name: str, *args: str, timeout: float, python: str | None = None
+def run_bench(name: str, *args: str, timeout: float, env: Mapping[str, str] | None = None
               ) -> dict[str, Any]:
-    """Runs bench/NAME.py with ``args`` from the repository root and returns its last stdout
-    line parsed as a JSON object; fails the test with the script's stderr tail otherwise."""
-    cmd = [python or sys.executable, str(BENCH / f"{name}.py"), *args]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """Runs bench/NAME.py with ``args`` from the repository root (``env`` added to this
+    process's environment) and returns its last stdout line parsed as a JSON object; fails the
+    test with the script's stderr tail otherwise."""
+    cmd = [sys.executable, str(BENCH / f"{name}.py"), *args]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **(env or {})})
     assert r.returncode == 0, f"{' '.join(cmd[1:])} exited {r.returncode}:\n{r.stderr[-4000:]}"
     lines = r.stdout.strip().splitlines()
     assert lines, f"bench/{name}.py printed nothing on stdout; stderr:\n{r.stderr[-2000:]}"

@@ -49,6 +49,8 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     uint256 public constant MAX_DECLARATIONS = 4;
     /// @inheritdoc IStakeRegistry
     uint256 public constant MIN_COVERAGE = 1;
+    /// @inheritdoc IStakeRegistry
+    uint64 public constant COVERAGE_NOTICE = 10 minutes;
 
     /// @dev One checkpointed Fenwick tree of draw weights (see the contract notes).
     struct Pool {
@@ -339,10 +341,11 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         Declaration storage d = ds[i];
         if (d.leaveAt != 0) revert AlreadyLeaving(msg.sender, fingerprint, d.leaveAt);
         // INVARIANT: a verifier counted in a fingerprint's coverage at time t stays drawable for
-        // it until after t + maxDisputeSpan: every challenge of a receipt issued at t (and
-        // published in time) opens before then. It stops counting now, so a receipt issued
-        // after this request does not rely on it.
-        leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()));
+        // it until after t + COVERAGE_NOTICE + maxDisputeSpan: every challenge of a receipt
+        // relying on that coverage (issued at t + COVERAGE_NOTICE, published in time) opens
+        // before then. It stops counting now: receipts issued from now + COVERAGE_NOTICE on do
+        // not rely on it, and an operator sees that COVERAGE_NOTICE ahead.
+        leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + COVERAGE_NOTICE);
         d.leaveAt = leaveAt;
         if (d.slot != 0) _addCoverage(fingerprint, false);
         emit FingerprintUndeclareRequested(msg.sender, fingerprint, leaveAt);
@@ -558,8 +561,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     }
 
     /// @inheritdoc IStakeRegistry
-    function isCoveredAt(bytes32 fingerprint, uint64 time) external view returns (bool) {
-        return coverageAt(fingerprint, time) >= MIN_COVERAGE;
+    function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool) {
+        // INVARIANT: validity reads coverage COVERAGE_NOTICE before issuedAt, a past and final
+        // value when the operator signs: a verifier leaving cannot race the operator's check.
+        return issuedAt >= COVERAGE_NOTICE && coverageAt(fingerprint, issuedAt - COVERAGE_NOTICE) >= MIN_COVERAGE;
     }
 
     /// @inheritdoc IStakeRegistry

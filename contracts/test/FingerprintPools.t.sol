@@ -21,8 +21,9 @@ contract FingerprintPoolsTest is Fixture {
         vm.deal(fp2Verifier, 100 ether);
     }
 
+    /// Undeclaring keeps a verifier drawable this long.
     function _span() internal view returns (uint256) {
-        return config.maxDisputeSpan(config.params());
+        return config.maxDisputeSpan(config.params()) + stakes.COVERAGE_NOTICE();
     }
 
     /// A batch of receipts under `fp` (all with `outHash`); returns receipt `index`.
@@ -163,6 +164,23 @@ contract FingerprintPoolsTest is Fixture {
         vm.assertEq(fps.length, 0);
     }
 
+    /// A receipt relies on the coverage COVERAGE_NOTICE before its issuedAt: a verifier that
+    /// leaves cannot race an operator that checked just before signing, and a new declaration
+    /// covers receipts only after the notice.
+    function test_isCoveredAt_readsCoverageNoticeEarlier_succeeds() public {
+        uint64 notice = stakes.COVERAGE_NOTICE();
+        _registerFp2Verifier();
+        uint64 t = uint64(block.timestamp);
+        vm.assertFalse(stakes.isCoveredAt(FP2, t), "not yet: declared less than the notice ago");
+        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice), "covered after the notice");
+        vm.warp(t + 100);
+        vm.prank(fp2Verifier);
+        stakes.undeclareFingerprint(FP2);
+        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice + 99), "what the operator saw stays");
+        vm.assertFalse(stakes.isCoveredAt(FP2, t + notice + 100), "left: receipts from here on are uncovered");
+        vm.assertFalse(stakes.isCoveredAt(FP2, notice - 1), "no underflow");
+    }
+
     function test_redeclare_cancelsPendingUndeclare_succeeds() public {
         vm.startPrank(verifiers[0]);
         stakes.undeclareFingerprint(FINGERPRINT);
@@ -217,6 +235,7 @@ contract FingerprintPoolsTest is Fixture {
     function test_attackLowCoverage_tamperedReceipt_slashedNotInconclusive_succeeds() public {
         _registerFp2Verifier();
         vm.roll(block.number + 1);
+        vm.warp(block.timestamp + stakes.COVERAGE_NOTICE()); // receipts rely on it from now on
         Posted memory p = postUnder(FP2, HONEST_OUT, 2, 0); // the receipt claims HONEST_OUT
         uint256 id = open(p);
         IChallengeManagerTypes.Member[] memory ms = draw(id);

@@ -83,7 +83,8 @@ abstract contract Fixture is Test {
             vm.prank(v);
             stakes.declareFingerprint(FINGERPRINT);
         }
-        vm.warp(T0 + 10);
+        // Receipts rely on coverage COVERAGE_NOTICE before their issuedAt.
+        vm.warp(T0 + 10 + stakes.COVERAGE_NOTICE());
     }
 
     // ---- receipts ---------------------------------------------------------------------

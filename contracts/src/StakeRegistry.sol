@@ -50,7 +50,7 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @inheritdoc IStakeRegistry
     uint256 public constant MIN_COVERAGE = 1;
     /// @inheritdoc IStakeRegistry
-    uint64 public constant COVERAGE_NOTICE = 10 minutes;
+    uint64 public immutable coverageNotice;
 
     /// @dev One checkpointed Fenwick tree of draw weights (see the contract notes).
     struct Pool {
@@ -101,8 +101,12 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @param governance May set the ChallengeManager once.
     /// @param config_ Source of the minimum stakes and the unbonding period.
-    constructor(address governance, IProtocolConfig config_) Ownable(governance) {
+    /// @param coverageNotice_ Seconds between the coverage a receipt relies on and its issuedAt
+    ///        (10 minutes in production; a devnet whose operator signs right after its
+    ///        verifiers declared may use 0, accepting the race described in docs/contracts.md).
+    constructor(address governance, IProtocolConfig config_, uint64 coverageNotice_) Ownable(governance) {
         config = config_;
+        coverageNotice = coverageNotice_;
         _syncParams();
     }
 
@@ -341,11 +345,11 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         Declaration storage d = ds[i];
         if (d.leaveAt != 0) revert AlreadyLeaving(msg.sender, fingerprint, d.leaveAt);
         // INVARIANT: a verifier counted in a fingerprint's coverage at time t stays drawable for
-        // it until after t + COVERAGE_NOTICE + maxDisputeSpan: every challenge of a receipt
-        // relying on that coverage (issued at t + COVERAGE_NOTICE, published in time) opens
-        // before then. It stops counting now: receipts issued from now + COVERAGE_NOTICE on do
-        // not rely on it, and an operator sees that COVERAGE_NOTICE ahead.
-        leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + COVERAGE_NOTICE);
+        // it until after t + coverageNotice + maxDisputeSpan: every challenge of a receipt
+        // relying on that coverage (issued at t + coverageNotice, published in time) opens
+        // before then. It stops counting now: receipts issued from now + coverageNotice on do
+        // not rely on it, and an operator sees that coverageNotice ahead.
+        leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + coverageNotice);
         d.leaveAt = leaveAt;
         if (d.slot != 0) _addCoverage(fingerprint, false);
         emit FingerprintUndeclareRequested(msg.sender, fingerprint, leaveAt);
@@ -562,9 +566,9 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @inheritdoc IStakeRegistry
     function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool) {
-        // INVARIANT: validity reads coverage COVERAGE_NOTICE before issuedAt, a past and final
+        // INVARIANT: validity reads coverage coverageNotice before issuedAt, a past and final
         // value when the operator signs: a verifier leaving cannot race the operator's check.
-        return issuedAt >= COVERAGE_NOTICE && coverageAt(fingerprint, issuedAt - COVERAGE_NOTICE) >= MIN_COVERAGE;
+        return issuedAt >= coverageNotice && coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE;
     }
 
     /// @inheritdoc IStakeRegistry

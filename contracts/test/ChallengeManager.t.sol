@@ -602,7 +602,7 @@ contract ChallengeManagerTest is Fixture {
             vm.prank(verifiers[i]);
             stakes.undeclareFingerprint(FINGERPRINT);
         }
-        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.COVERAGE_NOTICE());
+        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.coverageNotice());
         for (uint256 i = 1; i < verifiers.length; i++) {
             stakes.completeUndeclare(verifiers[i], FINGERPRINT);
         }

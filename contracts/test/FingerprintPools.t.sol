@@ -23,7 +23,7 @@ contract FingerprintPoolsTest is Fixture {
 
     /// Undeclaring keeps a verifier drawable this long.
     function _span() internal view returns (uint256) {
-        return config.maxDisputeSpan(config.params()) + stakes.COVERAGE_NOTICE();
+        return config.maxDisputeSpan(config.params()) + stakes.coverageNotice();
     }
 
     /// A batch of receipts under `fp` (all with `outHash`); returns receipt `index`.
@@ -168,7 +168,7 @@ contract FingerprintPoolsTest is Fixture {
     /// leaves cannot race an operator that checked just before signing, and a new declaration
     /// covers receipts only after the notice.
     function test_isCoveredAt_readsCoverageNoticeEarlier_succeeds() public {
-        uint64 notice = stakes.COVERAGE_NOTICE();
+        uint64 notice = stakes.coverageNotice();
         _registerFp2Verifier();
         uint64 t = uint64(block.timestamp);
         vm.assertFalse(stakes.isCoveredAt(FP2, t), "not yet: declared less than the notice ago");
@@ -235,7 +235,7 @@ contract FingerprintPoolsTest is Fixture {
     function test_attackLowCoverage_tamperedReceipt_slashedNotInconclusive_succeeds() public {
         _registerFp2Verifier();
         vm.roll(block.number + 1);
-        vm.warp(block.timestamp + stakes.COVERAGE_NOTICE()); // receipts rely on it from now on
+        vm.warp(block.timestamp + stakes.coverageNotice()); // receipts rely on it from now on
         Posted memory p = postUnder(FP2, HONEST_OUT, 2, 0); // the receipt claims HONEST_OUT
         uint256 id = open(p);
         IChallengeManagerTypes.Member[] memory ms = draw(id);

@@ -209,7 +209,7 @@ contract SlashingGameTest is Fixture {
         // below the minimum); the others cover the receipt.
         vm.prank(verifiers[0]);
         stakes.undeclareFingerprint(FINGERPRINT);
-        vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.COVERAGE_NOTICE());
+        vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.coverageNotice());
         stakes.completeUndeclare(verifiers[0], FINGERPRINT);
         vm.roll(block.number + 1);
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));

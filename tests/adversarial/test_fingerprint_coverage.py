@@ -29,7 +29,7 @@ from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.signing import sign_receipt_typed
 from verinfer.chain.stake import ensure_declared
-from verinfer.chain.structs import ETHER, Kind, Role, Status, default_params
+from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Role, Status, default_params
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
 
@@ -81,6 +81,8 @@ def net() -> Iterator[Net]:
             n.as_(v).stakes.register(Role.VERIFIER, ETHER)
             assert ensure_declared(n.as_(v), v.address, [FP_OLD]).declared == (FP_OLD,)
         n.as_(n.new).stakes.register(Role.VERIFIER, ETHER)
+        assert n.view.stakes.coverage_notice() == COVERAGE_NOTICE
+        increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
         yield n
 
 
@@ -161,7 +163,7 @@ def test_low_coverage_cheat_is_slashed_not_inconclusive(net: Net) -> None:
     assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
 
     assert ensure_declared(net.as_(net.new), net.new.address, [FP_NEW]).declared == (FP_NEW,)
-    mine(net.w3, 1)
+    increase_time(net.w3, COVERAGE_NOTICE)
     covered = _post_and_open(net, FP_NEW, TAMPERED, b"covered")
     assert net.view.challenges.challenge(covered.cid).fingerprint_hash == FP_NEW
     mine(net.w3, P.draw_delay_blocks + 1)
@@ -238,7 +240,9 @@ def test_honest_operator_not_slashed_after_verifiers_leave(net: Net) -> None:
     increase_time(net.w3, 1)
     for v in net.old:
         net.as_(v).stakes.undeclare_fingerprint(FP_OLD)
-    assert not net.view.stakes.is_covered_at(FP_OLD, net.now())
+    # receipts from now + notice on are uncovered; the operator sees it that long ahead
+    assert not net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE)
+    assert net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE - 2)
     increase_time(net.w3, P.challenge_window - 60)  # the end of the receipt's window
     before = net.view.stakes.account_of(net.operator.address).stake
     cid = _open(net, receipt, root, tree, domain)

@@ -17,7 +17,7 @@ from verinfer.chain.anvil import Anvil, dev_accounts, increase_time
 from verinfer.chain.bindings import TxSender
 from verinfer.chain.cli import app
 from verinfer.chain.deploy import deploy_all
-from verinfer.chain.structs import Kind, default_params
+from verinfer.chain.structs import COVERAGE_NOTICE, Kind, default_params
 
 FP = hashlib.sha256(b"cli engine fingerprint").digest()
 UNAPPROVED = hashlib.sha256(b"not approved").digest()
@@ -53,7 +53,10 @@ def test_verifier_register_declares_and_leaves(node: Anvil, tmp_path: Path) -> N
     assert f"declared fingerprint 0x{FP.hex()}" in r.output
     assert view.stakes.declarations_of(ver.address) == {FP: 0}
     now = int(w3.eth.get_block("latest")["timestamp"])
-    assert view.stakes.coverage_at(FP, now) == 1 and view.stakes.is_covered_at(FP, now)
+    assert view.stakes.coverage_at(FP, now) == 1
+    notice = view.stakes.coverage_notice()
+    assert notice == COVERAGE_NOTICE  # `verinfer chain deploy`'s default
+    assert not view.stakes.is_covered_at(FP, now) and view.stakes.is_covered_at(FP, now + notice)
 
     r = runner.invoke(app, ["verifier", "declare", *base, "--fingerprint", "0x" + FP.hex(),
                             "--fingerprint", "0x" + UNAPPROVED.hex()], env=env)
@@ -65,13 +68,13 @@ def test_verifier_register_declares_and_leaves(node: Anvil, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     leave_at = view.stakes.declarations_of(ver.address)[FP]
     now = int(w3.eth.get_block("latest")["timestamp"])
-    assert leave_at == now + default_params().max_dispute_span()
+    assert leave_at == now + default_params().max_dispute_span() + notice
     assert view.stakes.coverage_at(FP, now) == 0  # stops covering at once
 
     r = runner.invoke(app, ["verifier", "complete-undeclare", *base, "--fingerprint",
                             FP.hex()], env=env)
     assert r.exit_code == 2 and "UndeclareNotReady" in r.output  # still drawable
-    increase_time(w3, default_params().max_dispute_span())
+    increase_time(w3, default_params().max_dispute_span() + notice)
     r = runner.invoke(app, ["verifier", "complete-undeclare", *base, "--fingerprint",
                             FP.hex()], env=env)
     assert r.exit_code == 0, r.output

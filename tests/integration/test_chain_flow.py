@@ -20,6 +20,7 @@ from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.events import batches_committed, challenges_resolved, committees_drawn
 from verinfer.chain.signing import sign_receipt_typed
 from verinfer.chain.structs import (
+    COVERAGE_NOTICE,
     ETHER,
     INVALID_EVIDENCE,
     ClaimStatus,
@@ -60,6 +61,7 @@ def net() -> Iterator[Net]:
         for v in n.verifiers:
             n.as_(v).stakes.register(Role.VERIFIER, ETHER)
             n.as_(v).stakes.declare_fingerprint(FINGERPRINT)  # drawn for FINGERPRINT receipts
+        increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
         yield n
 
 

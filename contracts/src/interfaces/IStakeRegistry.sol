@@ -121,7 +121,7 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
 
     /// @notice Starts leaving `fingerprint`: the caller stops counting for its coverage now, and
     ///         stays in its draw pool (drawn, so penalised for not revealing) until `leaveAt` =
-    ///         now + ProtocolConfig.maxDisputeSpan + COVERAGE_NOTICE.
+    ///         now + ProtocolConfig.maxDisputeSpan + coverageNotice.
     /// @return leaveAt When `completeUndeclare` may remove the caller from the pool.
     function undeclareFingerprint(bytes32 fingerprint) external returns (uint64 leaveAt);
 
@@ -194,15 +194,15 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     ///         (unix seconds; the latest value for a future time).
     function coverageAt(bytes32 fingerprint, uint64 time) external view returns (uint256);
 
-    /// @notice coverageAt(fingerprint, issuedAt - COVERAGE_NOTICE) >= MIN_COVERAGE: a receipt
+    /// @notice coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE: a receipt
     ///         of this fingerprint issued at `issuedAt` can be judged by a committee (else it is
-    ///         invalid on its face). Reads a time COVERAGE_NOTICE in the past, so the operator's
+    ///         invalid on its face). Reads a time coverageNotice in the past, so the operator's
     ///         check before signing sees a final value.
     function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool);
 
     /// @notice How long before a receipt's issuedAt its fingerprint's coverage is read (and how
     ///         much notice an operator gets of a verifier leaving or joining).
-    function COVERAGE_NOTICE() external view returns (uint64);
+    function coverageNotice() external view returns (uint64);
 
     /// @notice `who`'s declared fingerprints and, for each, when it leaves the pool (0 = staying).
     function declarationsOf(address who) external view returns (bytes32[] memory fingerprints, uint64[] memory leaveAt);

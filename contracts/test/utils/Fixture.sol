@@ -60,7 +60,7 @@ abstract contract Fixture is Test {
         vm.warp(T0);
         vm.roll(100);
         config = new ProtocolConfig(address(this), defaultParams());
-        stakes = new StakeRegistry(address(this), config);
+        stakes = new StakeRegistry(address(this), config, 10 minutes);
         batches = new BatchRegistry(stakes);
         cm = new ChallengeManager(config, stakes, batches);
         audits = new AuditLog(stakes);
@@ -84,7 +84,7 @@ abstract contract Fixture is Test {
             stakes.declareFingerprint(FINGERPRINT);
         }
         // Receipts rely on coverage COVERAGE_NOTICE before their issuedAt.
-        vm.warp(T0 + 10 + stakes.COVERAGE_NOTICE());
+        vm.warp(T0 + 10 + stakes.coverageNotice());
     }
 
     // ---- receipts ---------------------------------------------------------------------

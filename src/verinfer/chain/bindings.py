@@ -225,10 +225,14 @@ class StakeRegistryContract(_Bound):
         """Verifiers declared for `fingerprint_hash`, with weight, not leaving, at time `at`."""
         return int(self._call(self.contract.functions.coverageAt(fingerprint_hash, at)))
 
-    def is_covered_at(self, fingerprint_hash: bytes, at: int) -> bool:
-        """A receipt of `fingerprint_hash` issued at `at` can be judged (else it is invalid on
-        its face and slashed at open): what an operator checks before signing."""
-        return bool(self._call(self.contract.functions.isCoveredAt(fingerprint_hash, at)))
+    def is_covered_at(self, fingerprint_hash: bytes, issued_at: int) -> bool:
+        """A receipt of `fingerprint_hash` issued at `issued_at` can be judged (else it is
+        invalid on its face and slashed at open): reads the coverage `coverage_notice()` before
+        it, so what an operator checks before signing is already final."""
+        return bool(self._call(self.contract.functions.isCoveredAt(fingerprint_hash, issued_at)))
+
+    def coverage_notice(self) -> int:
+        return int(self._call(self.contract.functions.coverageNotice()))
 
     def pool_weight_at(self, fingerprint_hash: bytes, block: int) -> int:
         """Sum of draw weights in `fingerprint_hash`'s pool as of the end of `block`."""

@@ -73,7 +73,9 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
     one approval covers them all) and fingerprint, stakes the operator. ``fingerprints``: the
     engine fingerprints to approve instead of the engine's (another backend's, one per model
     where it names the weights, as vLLM's does), each with its enclave measurement."""
-    d = deploy_all(w3, r.governance, params)
+    # No coverage notice: the devnet's operator signs (on its wall clock) right after its
+    # verifiers declared; production deployments read coverage COVERAGE_NOTICE earlier.
+    d = deploy_all(w3, r.governance, params, coverage_notice_s=0)
     gov = bind(w3, d, r.governance)
     for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
         gov.config.approve(Kind.MODEL, mid)

@@ -77,6 +77,5 @@ class Phi3(Llama):
     def mlp(self, h: torch.Tensor, L: Any) -> torch.Tensor:
         if not isinstance(L, Phi3Layer):
             return super().mlp(h, L)
-        ops, F = self.ops, self.cfg.ffn_dim
-        gu = ops.linear(h, L.gate_up)  # [T, 2F]
-        return ops.linear(ops.silu_mul(gu[:, :F].contiguous(), gu[:, F:].contiguous()), L.down)
+        ops = self.ops
+        return ops.linear(ops.glu(ops.linear(h, L.gate_up), "silu"), L.down)  # gate|up [T, 2F]

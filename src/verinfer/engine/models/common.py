@@ -65,18 +65,6 @@ class Batch:
         t = self.tokens.shape[0]
         return self.logit_rows.shape[0] == t and self.logit_rows.tolist() == list(range(t))
 
-    def write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store this layer's new keys/values ([T, KV, D]) in each segment's cache."""
-        row = 0
-        for s in self.segments:
-            self.caches[s.slot].write(layer, s.start, k[row:row + s.length],
-                                      v[row:row + s.length])
-            row += s.length
-
-    def kv(self, layer: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-cache [KV, cap, D] views of one layer, for the attention kernel."""
-        return [c.k[layer] for c in self.caches], [c.v[layer] for c in self.caches]
-
 
 class KVCache:
     """One sequence's keys and values for every layer: [n_layers, n_kv_heads, capacity, head_dim].

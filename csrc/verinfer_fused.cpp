@@ -39,13 +39,6 @@ void check_f32c(const at::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dims");
 }
 
-// [T, n, D] float32 whose rows may be strided (column slices of one grouped matmul output):
-// contiguous inside a (t, head) row, as .view(T, n, D) of such a slice is.
-void check_heads(const at::Tensor& t, const char* name, int64_t T, int64_t D) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
-  TORCH_CHECK(t.dim() == 3 && t.size(0) == T && t.size(2) == D, name, " must be [", T, ", heads, ", D, "]");
-}
-
 // Rotary on rows of D floats (n: the normed or raw head, y: the output), the arithmetic of
 // models/common.py rope_half (half = true: pairs (i, i + D/2)) or rope_interleaved (pairs
 // (2i, 2i + 1)): y0 = a*c - b*s, y1 = b*c + a*s, every product and sum rounded on its own.
@@ -102,20 +95,37 @@ at::Tensor add_rmsnorm_(at::Tensor x, const at::Tensor& o, const c10::optional<a
 //   q' = rope(norm_q?(q)), k' = rope(norm_k?(k)) (half or interleaved layout);
 //   k_caches[seq[t]][layer, :, pos[t]] = k'[t], v_caches[seq[t]][layer, :, pos[t]] = v[t];
 //   returns attention(q', caches' layer, seq, pos, window, scale) as [T, H*D].
-// q [T, H, D], k, v [T, KV, D] (rows may be strided); caches [n_layers, KV, cap, D] each (the
-// whole KVCache tensors: the layer's views are taken here, not built in Python per layer).
-at::Tensor qk_rope_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+// qkv: the projections as column blocks of [T, cols] float32 (rows may be strided): either one
+// block q|k|v [T, (H + 2 KV) D] (a grouped matmul's output, split here instead of by three
+// PyTorch views) or three blocks q [T, H D], k and v [T, KV D]. Caches: the whole KVCache
+// tensors [n_layers, KV, cap, D] (the layer's views are taken here, not built per layer).
+at::Tensor qk_rope_attention(const std::vector<at::Tensor>& qkv, int64_t H, int64_t KV, int64_t D,
                              const c10::optional<at::Tensor>& q_norm, const c10::optional<at::Tensor>& k_norm,
                              double eps, const at::Tensor& cos, const at::Tensor& sin, bool interleaved,
                              const std::vector<at::Tensor>& k_caches, const std::vector<at::Tensor>& v_caches,
                              int64_t layer, const at::Tensor& seq, const at::Tensor& pos, int64_t window,
                              double scale) {
-  TORCH_CHECK(q.dim() == 3, "q must be [T, H, D]");
-  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  TORCH_CHECK(qkv.size() == 1 || qkv.size() == 3, "qkv must be one q|k|v block or three blocks, got ",
+              qkv.size());
   TORCH_CHECK(D > 0 && D % 2 == 0, "head size must be even, got ", D);
-  check_heads(q, "q", T, D), check_heads(k, "k", T, D), check_heads(v, "v", T, D);
-  const int64_t KV = k.size(1);
-  TORCH_CHECK(KV > 0 && H % KV == 0 && v.size(1) == KV, "k and v must have KV heads with H % KV == 0");
+  TORCH_CHECK(H > 0 && KV > 0 && H % KV == 0, "need H % KV == 0 with H, KV > 0, got ", H, ", ", KV);
+  const int64_t want[3] = {H * D, KV * D, KV * D};
+  for (size_t i = 0; i < qkv.size(); ++i) {
+    const at::Tensor& b = qkv[i];
+    TORCH_CHECK(b.device().is_cpu() && b.scalar_type() == at::kFloat && b.dim() == 2,
+                "qkv blocks must be float32 CPU [T, cols]");
+    TORCH_CHECK(b.size(0) == qkv[0].size(0), "qkv blocks must have the same rows");
+    const int64_t cols = qkv.size() == 1 ? want[0] + want[1] + want[2] : want[i];
+    TORCH_CHECK(b.size(1) == cols, "qkv block ", i, " must have ", cols, " columns, got ", b.size(1));
+  }
+  const int64_t T = qkv[0].size(0);
+  at::Tensor q, k, v;
+  if (qkv.size() == 1)
+    q = qkv[0].narrow(1, 0, want[0]), k = qkv[0].narrow(1, want[0], want[1]),
+    v = qkv[0].narrow(1, want[0] + want[1], want[2]);
+  else
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  q = q.reshape({T, H, D}), k = k.reshape({T, KV, D}), v = v.reshape({T, KV, D});
   for (const c10::optional<at::Tensor>* w : {&q_norm, &k_norm})
     if (w->has_value()) {
       check_f32c(**w, "q/k norm weight", 1);

@@ -5,7 +5,8 @@ KernelError before writing anything.
 * ``add_rmsnorm_``: ``x = x + rmsnorm(o, post)`` (or ``x + o``) then ``rmsnorm(x, next)``.
 * ``qk_rope_attention``: per-head rmsnorm (optional), rope_half / rope_interleaved, the
   KVCache writes, then ``kernels.attention`` over the layer — for a batch mixing decode tokens
-  and a prefill chunk of sequences with different cache sizes, q/k/v strided column slices.
+  and a prefill chunk of sequences with different cache sizes, q|k|v given as one grouped
+  output or as three strided column blocks.
 * ``glu``: gelu_tanh_mul / silu_mul of the two column halves.
 
 "Identical" means equal int32 views, never allclose.
@@ -89,14 +90,13 @@ CAPS = [12, 20]
 
 
 def _setup(seed: int) -> tuple[torch.Tensor, ...]:
+    """y: one grouped q|k|v output [T, (H + 2 KV) D]; q, k, v its strided column blocks."""
     g = gen(seed)
     t = sum(s.length for s in SEGS)
-    y = torch.randn(t, (H + 2 * KV) * D, generator=g) * 3  # one grouped q|k|v output
-    q = y[:, :H * D].view(t, H, D)  # strided rows, as linear_group's slices
-    k = y[:, H * D:(H + KV) * D].view(t, KV, D)
-    v = y[:, (H + KV) * D:].view(t, KV, D)
+    y = torch.randn(t, (H + 2 * KV) * D, generator=g) * 3
+    q, k, v = y.split([H * D, KV * D, KV * D], dim=1)
     ang = torch.rand(t, D // 2, generator=g, dtype=torch.float64) * 100
-    return q, k, v, torch.cos(ang).float(), torch.sin(ang).float()
+    return y, q, k, v, torch.cos(ang).float(), torch.sin(ang).float()
 
 
 def _caches(seed: int) -> list[KVCache]:
@@ -113,9 +113,10 @@ def _caches(seed: int) -> list[KVCache]:
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qn: torch.Tensor | None,
                kn: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
                caches: list[KVCache], window: int) -> torch.Tensor:
-    """The unfused sequence the models ran before (norm kernel, common.py rope, KVCache.write,
-    attention kernel)."""
+    """The unfused sequence the models ran before (views, norm kernel, common.py rope,
+    KVCache.write, attention kernel)."""
     t = q.shape[0]
+    q, k, v = q.view(t, H, D), k.view(t, KV, D), v.view(t, KV, D)
     rot = rope_interleaved if interleaved else rope_half
 
     def prep(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
@@ -139,7 +140,7 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qn: torch.Tens
 @pytest.mark.parametrize("normed", [True, False])
 @pytest.mark.parametrize("window", [0, 4])
 def test_qk_rope_attention_equals_unfused(interleaved: bool, normed: bool, window: int) -> None:
-    q, k, v, cos, sin = _setup(7)
+    y, q, k, v, cos, sin = _setup(7)
     g = gen(8)
     qn = torch.randn(D, generator=g) + 1 if normed else None
     kn = torch.randn(D, generator=g) + 1 if normed else None
@@ -148,45 +149,44 @@ def test_qk_rope_attention_equals_unfused(interleaved: bool, normed: bool, windo
     t = q.shape[0]
     batch = Batch(torch.zeros(t, dtype=torch.int64), SEGS, _caches(9), torch.arange(t))
     for isa in ISAS:
-        with vk.forced_isa(isa):
-            caches = _caches(9)
-            batch.caches = caches
-            a = fused.qk_rope_attention(q, k, v, qn, kn, EPS, cos, sin, interleaved,
-                                        batch.k_caches, batch.v_caches, LAYER, batch.seq,
-                                        batch.pos, window, 0.125)
-            assert same(a, ref), isa
-            for c, rc in zip(caches, ref_caches, strict=True):
-                assert same(c.k, rc.k) and same(c.v, rc.v), isa
-    if interleaved is False and normed:  # Gemma's path also matches rmsnorm_rope_half's docs
-        assert same(vk.rmsnorm_rope_half(q.contiguous(), qn, EPS, cos, sin),
-                    rope_half(vk.rmsnorm(q.reshape(-1, D), qn, EPS).view(q.shape), cos, sin))
+        for blocks in ([y], [q, k, v], [q.contiguous(), k.contiguous(), v.contiguous()]):
+            with vk.forced_isa(isa):
+                caches = _caches(9)
+                batch.caches = caches
+                a = fused.qk_rope_attention(blocks, H, KV, D, qn, kn, EPS, cos, sin, interleaved,
+                                            batch.k_caches, batch.v_caches, LAYER, batch.seq,
+                                            batch.pos, window, 0.125)
+                assert same(a, ref), isa
+                for c, rc in zip(caches, ref_caches, strict=True):
+                    assert same(c.k, rc.k) and same(c.v, rc.v), isa
 
 
 def test_qk_rope_attention_torch_ops_fills_the_same_cache_positions() -> None:
     """The fast mode's unfused version writes k/v where the kernel does (values differ only
     by its own rounding of rope/norm: here no norm, so rope is the same PyTorch ops)."""
-    q, k, v, cos, sin = _setup(3)
+    y, q, k, v, cos, sin = _setup(3)
     t = q.shape[0]
     ref_caches = _caches(4)
     _reference(q, k, v, None, None, cos, sin, True, ref_caches, 0)
     caches = _caches(4)
     batch = Batch(torch.zeros(t, dtype=torch.int64), SEGS, caches, torch.arange(t))
-    TorchOps().qk_rope_attention(q, k, v, None, None, EPS, cos, sin, True, batch.k_caches,
+    TorchOps().qk_rope_attention([y], H, KV, D, None, None, EPS, cos, sin, True, batch.k_caches,
                                  batch.v_caches, LAYER, batch.seq, batch.pos, 0, 0.125)
     for c, rc in zip(caches, ref_caches, strict=True):
         assert same(c.k, rc.k) and same(c.v, rc.v)
 
 
 def test_qk_rope_attention_bad_inputs_write_nothing() -> None:
-    q, k, v, cos, sin = _setup(5)
+    y, q, k, v, cos, sin = _setup(5)
     t = q.shape[0]
     caches = _caches(6)
     kc, vc = [c.k for c in caches], [c.v for c in caches]
     seq = torch.tensor([0, 1, 1, 1, 1, 1])
     pos = torch.tensor([9, 3, 4, 5, 6, 7])
     w = torch.ones(D)
-    good = dict(q=q, k=k, v=v, q_norm=w, k_norm=w, eps=EPS, cos=cos, sin=sin, interleaved=False,
-                k_caches=kc, v_caches=vc, layer=LAYER, seq=seq, pos=pos, window=0, scale=0.1)
+    good = dict(qkv=[q, k, v], n_heads=H, n_kv_heads=KV, head_dim=D, q_norm=w, k_norm=w,
+                eps=EPS, cos=cos, sin=sin, interleaved=False, k_caches=kc, v_caches=vc,
+                layer=LAYER, seq=seq, pos=pos, window=0, scale=0.1)
     snapshot = [(c.k.clone(), c.v.clone()) for c in caches]
     bad = [
         dict(pos=torch.tensor([9, 3, 4, 5, 6, 20])),  # past sequence 1's capacity (20)
@@ -200,9 +200,17 @@ def test_qk_rope_attention_bad_inputs_write_nothing() -> None:
         dict(cos=cos[:, :3]),
         dict(sin=sin[:2]),
         dict(q_norm=torch.ones(D + 1)),
-        dict(k=k[:, :1].expand(t, 3, D)),  # H % KV != 0
-        dict(v=v[:, :1]),  # v's heads differ from k's
-        dict(q=q.double()),
+        dict(n_kv_heads=3),  # H % KV != 0
+        dict(n_heads=0),
+        dict(head_dim=7),  # odd
+        dict(head_dim=8),  # the blocks' columns are not H D, KV D, KV D
+        dict(qkv=[q, k, v[:, :D]]),  # v's heads differ from k's
+        dict(qkv=[q, k]),
+        dict(qkv=[y[:, :-1]]),
+        dict(qkv=[y[:3]]),  # rows differ from cos/sin/seq/pos
+        dict(qkv=[q, k[:3], v]),
+        dict(qkv=[q.double(), k, v]),
+        dict(qkv=[y.view(t, H + 2 * KV, D)]),  # blocks are 2-D
         dict(k_caches=[c.double() for c in kc]),
         dict(k_caches=[c[0] for c in kc]),  # a layer's view, not the whole cache
         dict(v_caches=vc[:1]),
@@ -215,10 +223,6 @@ def test_qk_rope_attention_bad_inputs_write_nothing() -> None:
             fused.qk_rope_attention(**args)  # type: ignore[arg-type]
         for c, (k0, v0) in zip(caches, snapshot, strict=True):
             assert same(c.k, k0) and same(c.v, v0), change
-    odd = torch.randn(t, H, 7)
-    with pytest.raises(KernelError):
-        fused.qk_rope_attention(odd, odd[:, :KV], odd[:, :KV], None, None, EPS, cos, sin, False,
-                                kc, vc, LAYER, seq, pos, 0, 0.1)
     fused.qk_rope_attention(**good)  # type: ignore[arg-type]  # the good call does write
     assert not same(caches[1].k, snapshot[1][0])
 

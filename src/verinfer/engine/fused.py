@@ -28,7 +28,7 @@ def add_rmsnorm_(x: torch.Tensor, o: torch.Tensor, post: torch.Tensor | None,
     return _tensor("add_rmsnorm_", x, o, post, nxt, float(eps))
 
 
-def qk_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def qk_rope_attention(qkv: Sequence[torch.Tensor], n_heads: int, n_kv_heads: int, head_dim: int,
                       q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
                       cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
                       k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor],
@@ -39,13 +39,14 @@ def qk_rope_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     q' = rope(rmsnorm?(q)), k' = rope(rmsnorm?(k)) per (token, head) (norm when the weight is
     given; rope in the half or the interleaved layout of models/common.py); k' and v are
     written into ``k_caches[seq[t]][layer, :, pos[t]]`` / ``v_caches[...]``; then
-    :func:`kernels.attention` over the caches' ``layer``. q [T, H, D], k/v [T, KV, D] (strided
-    rows allowed); caches: whole KVCache tensors [n_layers, KV, cap, D]; cos/sin [T, D/2].
+    :func:`kernels.attention` over the caches' ``layer``. ``qkv``: column blocks [T, cols]
+    (strided rows allowed): one q|k|v block [T, (H + 2 KV) D] or three, q [T, H D], k and v
+    [T, KV D]. Caches: whole KVCache tensors [n_layers, KV, cap, D]; cos/sin [T, D/2].
     Nothing is written unless every input is valid.
     """
-    return _tensor("qk_rope_attention", q, k, v, q_norm, k_norm, float(eps), cos, sin,
-                   bool(interleaved), list(k_caches), list(v_caches), int(layer), seq, pos,
-                   int(window), float(scale))
+    return _tensor("qk_rope_attention", list(qkv), int(n_heads), int(n_kv_heads), int(head_dim),
+                   q_norm, k_norm, float(eps), cos, sin, bool(interleaved), list(k_caches),
+                   list(v_caches), int(layer), seq, pos, int(window), float(scale))
 
 
 def glu(y: torch.Tensor, act: GluAct) -> torch.Tensor:

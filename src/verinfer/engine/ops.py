@@ -181,15 +181,21 @@ class Ops(Protocol):
         when post is None) in place; returns ``rmsnorm(x, nxt)``."""
         ...
 
-    def qk_rope_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
-                          cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
-                          k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                          layer: int, seq: torch.Tensor, pos: torch.Tensor, window: int,
-                          scale: float) -> torch.Tensor:
-        """After the projections: rope(rmsnorm?(q)), rope(rmsnorm?(k)) per head (half or
-        interleaved layout, models/common.py), k and v into ``caches[seq[t]][layer, :,
-        pos[t]]`` (whole KVCache tensors [n_layers, KV, cap, D]), attention; [T, H*D]."""
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        """Column blocks whose concatenation is ``[linear(x, p) for p in g.parts]``: the one
+        output of a grouped call (no split), else one block per part."""
+        ...
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        """After the projections (``qkv``: column blocks, one q|k|v or three): rope(rmsnorm?(q)),
+        rope(rmsnorm?(k)) per head (half or interleaved layout), k and v into
+        ``caches[seq[t]][layer, :, pos[t]]`` (whole KVCache tensors [n_layers, KV, cap, D]),
+        attention; [T, H*D]."""
         ...
 
     def attention(
@@ -298,14 +304,20 @@ class InvariantOps:
                      nxt: torch.Tensor, eps: float) -> torch.Tensor:
         return self.f.add_rmsnorm_(x, o, post, nxt, eps)
 
-    def qk_rope_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
-                          cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
-                          k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                          layer: int, seq: torch.Tensor, pos: torch.Tensor, window: int,
-                          scale: float) -> torch.Tensor:
-        return self.f.qk_rope_attention(q, k, v, q_norm, k_norm, eps, cos, sin, interleaved,
-                                        k_caches, v_caches, layer, seq, pos, window, scale)
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        if g.packed is None:
+            return [self.linear(x, p) for p in g.parts]
+        return [self._group_out(x, g)]
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        return self.f.qk_rope_attention(qkv, n_heads, n_kv_heads, head_dim, q_norm, k_norm,
+                                        eps, cos, sin, interleaved, k_caches, v_caches, layer,
+                                        seq, pos, window, scale)
 
     def attention(self, q: torch.Tensor, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], seq: torch.Tensor, pos: torch.Tensor,
@@ -356,13 +368,19 @@ class TorchOps:
         x.add_(o if post is None else self.rmsnorm(o, post, eps))
         return self.rmsnorm(x, nxt, eps)
 
-    def qk_rope_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
-                          cos: torch.Tensor, sin: torch.Tensor, interleaved: bool,
-                          k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                          layer: int, seq: torch.Tensor, pos: torch.Tensor, window: int,
-                          scale: float) -> torch.Tensor:
-        T, H, D = q.shape
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        return self.linear_group(x, g)
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        H, KV, D = n_heads, n_kv_heads, head_dim
+        y = torch.cat(qkv, dim=1) if len(qkv) > 1 else qkv[0]
+        T = y.shape[0]
+        q, k, v = (t.reshape(T, -1, D) for t in y.split([H * D, KV * D, KV * D], dim=1))
         q = rope(q if q_norm is None else self.rmsnorm(q, q_norm, eps), cos, sin, interleaved)
         k = rope(k if k_norm is None else self.rmsnorm(k, k_norm, eps), cos, sin, interleaved)
         for s in torch.unique(seq).tolist():

@@ -97,7 +97,7 @@ class Gemma3:
         (Ops.qk_rope_attention): the same float operations as the step-by-step sequence in the
         module docstring, in fewer calls (issue 19; docs/engine.md)."""
         cfg, ops, eps = self.cfg, self.ops, self.cfg.norm_eps
-        T, H, KV, D = batch.tokens.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         seq, pos, all_rows = batch.seq, batch.pos, batch.all_rows_wanted
         kc, vc = batch.k_caches, batch.v_caches
         cos_g, sin_g = self.rope_global.get(pos)
@@ -107,11 +107,10 @@ class Gemma3:
         for i, L in enumerate(self.layers):
             sliding = cfg.is_sliding(i)
             cos, sin = (cos_l, sin_l) if sliding else (cos_g, sin_g)
-            q, k, v = ops.linear_group(h, L.qkv)  # column slices of one output if grouped
             window = (cfg.sliding_window or 0) if sliding else 0
-            a = ops.qk_rope_attention(q.view(T, H, D), k.view(T, KV, D), v.view(T, KV, D),
-                                      L.q_norm, L.k_norm, eps, cos, sin, False, kc, vc, i,
-                                      seq, pos, window, cfg.attn_scale)
+            a = ops.qk_rope_attention(ops.linear_group_blocks(h, L.qkv), H, KV, D, L.q_norm,
+                                      L.k_norm, eps, cos, sin, False, kc, vc, i, seq, pos,
+                                      window, cfg.attn_scale)
             h = ops.add_rmsnorm_(x, ops.linear(a, L.o), L.post_attn_norm, L.ffn_norm, eps)
             m = ops.linear_glu(h, L.gate_up, "gelu_tanh")
             h = ops.add_rmsnorm_(x, ops.linear(m, L.down), L.post_ffw_norm, self.next_norm[i],

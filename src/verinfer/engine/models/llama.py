@@ -109,13 +109,10 @@ class Llama:
             gate_up_group=self.ops.group([gate, up]),
         )
 
-    def project_qkv(self, h: torch.Tensor, L: Any
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [T, H, D], k [T, KV, D], v [T, KV, D] before rotary."""
-        cfg, ops, T = self.cfg, self.ops, h.shape[0]
-        q, k, v = ops.linear_group(h, L.qkv_group)  # column slices of one output if T > 1
-        return (q.view(T, cfg.n_heads, cfg.head_dim), k.view(T, cfg.n_kv_heads, cfg.head_dim),
-                v.view(T, cfg.n_kv_heads, cfg.head_dim))
+    def project_qkv(self, h: torch.Tensor, L: Any) -> list[torch.Tensor]:
+        """q|k|v before rotary as column blocks [T, cols] (Ops.qk_rope_attention's ``qkv``):
+        one block [T, (H + 2 KV) D] or three, q [T, H D], k and v [T, KV D]."""
+        return self.ops.linear_group_blocks(h, L.qkv_group)
 
     def qk_norms(self, L: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Per-head RMSNorm weights of q and k applied before the rotary (None: no norm)."""
@@ -139,9 +136,9 @@ class Llama:
         x = self.embed.rows(batch.tokens)  # [T, dim], a fresh tensor: updated in place
         h = ops.rmsnorm(x, self.layers[0].attn_norm, eps)
         for i, L in enumerate(self.layers):
-            q, k, v = self.project_qkv(h, L)
             q_norm, k_norm = self.qk_norms(L)
-            a = ops.qk_rope_attention(q, k, v, q_norm, k_norm, eps, cos, sin,
+            a = ops.qk_rope_attention(self.project_qkv(h, L), cfg.n_heads, cfg.n_kv_heads,
+                                      cfg.head_dim, q_norm, k_norm, eps, cos, sin,
                                       cfg.rope_interleaved, kc, vc, i, seq, pos, self.window,
                                       cfg.attn_scale)
             h = ops.add_rmsnorm_(x, ops.linear(a, L.o), None, L.ffn_norm, eps)

@@ -5,9 +5,10 @@ Per layer (x: [T, dim]):
     x = x + down(silu(gate(norm(x))) * up(norm(x)))
 
 Variants that are "llama + one twist" subclass :class:`Llama` and override one hook
-(:meth:`Llama.project_qkv`, :meth:`Llama.mlp`, :meth:`Llama.load_layer`): Qwen2 adds q/k/v
-biases (qwen2.py), Qwen3 a per-head RMSNorm on q and k (qwen3.py), Phi-3 fuses q/k/v and
-gate/up into one matrix each (phi3.py). Two twists are plain configuration, read here:
+(:meth:`Llama.project_qkv`, :meth:`Llama.qk_norms`, :meth:`Llama.mlp`,
+:meth:`Llama.load_layer`): Qwen2 adds q/k/v biases (qwen2.py), Qwen3 a per-head RMSNorm on q
+and k (qwen3.py), Phi-3 fuses q/k/v and gate/up into one matrix each (phi3.py). Two twists
+are plain configuration, read here:
 
 * Mistral is this class with ``cfg.sliding_window`` set: every layer attends to the last W
   positions (llama.cpp writes Mistral as ``general.architecture = "llama"``).

@@ -3,13 +3,14 @@
 The attack: the body asks for ``"temperature": 1e-310`` (a subnormal double, which the rule
 accepted as "in [0, 2]"). The sampler computes ``z = logit / temperature``: +inf/-inf for every
 ordinary logit, then ``z - max z`` = inf - inf = NaN. The sampling kernel does not refuse that
-(it checks only the logits), and its two paths part ways on a NaN: the AVX2 exp clamps with
-``max_pd(x, floor)``, which turns a NaN into the floor's value, while the portable exp (the
-kernel's own loop tail on AVX2 machines too, and every machine without AVX2) keeps the NaN. So
-the drawn token depends on the verifier's CPU and on the vocabulary size modulo 16: an honest
-operator's receipt can be voted a mismatch. The rule's executable definition
-(``engine.sampling.sample_reference``) refuses such logits outright, so the kernel departs from
-its own specification there. Who gains: a griefing user or a watcher paid for challenges.
+(it checked only the logits; it now checks z too), and its two paths part ways on a NaN: the
+AVX2 exp clamps with ``max_pd(x, floor)``, which turns a NaN into the floor's value, while the
+portable exp (the kernel's own loop tail on AVX2 machines too, and every machine without AVX2)
+keeps the NaN. So the drawn token depends on the verifier's CPU and on the vocabulary size
+modulo 16: an honest operator's receipt can be voted a mismatch. The rule's executable
+definition (``engine.sampling.sample_reference``) refuses such logits outright, so the kernel
+departs from its own specification there. Who gains: a griefing user or a watcher paid for
+challenges.
 
 Fix (one home, ``verinfer.protocol.limits.MIN_POSITIVE_TEMPERATURE``): a temperature is 0 or at
 least 1e-6, in the request rule (an honest server answers 400; a receipt for such a body is
@@ -28,7 +29,7 @@ import pytest
 from verinfer.engine.engine import Engine
 from verinfer.engine.sampling import SamplingParams, sample, sample_reference
 from verinfer.engine.served import prompt_tokenizer, served_model
-from verinfer.errors import InvalidRequestError
+from verinfer.errors import InvalidRequestError, KernelError
 from verinfer.protocol import limits as L
 from verinfer.protocol.request_rule import exec_requests
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
@@ -57,14 +58,16 @@ def _logits(seed: int, vocab: int = 1000) -> np.ndarray:
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in divide")
-def test_the_kernel_departs_from_its_definition_below_the_bound() -> None:
-    """Why the bound exists: at a subnormal temperature the kernel draws a token where the
-    rule's definition refuses (so which token comes out is whatever the ISA path does)."""
+def test_below_the_bound_kernel_and_definition_both_refuse() -> None:
+    """Below the rule's bound (never reached through the rule): the kernel used to draw an
+    ISA-dependent token where the definition refuses; it now refuses a non-finite
+    logit / temperature as the definition does (csrc/verinfer_sampling.cpp scale_row)."""
     logits = _logits(0)
     params = SamplingParams(max_tokens=1, temperature=SUBNORMAL, seed=7)
     with pytest.raises(ValueError, match="NaN or an infinity"):
         sample_reference(logits, params, 3)
-    assert isinstance(sample(logits, params, 3), int)  # no refusal: an ISA-dependent draw
+    with pytest.raises(KernelError, match="NaN or an infinity"):
+        sample(logits, params, 3)
 
 
 @pytest.mark.parametrize("temperature", [1e-6, 1e-3, 0.7, 2.0])

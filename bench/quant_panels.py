@@ -1,0 +1,164 @@
+"""Decode-size cost of the quantized panels (issue 19): bytes streamed per token and GEMV time.
+
+Runs against whatever ``verinfer`` is first on PYTHONPATH, so two builds (e.g. a worktree at
+main and one with new panels) can be compared by alternating subprocesses:
+
+  python bench/quant_panels.py --part stream|gemma --compare OLD_SRC NEW_SRC [--rounds 4] [--isa avx2]
+
+Parts (each prints one JSON line; ``--compare`` alternates OLD/NEW runs and prints medians):
+  stream     M = 1 GEMV per format over many distinct copies of one Gemma 3 270M-shaped matrix
+             (more bytes than the last-level cache, so every weight comes from memory), best of
+             a few passes: ms per matrix and the GB/s of packed bytes it streamed.
+  gemma      Gemma 3 270M Q4_K_M (the embedded file): packed bytes a batch-1 decode step reads
+             (every layer matrix once + the LM head), decode tok/s over greedy steps, and the
+             generation's logit digest (must not change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+# Gemma 3 270M shapes [N, K] per GGUF type (gate/up 2048x640 Q5_0, o 640x1024 Q4_K, down
+# 640x2048 Q6_K, v 256x640 Q8_0 in half the layers).
+STREAM = [("Q5_0", 2048, 640), ("Q4_K", 640, 1024), ("Q6_K", 640, 2048), ("Q8_0", 2048, 640)]
+STREAM_BYTES = 640 << 20  # > the 480 MiB L3 this VM reports
+
+
+def _rows(qtype: str, n: int, k: int, seed: int) -> torch.Tensor:
+    """Random GGUF rows with ordinary fp16 scales (random bits elsewhere)."""
+    from verinfer.engine import kernels as vk
+
+    per, nbytes = vk.QUANT_BLOCKS[qtype]
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, (n, k // per, nbytes), dtype=np.uint8)
+    offs = {"Q8_0": [0], "Q5_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q6_K": [208]}[qtype]
+    for off in offs:
+        h = (rng.uniform(-1, 1, (n, k // per)) * 0.01).astype(np.float16)
+        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(n, k // per, 2)
+    return torch.from_numpy(raw.reshape(n, -1))
+
+
+def stream(rounds: int) -> dict[str, Any]:
+    from verinfer.engine import kernels as vk
+
+    out: dict[str, Any] = {"isa": vk.isa(), "threads": torch.get_num_threads()}
+    for qtype, n, k in STREAM:
+        one = vk.pack_quant(_rows(qtype, n, k, 1), qtype, k)
+        copies = [one.clone() for _ in range(max(2, STREAM_BYTES // one.numel()))]
+        x = torch.randn(1, k)
+        best = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for w in copies:
+                vk.linear_quant_packed(x, w, qtype, n, k)
+            best = min(best, (time.perf_counter() - t0) / len(copies))
+        out[f"{qtype}_{n}x{k}_bytes"] = one.numel()
+        out[f"{qtype}_{n}x{k}_us"] = round(best * 1e6, 2)
+        out[f"{qtype}_{n}x{k}_gbs"] = round(one.numel() / best / 1e9, 2)
+        del copies
+    return out
+
+
+def _matrices(obj: Any, seen: set[int], found: list[Any]) -> None:
+    from verinfer.engine.ops import Matrix
+
+    if id(obj) in seen or obj is None or isinstance(obj, (int, float, str, bytes, torch.Tensor)):
+        return
+    seen.add(id(obj))
+    if isinstance(obj, Matrix):
+        found.append(obj)
+        return
+    if isinstance(obj, dict):
+        for v in obj.values():
+            _matrices(v, seen, found)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _matrices(v, seen, found)
+    elif hasattr(obj, "__dict__"):
+        for v in vars(obj).values():
+            _matrices(v, seen, found)
+
+
+def gemma(tokens: int) -> dict[str, Any]:
+    from verinfer.engine import kernels as vk
+    from verinfer.engine.engine import Engine, SamplingParams
+    from verinfer.engine.loader import embedded_model_path, load_model
+
+    engine = Engine(load_model(embedded_model_path()), "invariant", max_seqs=2)
+    try:
+        found: list[Any] = []
+        _matrices(engine.model, set(), found)
+        storages: dict[int, int] = {}
+        by_type: dict[str, int] = {}
+        for m in found:
+            if m.packed is None:
+                continue
+            st = m.packed.untyped_storage()
+            storages[st.data_ptr()] = st.nbytes()
+            key = str(m.qtype)
+            by_type[key] = by_type.get(key, 0) + m.packed.numel() * m.packed.element_size()
+        params = SamplingParams(max_tokens=24, ignore_eos=True)
+        digest = engine.generate([2, *range(1000, 1015)], params).logit_digest.hex()
+        params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+        engine.generate([2, *range(2000, 2015)], params)  # warm
+        t0 = time.perf_counter()
+        engine.generate([2, *range(3000, 3015)], params)
+        dt = time.perf_counter() - t0
+    finally:
+        engine.close()
+    return {"isa": vk.isa(), "packed_mb": round(sum(storages.values()) / 1e6, 2),
+            "packed_mb_by_type": {k: round(v / 1e6, 2) for k, v in sorted(by_type.items())},
+            "tok_s": round(tokens / dt, 2), "digest": digest}
+
+
+def compare(old: str, new: str, part: str, rounds: int, isa: str | None, tokens: int) -> None:
+    runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+    env = dict(os.environ)
+    if isa:
+        env["VERINFER_KERNEL_ISA"] = isa
+    for r in range(rounds):
+        for name, src in (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old)):
+            cmd = [sys.executable, __file__, "--part", part, "--tokens", str(tokens)]
+            res = subprocess.run(cmd, env={**env, "PYTHONPATH": src}, capture_output=True,
+                                 text=True, check=True)
+            line = json.loads(res.stdout.strip().splitlines()[-1])
+            runs[name].append(line)
+            print(name, json.dumps(line), flush=True)
+    summary: dict[str, Any] = {}
+    for key, val in runs["old"][0].items():
+        if isinstance(val, (int, float)) and not isinstance(val, bool):
+            o = statistics.median(x[key] for x in runs["old"])
+            n = statistics.median(x[key] for x in runs["new"])
+            summary[key] = {"old": o, "new": n, "new_over_old": round(n / o, 3) if o else None}
+    print(json.dumps({"part": part, "isa": runs["new"][0].get("isa"), "rounds": rounds,
+                      "load": os.getloadavg()[0], "median": summary}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--part", choices=["stream", "gemma"], default="stream")
+    ap.add_argument("--compare", nargs=2, metavar=("OLD_SRC", "NEW_SRC"))
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--isa", default=None)
+    ap.add_argument("--tokens", type=int, default=64)
+    a = ap.parse_args()
+    if a.compare:
+        compare(a.compare[0], a.compare[1], a.part, a.rounds, a.isa, a.tokens)
+    elif a.part == "stream":
+        print(json.dumps(stream(5)))
+    else:
+        print(json.dumps(gemma(a.tokens)))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
 Runs against whatever ``verinfer`` is first on PYTHONPATH, so two builds (e.g. a worktree at
 main and one with new panels) can be compared by alternating subprocesses:
 
-  python bench/quant_panels.py --part stream|gemma --compare OLD_SRC NEW_SRC [--rounds 4] [--isa avx2]
+  python bench/quant_panels.py --part stream|gemma --compare OLD_SRC NEW_SRC [--isa avx2]
 
 Parts (each prints one JSON line; ``--compare`` alternates OLD/NEW runs and prints medians):
   stream     M = 1 GEMV per format over many distinct copies of one Gemma 3 270M-shaped matrix
@@ -84,8 +84,8 @@ def _matrices(obj: Any, seen: set[int], found: list[Any]) -> None:
     elif isinstance(obj, (list, tuple)):
         for v in obj:
             _matrices(v, seen, found)
-    elif hasattr(obj, "__dict__"):
-        for v in vars(obj).values():
+    elif type(obj).__module__.startswith("verinfer") and hasattr(obj, "__dict__"):
+        for v in list(vars(obj).values()):
             _matrices(v, seen, found)
 
 
@@ -127,7 +127,8 @@ def compare(old: str, new: str, part: str, rounds: int, isa: str | None, tokens:
     if isa:
         env["VERINFER_KERNEL_ISA"] = isa
     for r in range(rounds):
-        for name, src in (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old)):
+        order = (("old", old), ("new", new))
+        for name, src in order if r % 2 == 0 else order[::-1]:
             cmd = [sys.executable, __file__, "--part", part, "--tokens", str(tokens)]
             res = subprocess.run(cmd, env={**env, "PYTHONPATH": src}, capture_output=True,
                                  text=True, check=True)

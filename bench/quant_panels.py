@@ -8,7 +8,8 @@ main and one with new panels) can be compared by alternating subprocesses:
 Parts (each prints one JSON line; ``--compare`` alternates OLD/NEW runs and prints medians):
   stream     M = 1 GEMV per format over many distinct copies of one Gemma 3 270M-shaped matrix
              (more bytes than the last-level cache, so every weight comes from memory), best of
-             a few passes: ms per matrix and the GB/s of packed bytes it streamed.
+             a few passes: us per matrix and the GB/s of packed bytes it streamed; and M = 128
+             on one matrix (the large-M path: panel groups dequantized into scratch).
   gemma      Gemma 3 270M Q4_K_M (the embedded file): packed bytes a batch-1 decode step reads
              (every layer matrix once + the LM head), decode tok/s over greedy steps, and the
              generation's logit digest (must not change).
@@ -66,6 +67,14 @@ def stream(rounds: int) -> dict[str, Any]:
         out[f"{qtype}_{n}x{k}_us"] = round(best * 1e6, 2)
         out[f"{qtype}_{n}x{k}_gbs"] = round(one.numel() / best / 1e9, 2)
         del copies
+        x = torch.randn(128, k)  # large M (prefill, replay): panels dequantized into scratch
+        best = float("inf")
+        for _ in range(rounds * 2):
+            t0 = time.perf_counter()
+            for _ in range(4):
+                vk.linear_quant_packed(x, one, qtype, n, k)
+            best = min(best, (time.perf_counter() - t0) / 4)
+        out[f"{qtype}_{n}x{k}_m128_us"] = round(best * 1e6, 1)
     return out
 
 
@@ -121,6 +130,71 @@ def gemma(tokens: int) -> dict[str, Any]:
             "tok_s": round(tokens / dt, 2), "digest": digest}
 
 
+def load_so(path: str) -> Any:
+    """Another build's extension as its own module (the init symbol is PyInit__kernels, so the
+    module's last name must stay ``_kernels``); its globals (ISA, pool) are its own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("vi_old_build._kernels", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def stream_ab(old_so: str, rounds: int) -> dict[str, Any]:
+    """The stream part with the old build's kernels and this one's in ONE process, passes
+    alternating, so load hits both alike: median and best us per matrix of each."""
+    from verinfer.engine import kernels as vk
+
+    old = load_so(old_so)
+    isa = vk.isa()
+    old.set_isa(isa)
+    out: dict[str, Any] = {"isa": isa, "threads": torch.get_num_threads()}
+    for qtype, n, k in STREAM:
+        raw = _rows(qtype, n, k, 1)
+        x = torch.randn(1, k)
+        sets = {"old": (old, old.pack_quant(raw, qtype, k)),
+                "new": (vk, vk.pack_quant(raw, qtype, k))}
+        assert torch.equal(sets["old"][0].linear_quant_packed(x, sets["old"][1], qtype, n, k),
+                           vk.linear_quant_packed(x, sets["new"][1], qtype, n, k))
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        for name, (mod, one) in sets.items():
+            copies = [one.clone() for _ in range(max(2, STREAM_BYTES // one.numel()))]
+            sets[name] = (mod, copies)  # type: ignore[assignment]
+        for r in range(rounds):
+            for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                mod, copies = sets[name]
+                t0 = time.perf_counter()
+                for w in copies:
+                    mod.linear_quant_packed(x, w, qtype, n, k)
+                times[name].append((time.perf_counter() - t0) / len(copies) * 1e6)
+        for name in ("old", "new"):
+            nbytes = sets[name][1][0].numel()
+            out[f"{qtype}_{n}x{k}_{name}_bytes"] = nbytes
+            out[f"{qtype}_{n}x{k}_{name}_us_median"] = round(statistics.median(times[name]), 1)
+            out[f"{qtype}_{n}x{k}_{name}_us_best"] = round(min(times[name]), 1)
+        out[f"{qtype}_{n}x{k}_new_over_old_median"] = round(
+            statistics.median(times["new"]) / statistics.median(times["old"]), 3)
+        del sets
+        # large M on one matrix (from the caches): the prefill/replay path
+        xl = torch.randn(128, k)
+        big = {"old": (old, old.pack_quant(raw, qtype, k)),
+               "new": (vk, vk.pack_quant(raw, qtype, k))}
+        tl: dict[str, list[float]] = {"old": [], "new": []}
+        for r in range(rounds * 2):
+            for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                mod, w = big[name]
+                t0 = time.perf_counter()
+                for _ in range(4):
+                    mod.linear_quant_packed(xl, w, qtype, n, k)
+                tl[name].append((time.perf_counter() - t0) / 4 * 1e6)
+        out[f"{qtype}_{n}x{k}_m128_new_over_old_median"] = round(
+            statistics.median(tl["new"]) / statistics.median(tl["old"]), 3)
+        out[f"{qtype}_{n}x{k}_m128_old_us_median"] = round(statistics.median(tl["old"]), 1)
+    return out
+
+
 def compare(old: str, new: str, part: str, rounds: int, isa: str | None, tokens: int) -> None:
     runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
     env = dict(os.environ)
@@ -152,8 +226,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--isa", default=None)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--old-so", help="another build's _kernels .so: stream both in one process")
     a = ap.parse_args()
-    if a.compare:
+    if a.old_so:
+        print(json.dumps(stream_ab(a.old_so, a.rounds * 4)))
+    elif a.compare:
         compare(a.compare[0], a.compare[1], a.part, a.rounds, a.isa, a.tokens)
     elif a.part == "stream":
         print(json.dumps(stream(5)))

@@ -59,7 +59,7 @@ namespace vi {
 //         (512 B). w = float(nibble - 16 * bit) * d, gguf's float(q5 - 16) * d. 704 B = the
 //         file's 22 B per 32 weights; the bit is inverted so that AVX-512 merges it with one
 //         masked subtract and AVX2 with one blend on the sign bit.
-//   kQ4K  256 k: fp16 d, fp16 dmin per row (128 B), then the 8 sub-blocks' 6-bit sc and m as
+//   kQ4K  256 k: fp16 d, fp16 -dmin per row (128 B), then the 8 sub-blocks' 6-bit sc and m as
 //         bytes [sub][row] (256 + 256 B), then 8 x 512 B of nibbles as kQ41. The kernel forms
 //         float(sc) * d and float(m) * -dmin per block (both exact: fp16 x 6 bits < 24 bits, so
 //         they are gguf's float32 products), then w = fmaf(q, d*sc, -(dmin*m)), which is gguf's
@@ -772,7 +772,8 @@ static void pack_q4_k_block(const uint8_t* row, int64_t j, uint8_t* sbo, int64_t
     m = (b[sub + 4] >> 4) | ((b[sub] >> 2) & 0x30);
   }
   std::memcpy(sbo + 2 * i, sb, 2);
-  std::memcpy(sbo + 2 * kPNR + 2 * i, sb + 2, 2);
+  const uint16_t ndmin = static_cast<uint16_t>(load_u16(sb + 2) ^ 0x8000u);  // -dmin: exact (sign bit)
+  std::memcpy(sbo + 2 * kPNR + 2 * i, &ndmin, 2);
   sbo[4 * kPNR + sub * kPNR + i] = static_cast<uint8_t>(sc);
   sbo[12 * kPNR + sub * kPNR + i] = static_cast<uint8_t>(m);
   const uint8_t* qs = sb + 16 + 32 * (sub / 2);  // sub-block 2c: low nibbles of qs[32c ..], 2c+1: high
@@ -1370,7 +1371,7 @@ struct DecQ4K {
   VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) {
     p += (b >> 3) * kQ4KSb;
     const int64_t sub = b & 7;
-    const V d = V::h16(p + 2 * col), ndmin = V::mul(V::h16(p + 2 * kPNR + 2 * col), V::set1(-1.0f));
+    const V d = V::h16(p + 2 * col), ndmin = V::h16(p + 2 * kPNR + 2 * col);  // stored negated
     // sc, m < 64: their bytes read as int8 are the same numbers
     return {V::q8(reinterpret_cast<const int8_t*>(p + 4 * kPNR + sub * kPNR + col), d),
             V::q8(reinterpret_cast<const int8_t*>(p + 12 * kPNR + sub * kPNR + col), ndmin)};

@@ -4,6 +4,7 @@ Runs against whatever ``verinfer`` is first on PYTHONPATH, so two builds (e.g. a
 main and one with new panels) can be compared by alternating subprocesses:
 
   python bench/quant_panels.py --part stream|gemma --compare OLD_SRC NEW_SRC [--isa avx2]
+  python bench/quant_panels.py --part stream|gemma --old-so OLD_BUILD/_kernels...so  (one process)
 
 Parts (each prints one JSON line; ``--compare`` alternates OLD/NEW runs and prints medians):
   stream     M = 1 GEMV per format over many distinct copies of one Gemma 3 270M-shaped matrix
@@ -176,6 +177,7 @@ def stream_ab(old_so: str, rounds: int) -> dict[str, Any]:
             out[f"{qtype}_{n}x{k}_{name}_us_best"] = round(min(times[name]), 1)
         out[f"{qtype}_{n}x{k}_new_over_old_median"] = round(
             statistics.median(times["new"]) / statistics.median(times["old"]), 3)
+        out[f"{qtype}_{n}x{k}_new_over_old_best"] = round(min(times["new"]) / min(times["old"]), 3)
         del sets
         # large M on one matrix (from the caches): the prefill/replay path
         xl = torch.randn(128, k)
@@ -191,8 +193,58 @@ def stream_ab(old_so: str, rounds: int) -> dict[str, Any]:
                 tl[name].append((time.perf_counter() - t0) / 4 * 1e6)
         out[f"{qtype}_{n}x{k}_m128_new_over_old_median"] = round(
             statistics.median(tl["new"]) / statistics.median(tl["old"]), 3)
+        out[f"{qtype}_{n}x{k}_m128_new_over_old_best"] = round(min(tl["new"]) / min(tl["old"]), 3)
         out[f"{qtype}_{n}x{k}_m128_old_us_median"] = round(statistics.median(tl["old"]), 1)
     return out
+
+
+def gemma_ab(old_so: str, tokens: int, rounds: int) -> dict[str, Any]:
+    """Gemma 3 270M decode with the old build's kernels and this one's in ONE process: two
+    engines, each packed by its own build, generating in alternation (the kernels module's
+    extension is switched between calls; the engines' worker threads are idle then)."""
+    from verinfer.engine import kernels as vk
+    from verinfer.engine.engine import Engine, SamplingParams
+    from verinfer.engine.loader import embedded_model_path, load_model
+
+    old = load_so(old_so)
+    isa = vk.isa()
+    old.set_isa(isa)
+    exts = {"old": old, "new": vk._ext}
+    layouts = {"old": {**vk.PANEL_LAYOUTS, "Q5_0": "q8"}, "new": dict(vk.PANEL_LAYOUTS)}
+
+    def use(name: str) -> None:
+        vk._ext = exts[name]
+        vk.PANEL_LAYOUTS.clear()
+        vk.PANEL_LAYOUTS.update(layouts[name])
+
+    engines = {}
+    for name in ("old", "new"):
+        use(name)
+        engines[name] = Engine(load_model(embedded_model_path()), "invariant", max_seqs=2)
+    tok_s: dict[str, list[float]] = {"old": [], "new": []}
+    digests: dict[str, set[str]] = {"old": set(), "new": set()}
+    try:
+        for name in ("old", "new"):
+            use(name)
+            engines[name].generate([2, *range(2000, 2015)], SamplingParams(max_tokens=8))
+        for r in range(rounds):
+            for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                use(name)
+                params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+                t0 = time.perf_counter()
+                res = engines[name].generate([2, *range(1000, 1015)], params)
+                tok_s[name].append(tokens / (time.perf_counter() - t0))
+                digests[name].add(res.logit_digest.hex())
+    finally:
+        for e in engines.values():
+            e.close()
+        use("new")
+    med = {n: round(statistics.median(v), 2) for n, v in tok_s.items()}
+    return {"isa": isa, "threads": torch.get_num_threads(), "rounds": rounds, "tokens": tokens,
+            "tok_s_median": med, "new_over_old": round(med["new"] / med["old"], 3),
+            "tok_s_all": {n: [round(t, 2) for t in v] for n, v in tok_s.items()},
+            "digests_equal": digests["old"] == digests["new"] and len(digests["new"]) == 1,
+            "load": os.getloadavg()[0]}
 
 
 def compare(old: str, new: str, part: str, rounds: int, isa: str | None, tokens: int) -> None:
@@ -227,8 +279,13 @@ def main() -> None:
     ap.add_argument("--isa", default=None)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--old-so", help="another build's _kernels .so: stream both in one process")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     a = ap.parse_args()
-    if a.old_so:
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.old_so and a.part == "gemma":
+        print(json.dumps(gemma_ab(a.old_so, a.tokens, a.rounds * 4)))
+    elif a.old_so:
         print(json.dumps(stream_ab(a.old_so, a.rounds * 4)))
     elif a.compare:
         compare(a.compare[0], a.compare[1], a.part, a.rounds, a.isa, a.tokens)

@@ -973,6 +973,61 @@ at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const
   });
   return y;
 }
+// Decode (M <= 4) over several packed quantized matrices of one K, of any formats, in ONE call
+// and one parallel region: y [M, sum n], part i's outputs in its own columns. Each part runs
+// linear_quant_packed's GEMV on its own panels, so every output is the separate call's bits;
+// only who computes which panels changes (Gemma 3: q, k Q5_0 and v Q8_0 are two layouts).
+at::Tensor linear_quant_packed_multi(const at::Tensor& x, const std::vector<at::Tensor>& wqps,
+                                     const std::vector<std::string>& qtypes, const std::vector<int64_t>& ns,
+                                     int64_t K) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(!wqps.empty() && wqps.size() == qtypes.size() && wqps.size() == ns.size(),
+              "wqps, qtypes and ns must be non-empty lists of one length, got ", wqps.size(), ", ", qtypes.size(),
+              ", ", ns.size());
+  const int64_t M = x.size(0);
+  TORCH_CHECK(M <= kGemvMaxRows, "linear_quant_packed_multi is the decode path (M <= ", kGemvMaxRows, "), got M=", M);
+  struct Seg {
+    const uint8_t* w;
+    int64_t psb, P, N, p0, col;
+    std::remove_reference_t<decltype(Kern::gemv_q[0])> gemv;
+  };
+  std::vector<Seg> segs;
+  int64_t T = 0, Ntot = 0, bytes = 0;
+  const Kern& kn = kern();
+  for (size_t i = 0; i < wqps.size(); ++i) {
+    const GgufType& gt = gguf_type(qtypes[i]);
+    const at::Tensor& wqp = wqps[i];
+    const int64_t uk = kUnitK[gt.fmt], ub = kUnitBytes[gt.fmt];
+    TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
+                    wqp.size(2) == ub,
+                "wqps[", i, "] must be a contiguous uint8 CPU tensor [P, K/", uk, ", ", ub, "] (from pack_quant(..., '",
+                qtypes[i], "'))");
+    TORCH_CHECK(K > 0 && K % gt.blk_k == 0, qtypes[i], " needs K % ", gt.blk_k, " == 0, got K=", K);
+    TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / uk, "x has K=", x.size(1), ", wqps[", i,
+                "] has K=", wqp.size(1) * uk, ", K=", K);
+    const int64_t P = wqp.size(0), N = check_packed_n(ns[i], P), psb = K / uk * ub;
+    segs.push_back({wqp.data_ptr<uint8_t>(), psb, P, N, T, Ntot, kn.gemv_q[gt.fmt]});
+    T += P, Ntot += N, bytes += P * psb;
+  }
+  at::Tensor y = at::empty({M, Ntot}, x.options());
+  if (M == 0) return y;
+  at::Tensor xt = M == 1 ? x : pack_x(x, M);
+  const float* xp = xt.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const auto run = [&](int64_t b, int64_t e) {  // panels [b, e) of the parts' panels in order
+    for (const Seg& g : segs) {
+      const int64_t lb = std::max(b, g.p0) - g.p0, le = std::min(e, g.p0 + g.P) - g.p0;
+      if (lb >= le) continue;
+      g.gemv(xp, M, K, g.w + lb * g.psb, g.psb, (le - lb) * kPNR, std::min(g.N, le * kPNR) - lb * kPNR,
+             yp + g.col + lb * kPNR, Ntot);
+    }
+  };
+  if (g_pool_enabled.load(std::memory_order_relaxed))
+    par_ranges(T, bytes < kSerialSpinBytes ? 1 : kGemvTasksPerThread * at::get_num_threads(), run);
+  else
+    at::parallel_for(0, T, bytes < kSerialGemvBytes ? T : 1, run);
+  return y;
+}
 at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
   return linear_quant_packed(x, wqp, "Q8_0", n, K);
 }
@@ -1028,6 +1083,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
   m.def("pack_quant", &vi::pack_quant, rel());
   m.def("linear_quant_packed", &vi::linear_quant_packed, rel());
+  m.def("linear_quant_packed_multi", &vi::linear_quant_packed_multi, rel());
   m.def("set_spin_pool", &vi::set_spin_pool, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());

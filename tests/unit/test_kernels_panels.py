@@ -186,3 +186,44 @@ def test_bad_panels_and_shapes_are_kernel_errors() -> None:
     with pytest.raises(KernelError, match="rows must be 22 bytes"):
         vk.pack_quant(raw5, "Q5_0", 32)
     assert bits(vk.linear_quant_packed(x, q5, "Q5_0", 40, 256)).shape == (1, 40)
+
+
+@pytest.mark.parametrize("qtypes,ns,k", [
+    (("Q5_0", "Q5_0", "Q8_0"), (1024, 256, 256), 640),  # Gemma 3 270M's q, k, v
+    (("Q4_K", "Q6_K", "Q8_0", "Q4_1", "Q5_0"), (64, 37, 96, 33, 250), 512),  # ragged n
+])
+def test_multi_format_group_equals_the_separate_calls(qtypes: tuple, ns: tuple, k: int) -> None:
+    parts = [vk.pack_quant(torch.from_numpy(random_rows(q, n, k, seed=i)), q, k)
+             for i, (q, n) in enumerate(zip(qtypes, ns, strict=True))]
+    threads = torch.get_num_threads()
+    try:
+        for isa in ISAS:
+            for nthreads, pool in ((1, True), (2, True), (2, False)):
+                torch.set_num_threads(nthreads)
+                vk.set_spin_pool(pool)
+                with vk.forced_isa(isa):
+                    for m in (1, 2, 3, 4):
+                        x = rand_x(m, k, seed=m)
+                        ref = torch.cat([vk.linear_quant_packed(x, w, q, n, k) for w, q, n
+                                         in zip(parts, qtypes, ns, strict=True)], dim=1)
+                        got = vk.linear_quant_packed_multi(x, parts, qtypes, ns, k)
+                        assert same(got, ref), (isa, nthreads, pool, m)
+    finally:
+        torch.set_num_threads(threads)
+        vk.set_spin_pool(True)
+
+
+def test_multi_format_group_bad_inputs() -> None:
+    q5 = vk.pack_quant(torch.from_numpy(random_rows("Q5_0", 64, 256, seed=1)), "Q5_0", 256)
+    q8 = vk.pack_quant(torch.from_numpy(random_rows("Q8_0", 32, 256, seed=2)), "Q8_0", 256)
+    x = rand_x(1, 256, 0)
+    with pytest.raises(KernelError, match="one length"):
+        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0"], [64, 32], 256)
+    with pytest.raises(KernelError, match=r"wqps\[1\] must be .*1088"):
+        vk.linear_quant_packed_multi(x, [q5, q5], ["Q5_0", "Q8_0"], [64, 64], 256)
+    with pytest.raises(KernelError, match="does not match"):
+        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0", "Q8_0"], [64, 33], 256)
+    with pytest.raises(KernelError, match="M <= 4"):
+        vk.linear_quant_packed_multi(rand_x(5, 256, 0), [q5, q8], ["Q5_0", "Q8_0"], [64, 32], 256)
+    with pytest.raises(KernelError, match="unsupported GGUF block type"):
+        vk.linear_quant_packed_multi(x, [q5], ["Q3_K"], [64], 256)

@@ -283,6 +283,16 @@ def linear_quant_packed(x: torch.Tensor, wqp: torch.Tensor, qtype: str, n: int,
     return _tensor("linear_quant_packed", x, wqp, qtype, int(n), int(k))
 
 
+def linear_quant_packed_multi(x: torch.Tensor, wqps: Sequence[torch.Tensor],
+                              qtypes: Sequence[str], ns: Sequence[int], k: int) -> torch.Tensor:
+    """Decode (x: M <= 4 rows) over matrices of one K and any block types in one call:
+    ``torch.cat([linear_quant_packed(x, w, q, n, k) for ...], dim=1)`` bit for bit (each part
+    runs its own GEMV on its own panels), with one crossing into C++ and one parallel region —
+    for groups such as Gemma 3's q, k (Q5_0) and v (Q8_0), whose panel layouts differ."""
+    return _tensor("linear_quant_packed_multi", x, list(wqps), [str(q) for q in qtypes],
+                   [int(n) for n in ns], int(k))
+
+
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """Per row of x [M, n]: r = 1 / sqrtf(dot16(x, x, n) / n + eps); y = (x * r) * w; w: [n].
 

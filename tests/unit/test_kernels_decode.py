@@ -160,7 +160,7 @@ def _matrix(ops: InvariantOps, qtype: str | None, n: int, k: int, seed: int) -> 
 @pytest.mark.parametrize("qtypes,ns,k,fused", [
     (("Q5_0", "Q5_0", "Q5_0"), (1024, 256, 256), 640, True),  # Gemma 3 270M's q, k, v
     (("Q5_0", "Q5_0", "Q8_0"), (1024, 256, 256), 640, False),  # ... where v is Q8_0: 5-bit
-    # and int8 panels are two layouts (Q5_0 is no longer widened to int8)
+    # and int8 panels are two layouts (Q5_0 is no longer widened to int8): a mixed group
     (("Q5_0", "Q5_0"), (2048, 2048), 640, True),  # its gate, up
     (("Q4_K", "Q4_K"), (64, 96), 256, True),
     ((None, None), (64, 32), 48, True),  # fp32 panels
@@ -175,6 +175,8 @@ def test_linear_group_equals_separate_linears(qtypes: tuple, ns: tuple, k: int,
     before = {m: [ops.linear(x[m], p) for p in parts] for m in x}
     g = ops.group(parts)
     assert (g.packed is not None) == fused
+    # quantized parts of one K in several layouts: one multi-layout decode call
+    assert g.mixed == (len({vk.panel_layout(q) for q in qtypes}) > 1 and None not in qtypes)
     for m in x:
         outs = ops.linear_group(x[m], g)
         assert len(outs) == len(parts)

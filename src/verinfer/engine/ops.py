@@ -129,6 +129,7 @@ class MatrixGroup:
     qtype: str | None = None
     n: int = 0
     k: int = 0
+    mixed: bool = False  # quantized parts of one K in several panel layouts: one decode call
 
     @property
     def splits(self) -> list[int]:
@@ -222,6 +223,8 @@ class InvariantOps:
             return g
         layouts = {self.k.panel_layout(p.qtype) for p in parts}
         ks = {p.shape[1] for p in parts}
+        # e.g. Gemma 3's Q5_0 q/k with a Q8_0 v: decode runs them as one multi-layout call
+        g.mixed = len(layouts) > 1 and len(ks) == 1 and all(p.qtype for p in parts)
         if len(layouts) != 1 or len(ks) != 1 or any(p.shape[0] % self.k.PANEL for p in parts):
             return g
         packed = torch.cat([p.packed for p in parts if p.packed is not None])
@@ -234,6 +237,11 @@ class InvariantOps:
         return g
 
     def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        if g.mixed and x.shape[0] <= 4:  # each part's own GEMV: the separate calls' bits
+            y = self.k.linear_quant_packed_multi(x, [p.packed for p in g.parts],
+                                                 [p.qtype for p in g.parts], g.splits,
+                                                 g.parts[0].shape[1])
+            return list(y.split(g.splits, dim=1))
         if g.packed is None:
             return [self.linear(x, p) for p in g.parts]
         if g.qtype is not None:

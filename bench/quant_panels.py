@@ -166,7 +166,7 @@ def stream_ab(old_so: str, rounds: int) -> dict[str, Any]:
         times: dict[str, list[float]] = {"old": [], "new": []}
         for name, (mod, one) in sets.items():
             copies = [one.clone() for _ in range(max(2, STREAM_BYTES // one.numel()))]
-            sets[name] = (mod, copies)  # type: ignore[assignment]
+            sets[name] = (mod, copies)
         for r in range(rounds):
             for name in ("old", "new") if r % 2 == 0 else ("new", "old"):
                 mod, copies = sets[name]

@@ -76,11 +76,11 @@ def test_q5_0_every_fifth_bit_lane_and_value() -> None:
             qh = sum(((v >> 4) & 1) << kk for kk, v in enumerate(q))
             raw[r, j, 2:6] = np.frombuffer(np.uint32(qh).tobytes(), np.uint8)
             raw[r, j, 6:] = [(q[i] & 15) | ((q[i + 16] & 15) << 4) for i in range(16)]
-    raw = raw.reshape(n, -1)
-    dense = gguf_dense("Q5_0", raw)
+    rows = raw.reshape(n, -1)
+    dense = gguf_dense("Q5_0", rows)
     assert (bits(dense) == bits(torch.tensor(-0.0))).any()  # d < 0, q5 = 16
     want = plus_zero(dense).T.contiguous()
-    wqp = vk.pack_quant(torch.from_numpy(raw), "Q5_0", k)
+    wqp = vk.pack_quant(torch.from_numpy(rows), "Q5_0", k)
     for isa in ISAS:
         with vk.forced_isa(isa):
             assert same(weights_back(wqp, "Q5_0", n, k, range(k)), want), isa

@@ -238,9 +238,9 @@ class InvariantOps:
 
     def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
         if g.mixed and x.shape[0] <= 4:  # each part's own GEMV: the separate calls' bits
-            y = self.k.linear_quant_packed_multi(x, [p.packed for p in g.parts],
-                                                 [p.qtype for p in g.parts], g.splits,
-                                                 g.parts[0].shape[1])
+            packed = [p.packed for p in g.parts if p.packed is not None]
+            qtypes = [p.qtype for p in g.parts if p.qtype is not None]
+            y = self.k.linear_quant_packed_multi(x, packed, qtypes, g.splits, g.parts[0].shape[1])
             return list(y.split(g.splits, dim=1))
         if g.packed is None:
             return [self.linear(x, p) for p in g.parts]

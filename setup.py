@@ -11,7 +11,8 @@ setup(
     ext_modules=[
         CppExtension(
             name="verinfer._kernels",
-            sources=["csrc/verinfer_kernels.cpp", "csrc/verinfer_sampling.cpp"],
+            sources=["csrc/verinfer_kernels.cpp", "csrc/verinfer_sampling.cpp",
+                     "csrc/verinfer_fused.cpp"],
             # -fopenmp: at::parallel_for is an inline OpenMP region in ATen's headers; without it
             # the kernels silently run on one thread. GOMP symbols resolve to torch's libgomp.
             extra_compile_args=[

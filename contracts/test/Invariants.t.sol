@@ -66,12 +66,16 @@ contract ProtocolHandler is Fixture {
         a[0] = operator;
         a[1] = challenger;
         a[2] = OPERATOR_ALT;
-        for (uint256 i = 0; i < verifiers.length; i++) a[i + 3] = verifiers[i];
+        for (uint256 i = 0; i < verifiers.length; i++) {
+            a[i + 3] = verifiers[i];
+        }
     }
 
     function totalEth() public view returns (uint256 sum) {
         address[] memory a = actors();
-        for (uint256 i = 0; i < a.length; i++) sum += a[i].balance;
+        for (uint256 i = 0; i < a.length; i++) {
+            sum += a[i].balance;
+        }
         sum += address(stakes).balance + address(cm).balance;
     }
 
@@ -81,8 +85,12 @@ contract ProtocolHandler is Fixture {
 
     function liveClaimIds() external view returns (uint256[] memory) {
         uint256[] memory all = new uint256[](liveClaims.length + selfClaims.length);
-        for (uint256 i = 0; i < liveClaims.length; i++) all[i] = liveClaims[i];
-        for (uint256 i = 0; i < selfClaims.length; i++) all[liveClaims.length + i] = selfClaims[i];
+        for (uint256 i = 0; i < liveClaims.length; i++) {
+            all[i] = liveClaims[i];
+        }
+        for (uint256 i = 0; i < selfClaims.length; i++) {
+            all[liveClaims.length + i] = selfClaims[i];
+        }
         return all;
     }
 
@@ -103,6 +111,9 @@ contract ProtocolHandler is Fixture {
     function postBatchAction(uint256 n) external {
         calls++;
         if (!stakes.isActiveOperator(operator)) return;
+        // The honest operator refuses to sign while no declared verifier covers its fingerprint
+        // (such a receipt is invalid on its face); the mixed one signs anyway.
+        if (honest && !stakes.isCoveredAt(FINGERPRINT, uint64(block.timestamp))) return;
         n = bound(n, 1, 9);
         posted.push(postBatch(HONEST_OUT, n, n / 2));
         allDigests.push(digestOf(posted[posted.length - 1].receipt));
@@ -123,9 +134,12 @@ contract ProtocolHandler is Fixture {
         _countSlashes();
         if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) {
             liveChallenges.push(id);
-            for (uint256 i = 0; i < verifiers.length; i++) {
-                uint256 slot = stakes.accountOf(verifiers[i]).slot;
-                if (slot != 0) seatsAtOpen[id].push(Seat(slot, verifiers[i], stakes.weightOf(verifiers[i])));
+            // The committee's pool: verifiers declared for the receipt's fingerprint now (the end
+            // of the open block), leaving ones included.
+            uint256 used = stakes.poolSlotsUsed(FINGERPRINT);
+            for (uint256 slot = 1; slot <= used; slot++) {
+                (address who, uint256 w) = stakes.poolSlotAt(FINGERPRINT, slot, block.number);
+                if (w != 0) seatsAtOpen[id].push(Seat(slot, who, w));
             }
         }
         // Every later stake change lands after the open block.
@@ -193,7 +207,10 @@ contract ProtocolHandler is Fixture {
         if (block.number <= c.targetBlock) vm.roll(c.targetBlock + 1); // block numbers only grow
         cm.drawCommittee(id);
         _checkDraw(id, c.targetBlock, c.challenger);
-        if (cm.challenge(id).status != IChallengeManagerTypes.Status.Voting && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw) {
+        if (
+            cm.challenge(id).status != IChallengeManagerTypes.Status.Voting
+                && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw
+        ) {
             _dropChallenge(id);
         }
     }
@@ -203,7 +220,9 @@ contract ProtocolHandler is Fixture {
         if (liveChallenges.length == 0) return;
         uint256 id = liveChallenges[seed % liveChallenges.length];
         IChallengeManagerTypes.Challenge memory c = cm.challenge(id);
-        if (c.status != IChallengeManagerTypes.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) return;
+        if (c.status != IChallengeManagerTypes.Status.Voting || c.commits != 0 || block.timestamp > c.commitDeadline) {
+            return;
+        }
         IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         bytes32[] memory outs = new bytes32[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) {
@@ -286,6 +305,25 @@ contract ProtocolHandler is Fixture {
         stakes.requestUnbond(uint128(bound(amount, 1, avail)));
     }
 
+    /// A verifier toggles its declaration: undeclare (stays drawable until leaveAt), re-declare
+    /// (cancels), or completes a due undeclaration (anyone may).
+    function declarationAction(uint256 who) external {
+        calls++;
+        address v = verifiers[who % verifiers.length];
+        (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(v);
+        vm.startPrank(v);
+        if (fps.length == 0) {
+            if (stakes.activeStake(v) >= 1 ether) stakes.declareFingerprint(FINGERPRINT);
+        } else if (leaveAt[0] == 0) {
+            stakes.undeclareFingerprint(FINGERPRINT);
+        } else if (block.timestamp >= leaveAt[0]) {
+            stakes.completeUndeclare(v, FINGERPRINT);
+        } else {
+            stakes.declareFingerprint(FINGERPRINT);
+        }
+        vm.stopPrank();
+    }
+
     function withdrawAction(uint256 who) external {
         calls++;
         address[] memory a = actors();
@@ -317,7 +355,8 @@ contract ProtocolHandler is Fixture {
         for (uint256 i = 0; i < logs.length; i++) {
             if (logs[i].emitter == address(cm) && logs[i].topics[0] == IChallengeManager.OperatorSlashed.selector) {
                 bytes32 d = logs[i].topics[2];
-                (IChallengeManagerTypes.Fault fault, uint256 amount,) = abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
+                (IChallengeManagerTypes.Fault fault, uint256 amount,) =
+                    abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
                 if (amount == 0) continue;
                 bytes32 key = keccak256(abi.encode(d, fault == IChallengeManagerTypes.Fault.Unpublished ? 1 : 0));
                 if (++slashCount[key] > 1) doubleSlash = true;
@@ -350,7 +389,9 @@ contract ProtocolHandler is Fixture {
             }
         }
         uint256 pool = 0;
-        for (uint256 i = 0; i < seats.length; i++) pool += seats[i].weight;
+        for (uint256 i = 0; i < seats.length; i++) {
+            pool += seats[i].weight;
+        }
         bytes32 seed = keccak256(abi.encode(blockhash(target), id));
         uint256 size = 3; // committeeSize
         uint256 filled = 0;
@@ -386,7 +427,7 @@ contract ProtocolHandler is Fixture {
     }
 
     function selectors() external pure returns (bytes4[] memory s) {
-        s = new bytes4[](14);
+        s = new bytes4[](15);
         s[0] = this.postBatchAction.selector;
         s[1] = this.openAction.selector;
         s[2] = this.drawAction.selector;
@@ -401,6 +442,7 @@ contract ProtocolHandler is Fixture {
         s[11] = this.selfClaimAction.selector;
         s[12] = this.answerSelfClaimAction.selector;
         s[13] = this.bondAction.selector;
+        s[14] = this.declarationAction.selector;
     }
 }
 
@@ -422,9 +464,13 @@ abstract contract ProtocolInvariants is Test {
         vm.assertEq(address(stakes).balance, stakes.totalStake(), "registry balance == total stake");
         uint256 bonds = 0;
         uint256[] memory ids = handler.liveChallengeIds();
-        for (uint256 i = 0; i < ids.length; i++) bonds += cm.challenge(ids[i]).bond;
+        for (uint256 i = 0; i < ids.length; i++) {
+            bonds += cm.challenge(ids[i]).bond;
+        }
         ids = handler.liveClaimIds();
-        for (uint256 i = 0; i < ids.length; i++) bonds += cm.claim(ids[i]).bond;
+        for (uint256 i = 0; i < ids.length; i++) {
+            bonds += cm.claim(ids[i]).bond;
+        }
         vm.assertEq(address(cm).balance, bonds + cm.totalCredits() + cm.totalBurnt(), "cm balance accounting");
         vm.assertEq(cm.bondsHeld(), bonds, "bondsHeld view");
     }
@@ -470,8 +516,10 @@ abstract contract ProtocolInvariants is Test {
         }
     }
 
-    /// Committee membership is independent of stake changes after the open block: every draw
-    /// equals a reference draw over the weights recorded when the challenge opened.
+    /// Committee membership is independent of stake and declaration changes after the open
+    /// block: every draw equals a reference draw over the weights, in the pool of the receipt's
+    /// fingerprint, recorded when the challenge opened (so every member was declared for the
+    /// fingerprint at the snapshot).
     function invariant_committeeFixedAtOpen() public view {
         vm.assertFalse(handler.committeeMoved(), "a post-open stake change moved a committee");
     }
@@ -483,9 +531,13 @@ abstract contract ProtocolInvariants is Test {
         IStakeRegistryTypes.Account memory a = stakes.accountOf(op);
         uint256 reserved = 0;
         uint256[] memory ids = handler.liveChallengeIds();
-        for (uint256 i = 0; i < ids.length; i++) reserved += cm.challenge(ids[i]).lockedStake;
+        for (uint256 i = 0; i < ids.length; i++) {
+            reserved += cm.challenge(ids[i]).lockedStake;
+        }
         ids = handler.liveClaimIds();
-        for (uint256 i = 0; i < ids.length; i++) reserved += cm.claim(ids[i]).lockedStake;
+        for (uint256 i = 0; i < ids.length; i++) {
+            reserved += cm.claim(ids[i]).lockedStake;
+        }
         vm.assertEq(a.locked, reserved, "operator lock == live liabilities");
         vs; // verifiers: withdrawAction checks that no withdrawal touches stake held by liabilities
     }

@@ -150,7 +150,9 @@ contract SlashingGameTest is Fixture {
             }
             address[] memory got = _members(id, coalition, trial);
             vm.assertEq(got.length, baseline.length);
-            for (uint256 j = 0; j < got.length; j++) vm.assertEq(got[j], baseline[j], "committee moved");
+            for (uint256 j = 0; j < got.length; j++) {
+                vm.assertEq(got[j], baseline[j], "committee moved");
+            }
             // What the old rule (live weights at draw time) would have drawn.
             address[] memory live = _liveRuleDraw(seed, coalition);
             if (trial == 1) liveFirst = live;
@@ -164,7 +166,9 @@ contract SlashingGameTest is Fixture {
         cm.drawCommittee(id);
         IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         out = new address[](ms.length);
-        for (uint256 i = 0; i < ms.length; i++) out[i] = ms[i].account;
+        for (uint256 i = 0; i < ms.length; i++) {
+            out[i] = ms[i].account;
+        }
     }
 
     /// @dev Reference draw over the *current* weights (the pre-fix rule), slot order.
@@ -201,6 +205,12 @@ contract SlashingGameTest is Fixture {
     /// Weights written after the open block never reach the open block's snapshot, even when
     /// the same account leaves and another takes its slot.
     function test_attack2_slotReuseAfterOpen_keepsSnapshotOwner_succeeds() public {
+        // verifiers[0] leaves the fingerprint's pool first (a declared verifier cannot unbond
+        // below the minimum); the others cover the receipt.
+        vm.prank(verifiers[0]);
+        stakes.undeclareFingerprint(FINGERPRINT);
+        vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.coverageNotice());
+        stakes.completeUndeclare(verifiers[0], FINGERPRINT);
         vm.roll(block.number + 1);
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         uint256 openBlock = block.number;
@@ -212,6 +222,8 @@ contract SlashingGameTest is Fixture {
         vm.deal(newcomer, 9 ether);
         vm.prank(newcomer);
         stakes.register{value: 9 ether}(IStakeRegistryTypes.Role.Verifier); // takes the freed slot
+        vm.prank(newcomer);
+        stakes.declareFingerprint(FINGERPRINT);
         vm.assertEq(uint256(stakes.accountOf(newcomer).slot), slot0);
         (address owner, uint256 w) = stakes.slotAt(slot0, openBlock);
         vm.assertEq(owner, verifiers[0]);
@@ -267,7 +279,9 @@ contract SlashingGameTest is Fixture {
 
     function _drawGas() internal view returns (uint256 used) {
         uint256 g = gasleft();
-        stakes.drawCommittee(keccak256(abi.encode(block.number)), block.number - 1, 3, address(0));
+        stakes.drawCommittee(
+            stakes.ALL_VERIFIERS(), keccak256(abi.encode(block.number)), block.number - 1, 3, address(0)
+        );
         used = g - gasleft();
     }
 
@@ -324,7 +338,8 @@ contract SlashingGameTest is Fixture {
         vm.prank(operator);
         batches.commitBatch(merkleRoot(ds), 1, "da://local/0x00");
         vm.prank(challenger);
-        uint256 id = cm.openChallenge{value: 1 ether}(r, signReceipt(OPERATOR_KEY, r), merkleRoot(ds), 0, new bytes32[](0));
+        uint256 id =
+            cm.openChallenge{value: 1 ether}(r, signReceipt(OPERATOR_KEY, r), merkleRoot(ds), 0, new bytes32[](0));
         vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));
         vm.assertEq(uint256(stakes.accountOf(operator).stake), 10 ether);
     }
@@ -337,7 +352,9 @@ contract SlashingGameTest is Fixture {
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         IChallengeManagerTypes.Member[] memory ms = draw(id);
         uint256[] memory before = new uint256[](ms.length);
-        for (uint256 i = 0; i < ms.length; i++) before[i] = stakes.accountOf(ms[i].account).stake;
+        for (uint256 i = 0; i < ms.length; i++) {
+            before[i] = stakes.accountOf(ms[i].account).stake;
+        }
         commitAndReveal(id, ms, allSame(ms.length, cm.INVALID_EVIDENCE()));
         cm.resolve(id);
         IChallengeManagerTypes.Challenge memory c = cm.challenge(id);

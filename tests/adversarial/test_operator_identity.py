@@ -1,6 +1,7 @@
 """Issue 13.5 and 24.2 (operator side), on a real anvil with the real contracts.
 
-* An operator whose engine fingerprint (or model) is not approved on chain would sign receipts
+* An operator whose engine fingerprint (or model) is not approved on chain, or whose fingerprint
+  no verifier declared, would sign receipts
   that are slashable at challenge open: it must refuse (503, /health says why) and become
   ready by itself once governance approves — the hash it waits for covers only what decides
   the bits, so a host move or library upgrade does not change it.
@@ -23,7 +24,7 @@ from support.servers import launched_server, operator_init
 from verinfer.chain.anvil import Anvil, dev_accounts
 from verinfer.chain.bindings import TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
-from verinfer.chain.structs import Kind, default_params
+from verinfer.chain.structs import Kind, Role, default_params
 from verinfer.engine.fingerprint import engine_fingerprint
 from verinfer.receipts.eip712 import Receipt
 
@@ -34,7 +35,8 @@ CHAT = {"model": "tiny", "max_tokens": 2, "temperature": 0,
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Anvil, Path]]:
     with Anvil() as node:
-        d = deploy_all(node.web3(), dev_accounts(1)[0], default_params())
+        # coverage read at issuedAt itself: the operator signs right after a verifier declares
+        d = deploy_all(node.web3(), dev_accounts(1)[0], default_params(), coverage_notice_s=0)
         dep = tmp_path_factory.mktemp("chain") / "deployment.json"
         d.save(dep)
         yield node, dep
@@ -73,6 +75,16 @@ def test_unapproved_identity_is_refused_until_governance_approves(
         fp_hash = health["engine_fingerprint"]["hash"]
         gov.config.approve(Kind.ENGINE_FINGERPRINT, bytes.fromhex(fp_hash[2:]))
         deadline = time.monotonic() + 20
+        # approved, but no verifier could judge its receipts: invalid at open, so no signing
+        while "no verifier is declared" not in (h := c.get("/health").json()).get(
+                "not_ready", {}).get("identity", ""):
+            assert time.monotonic() < deadline, h
+            time.sleep(0.1)
+        assert c.post("/v1/chat/completions", json=CHAT).status_code == 503
+        verifier = Deployment.load(dep).bind(node.web3(),
+                                             TxSender(node.web3(), dev_accounts(4)[3]))
+        verifier.stakes.register(Role.VERIFIER, gov.config.params().min_verifier_stake)
+        verifier.stakes.declare_fingerprint(bytes.fromhex(fp_hash[2:]))
         while not c.get("/health").json()["ready"]:
             assert time.monotonic() < deadline, c.get("/health").json()
             time.sleep(0.1)

@@ -105,6 +105,7 @@ def net(tiny_engine: Engine, tiny_path: Path,
         net.nodes = [net.node(i) for i in range(3)]
         for n in net.nodes:
             assert n.ensure_registered(ETHER)
+            assert n.ensure_declared([tiny_engine.fingerprint.hash]).declared
         yield net
 
 

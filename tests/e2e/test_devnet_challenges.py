@@ -183,6 +183,29 @@ def test_mixed_load_honest_receipts_challenged_are_all_dismissed(devnet: Devnet)
         assert not devnet.read.challenges.receipt_slashed(bytes.fromhex(v["receipt_id"][2:]))
 
 
+def test_committee_is_drawn_from_verifiers_declared_for_the_receipts_fingerprint(
+        devnet: Devnet, engine: Engine) -> None:
+    """The devnet registers its verifiers and declares the operator's engine fingerprint
+    before the operator signs; a normal challenge still works, its committee drawn from the
+    declared verifiers (docs/contracts.md "Fingerprint pools")."""
+    ev = devnet.unsafe_operator_factory(engine).honest(chat_body("declared", max_tokens=4,
+                                                                 seed=81))
+    devnet.unsafe_publish_as_operator([ev])
+    fp = ev.signed.receipt.engine_fingerprint_hash
+    verifiers = devnet.state["accounts"]["verifiers"]
+    for v in verifiers:
+        assert devnet.read.stakes.declarations_of(v) == {fp: 0}
+    assert devnet.read.stakes.coverage_at(fp, ev.signed.receipt.issued_at) == len(verifiers)
+    ch = devnet.challenger()
+    kind, cid = ch.open(devnet.wait_located("0x" + ev.digest.hex()))
+    assert kind == "challenge"
+    assert ch.wait(cid, timeout_s=240) is Status.DISMISSED
+    assert devnet.read.challenges.challenge(cid).fingerprint_hash == fp
+    members = [m.account for m in devnet.read.challenges.committee(cid)]
+    assert set(members) <= set(verifiers)
+    assert len(members) == devnet_params(committee_size=min(4, len(verifiers))).committee_size
+
+
 def test_challenge_cli_accepts_every_reference_form(devnet: Devnet, tmp_path: Path) -> None:
     c = _client(devnet)
     refs: dict[str, str] = {}

@@ -31,7 +31,7 @@ from verinfer.chain.anvil import Anvil, dev_accounts, free_port, increase_time, 
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.signing import sign_receipt_typed
-from verinfer.chain.structs import ETHER, Kind, Role, Status, default_params
+from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Role, Status, default_params
 from verinfer.kms.chain_oracle import ChainCommitteeOracle, parse_challenge_id
 from verinfer.kms.cli import app as kms_app
 from verinfer.kms.errors import CommitteeUnavailableError, RegistryError
@@ -93,6 +93,8 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         n.as_(n.operator).stakes.register(Role.OPERATOR, 20 * ETHER)
         for v in n.verifiers:
             n.as_(v).stakes.register(Role.VERIFIER, ETHER)
+            n.as_(v).stakes.declare_fingerprint(FINGERPRINT)
+        increase_time(w3, COVERAGE_NOTICE)
         yield n
 
 

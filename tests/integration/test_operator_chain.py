@@ -27,25 +27,36 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Anvil, Pat
     with Anvil() as node:
         w3 = node.web3()
         gov = dev_accounts(1)[0]
-        d = deploy_all(w3, gov, default_params())
+        # coverage read at issuedAt itself: the operator signs right after its verifier declares
+        d = deploy_all(w3, gov, default_params(), coverage_notice_s=0)
         dep = tmp_path_factory.mktemp("chain") / "deployment.json"
         d.save(dep)
         yield node, dep
 
 
 def approve_identity(node: Anvil, dep: Path, base: str, timeout_s: float = 30) -> None:
-    """Governance approves the served model id and engine fingerprint (read from /health);
+    """Governance approves the served model id and engine fingerprint (read from /health) and a
+    verifier declares that fingerprint (the operator refuses to sign uncovered receipts);
     waits until the operator sees it and is ready."""
     from verinfer.chain.bindings import TxSender
     from verinfer.chain.deploy import Deployment
-    from verinfer.chain.structs import Kind
+    from verinfer.chain.structs import Kind, Role
 
     health = httpx.get(base + "/health").json()
-    gov = Deployment.load(dep).bind(node.web3(), TxSender(node.web3(), dev_accounts(1)[0]))
+    fp = bytes.fromhex(health["engine_fingerprint"]["hash"][2:])
+    w3 = node.web3()
+    gov = Deployment.load(dep).bind(w3, TxSender(w3, dev_accounts(1)[0]))
     gov.config.approve(Kind.MODEL, bytes.fromhex(health["model_id"][2:]))
-    gov.config.approve(Kind.ENGINE_FINGERPRINT,
-                       bytes.fromhex(health["engine_fingerprint"]["hash"][2:]))
+    gov.config.approve(Kind.ENGINE_FINGERPRINT, fp)
     deadline = time.monotonic() + timeout_s
+    # approved but no verifier declared: the operator still refuses to sign
+    while "no verifier is declared" not in (h := httpx.get(base + "/health").json()).get(
+            "not_ready", {}).get("identity", ""):
+        assert time.monotonic() < deadline, h
+        time.sleep(0.2)
+    verifier = Deployment.load(dep).bind(w3, TxSender(w3, dev_accounts(3)[2]))
+    verifier.stakes.register(Role.VERIFIER, gov.config.params().min_verifier_stake)
+    verifier.stakes.declare_fingerprint(fp)
     while not httpx.get(base + "/health").json()["ready"]:
         assert time.monotonic() < deadline, httpx.get(base + "/health").json()
         time.sleep(0.2)

@@ -172,19 +172,11 @@ def test_the_enclave_job_builds_the_named_backend(tiny_path: Path, tiny_engine: 
     """The backend reaches a `process`-mode child as JSON: the job judges with that engine,
     and one of another fingerprint (here the own engine's fast kernels on an invariant
     receipt) abstains instead of voting."""
-    from verinfer.receipts import Domain, EnvelopeSuite, ReceiptSigner, derive_epoch_keypair
-    from verinfer.testing.evidence import EvidenceFactory, chat_body
+    from verinfer.testing.evidence import chat_body
+    from verinfer.testing.fixed_operator import fixed_operator
     from verinfer.verifier.reexec import verify_receipt_job
 
-    sk, pk = derive_epoch_keypair(hashlib.sha256(b"backends epoch").digest(), EnvelopeSuite.X25519)
-    factory = EvidenceFactory(
-        tiny_engine,
-        ReceiptSigner(hashlib.sha256(b"backends operator").digest()),
-        Domain(31337, "0x" + "11" * 20),
-        key_epoch=3,
-        epoch_public_key=pk,
-        now=lambda: 1_800_000_000,
-    )
+    factory, sk = fixed_operator(tiny_engine, "backends", key_epoch=3)
     ev = factory.honest(chat_body("which backend judges this?", max_tokens=4, seed=5))
     args = {"receipt": ev.signed.receipt.to_json(), "blob": ev.blob, "model_path": str(tiny_path)}
     same = verify_receipt_job(sk, **args, backend=EngineChoice().to_json())

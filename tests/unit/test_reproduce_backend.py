@@ -6,7 +6,6 @@ tests/e2e/test_vllm_backend.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,23 +21,15 @@ from verinfer.auditor.reproduce import AuditConfig, Auditor
 from verinfer.cli import app
 from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
-from verinfer.receipts import Domain, EnvelopeSuite, ReceiptSigner, derive_epoch_keypair
 from verinfer.receipts.envelope import EnvelopeContents, open_envelope
-from verinfer.testing.evidence import EvidenceFactory, chat_body
+from verinfer.testing.evidence import chat_body
+from verinfer.testing.fixed_operator import fixed_operator
 
 
 def _receipt(engine: Engine, tmp_path: Path, name: str) -> tuple[Path, EnvelopeContents]:
     """A receipt ``engine`` signs (under whatever fingerprint it carries), as a file, and the
     opened envelope the auditor is handed as a transcript."""
-    sk, pk = derive_epoch_keypair(hashlib.sha256(b"reproduce epoch").digest(), EnvelopeSuite.X25519)
-    factory = EvidenceFactory(
-        engine,
-        ReceiptSigner(hashlib.sha256(b"an operator").digest()),
-        Domain(31337, "0x" + "11" * 20),
-        key_epoch=2,
-        epoch_public_key=pk,
-        now=lambda: 1_800_000_000,
-    )
+    factory, sk = fixed_operator(engine, "reproduce", key_epoch=2)
     ev = factory.honest(chat_body("which backend signed this?", max_tokens=3))
     ref = tmp_path / f"{name}.json"
     ref.write_text(json.dumps(ev.signed.to_json()))

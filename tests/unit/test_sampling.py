@@ -128,3 +128,25 @@ def test_non_finite_logits_raise_instead_of_drawing(bad: float) -> None:
     x[17] = bad
     with pytest.raises(KernelError, match="NaN or an infinity"):
         sample(x, SamplingParams(temperature=1.0, seed=1), 0)
+
+
+@pytest.mark.parametrize("where", [2, 1002])  # in the 4-wide loop, in the scalar tail
+def test_finite_logits_that_overflow_at_the_temperature_raise(where: int) -> None:
+    # the request rule refuses temperatures in (0, 1e-6); below the rule, the kernel must still
+    # refuse what the reference refuses (z = logit / temperature not finite) and never draw
+    import torch
+
+    from verinfer.engine import kernels
+
+    x = _logits(n=1003)
+    x[where] = 3e38
+    with pytest.raises(KernelError, match="NaN or an infinity"):
+        kernels.sample_rows(torch.from_numpy(x[None, :]), 1e-300, 0, 1.0,
+                            torch.tensor([0.5], dtype=torch.float64))
+    with pytest.raises(ValueError, match="NaN or an infinity"):
+        _reference_at(x, 1e-300)
+
+
+def _reference_at(x: np.ndarray, temperature: float) -> int:
+    # below the rule's floor on purpose (SamplingParams.validate is not called)
+    return sample_reference(x, SamplingParams(temperature=temperature, seed=1), 0)

@@ -34,6 +34,22 @@ interface IStakeRegistryErrors {
     error TooManyVerifiers(uint256 max);
     /// @notice A draw may only read a block that is already final (before the current one).
     error SnapshotNotFinal(uint256 snapshotBlock, uint256 blockNumber);
+    /// @notice Only a registered verifier may declare fingerprints.
+    error NotVerifier(address account);
+    /// @notice The fingerprint hash is not an approved engine fingerprint now.
+    error FingerprintNotApproved(bytes32 fingerprint);
+    /// @notice The verifier already declared this fingerprint (and is not leaving it).
+    error AlreadyDeclared(address account, bytes32 fingerprint);
+    /// @notice The verifier has not declared this fingerprint.
+    error NotDeclared(address account, bytes32 fingerprint);
+    /// @notice The verifier already declared MAX_DECLARATIONS fingerprints.
+    error TooManyDeclarations(address account, uint256 max);
+    /// @notice The undeclaration was already requested; it takes effect at `leaveAt`.
+    error AlreadyLeaving(address account, bytes32 fingerprint, uint64 leaveAt);
+    /// @notice The undeclaration is not due (leaveAt 0: never requested).
+    error UndeclareNotReady(address account, bytes32 fingerprint, uint64 leaveAt, uint256 nowTs);
+    /// @notice A verifier with declarations would go below the verifier minimum.
+    error DeclaredVerifierBelowMinimum(address account, uint256 declarations, uint256 activeAfter, uint256 minimum);
     /// @notice An ETH transfer failed.
     error TransferFailed(address to, uint256 amount);
 }

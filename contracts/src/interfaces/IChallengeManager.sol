@@ -126,7 +126,8 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
 
     /// @notice Opens a full challenge against a receipt in a committed batch. msg.value must be
     ///         the challenge bond. A receipt whose model, engine fingerprint or key epoch was not
-    ///         approved when issued is slashed at once (Fault.InvalidReceipt).
+    ///         approved when issued, or whose engine fingerprint no declared verifier covered
+    ///         then (StakeRegistry.isCoveredAt), is slashed at once (Fault.InvalidReceipt).
     /// @param r The receipt as signed.
     /// @param signature 65-byte r||s||v operator signature over the EIP-712 digest.
     /// @param batchRoot Root of the operator's batch holding the receipt.

@@ -17,7 +17,16 @@ import {IProtocolConfig} from "./IProtocolConfig.sol";
 ///         from anyone. Stake above the liabilities may be withdrawn after unbonding.
 ///
 ///         Verifiers are drawn into committees by their draw weight (active stake, or 0 below
-///         the minimum) as it was at the end of a past block.
+///         the minimum) as it was at the end of a past block, from the pool of verifiers declared
+///         for the receipt's engine fingerprint (a verifier re-executes only under its own
+///         fingerprint and abstains on any other; an abstention is a non-reveal, penalised).
+///
+///         Fingerprint declarations: `declareFingerprint` adds the caller to the fingerprint's pool
+///         from the end of this block and to its coverage from now. `undeclareFingerprint` takes
+///         it out of the coverage at once but keeps it drawable (and liable) until
+///         now + maxDisputeSpan, when `completeUndeclare` (anyone) removes it. While declared a
+///         verifier cannot unbond below the minimum. A receipt issued when its fingerprint's
+///         coverage was below MIN_COVERAGE is invalid on its face (ChallengeManager).
 interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice `account` registered as `role` with an initial bond.
     event Registered(address indexed account, Role role, uint256 amount);
@@ -39,6 +48,18 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     event ChallengeManagerSet(address challengeManager);
     /// @notice A verifier's draw weight changed (from the end of this block).
     event WeightChanged(address indexed account, uint256 slot, uint256 weight);
+    /// @notice A verifier's draw weight in a fingerprint's pool changed (from the end of this block).
+    event DeclaredWeightChanged(bytes32 indexed fingerprint, address indexed account, uint256 slot, uint256 weight);
+    /// @notice `account` declared that it re-executes receipts of `fingerprint` (or cancelled its
+    ///         pending undeclaration).
+    event FingerprintDeclared(address indexed account, bytes32 indexed fingerprint);
+    /// @notice `account` stops counting for `fingerprint`'s coverage now and leaves its pool at
+    ///         `leaveAt` (by `completeUndeclare`).
+    event FingerprintUndeclareRequested(address indexed account, bytes32 indexed fingerprint, uint64 leaveAt);
+    /// @notice `account` left `fingerprint`'s pool.
+    event FingerprintUndeclared(address indexed account, bytes32 indexed fingerprint);
+    /// @notice Number of verifiers covering `fingerprint` from now on.
+    event CoverageChanged(bytes32 indexed fingerprint, uint256 coverage);
 
     /// @notice Source of the minimum stakes and the unbonding period.
     function config() external view returns (IProtocolConfig);
@@ -78,7 +99,8 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice Adds msg.value to the caller's stake.
     function bond() external payable;
 
-    /// @notice Starts unbonding `amount`; the whole unbonding amount matures unbondingPeriod from
+    /// @notice Starts unbonding `amount` (a verifier with declarations, even leaving ones, cannot
+    ///         go below the verifier minimum: DeclaredVerifierBelowMinimum); the whole unbonding amount matures unbondingPeriod from
     ///         now (a new request restarts the clock). Unbonding stake no longer counts as active
     ///         (from the end of this block for committee draws: draws read the weights of the
     ///         challenge's open block, so this never moves a committee of an open challenge).
@@ -88,6 +110,23 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice Pays out matured unbonding stake not held by the liabilities of live disputes.
     /// @return amount Wei sent to the caller.
     function withdraw() external returns (uint256 amount);
+
+    // ---- fingerprint declarations -------------------------------------------------------
+
+    /// @notice The caller (a verifier) declares that it re-executes receipts of `fingerprint`,
+    ///         which must be an approved engine fingerprint now; at most MAX_DECLARATIONS. It
+    ///         enters the fingerprint's draw pool from the end of this block and its coverage from
+    ///         now. On a declaration with a pending undeclaration it cancels that undeclaration.
+    function declareFingerprint(bytes32 fingerprint) external;
+
+    /// @notice Starts leaving `fingerprint`: the caller stops counting for its coverage now, and
+    ///         stays in its draw pool (drawn, so penalised for not revealing) until `leaveAt` =
+    ///         now + ProtocolConfig.maxDisputeSpan + coverageNotice.
+    /// @return leaveAt When `completeUndeclare` may remove the caller from the pool.
+    function undeclareFingerprint(bytes32 fingerprint) external returns (uint64 leaveAt);
+
+    /// @notice Removes `account` from `fingerprint`'s pool once its undeclaration is due (anyone).
+    function completeUndeclare(address account, bytes32 fingerprint) external;
 
     // ---- ChallengeManager hooks ---------------------------------------------------------
 
@@ -108,20 +147,65 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
 
     // ---- committee draw -----------------------------------------------------------------
 
-    /// @notice Draws up to `size` distinct verifiers by their draw weights as of the end of block
-    ///         `snapshotBlock` (which must be final), without replacement, skipping `exclude`.
+    /// @notice Draws up to `size` distinct verifiers of `pool` (a fingerprint hash: the verifiers
+    ///         declared for it; ALL_VERIFIERS: every verifier) by their draw weights as of the end
+    ///         of block `snapshotBlock` (which must be final), without replacement, skipping `exclude`.
     ///         Seat j uses keccak256(seed, j') for successive j'; x = that % remaining weight picks
     ///         the slot whose weight range (slots in order) holds x. Independent of anything that
     ///         happened after `snapshotBlock`. Cost O(size * TREE_DEPTH) storage reads.
     /// @return members Chosen verifiers (fewer than `size` if fewer had weight).
     /// @return weights Their draw weights at the snapshot.
     /// @return total Sum of `weights`.
-    function drawCommittee(bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
+    function drawCommittee(bytes32 pool, bytes32 seed, uint256 snapshotBlock, uint256 size, address exclude)
         external
         view
         returns (address[] memory members, uint256[] memory weights, uint256 total);
 
     // ---- views --------------------------------------------------------------------------
+
+    /// @notice The pool key of all verifiers (bytes32(0); never an approvable fingerprint).
+    function ALL_VERIFIERS() external view returns (bytes32);
+
+    /// @notice Most fingerprints one verifier may declare (bounds the gas of a stake change).
+    function MAX_DECLARATIONS() external view returns (uint256);
+
+    /// @notice Verifiers a fingerprint's coverage must reach at a receipt's issuedAt for the
+    ///         receipt to be valid: enough for a committee of one besides a challenger from
+    ///         another address. Stake-weighted capture of a small pool is a separate limit
+    ///         (docs/contracts.md).
+    function MIN_COVERAGE() external view returns (uint256);
+
+    /// @notice Highest ALL_VERIFIERS slot ever assigned.
+    function slotsUsed() external view returns (uint256);
+
+    /// @notice Verifiers with weight > 0 now (ALL_VERIFIERS slots held).
+    function verifierCount() external view returns (uint256);
+
+    /// @notice Sum of the draw weights in `pool` as of the end of block `blk`.
+    function poolWeightAt(bytes32 pool, uint256 blk) external view returns (uint256);
+
+    /// @notice Holder and weight of `slot` of `pool` as of the end of block `blk`.
+    function poolSlotAt(bytes32 pool, uint256 slot, uint256 blk) external view returns (address owner, uint256 weight);
+
+    /// @notice Highest slot of `pool` ever assigned.
+    function poolSlotsUsed(bytes32 pool) external view returns (uint256);
+
+    /// @notice Verifiers declared for `fingerprint`, with weight > 0 and not leaving, at `time`
+    ///         (unix seconds; the latest value for a future time).
+    function coverageAt(bytes32 fingerprint, uint64 time) external view returns (uint256);
+
+    /// @notice coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE: a receipt
+    ///         of this fingerprint issued at `issuedAt` can be judged by a committee (else it is
+    ///         invalid on its face). Reads a time coverageNotice in the past, so the operator's
+    ///         check before signing sees a final value.
+    function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool);
+
+    /// @notice How long before a receipt's issuedAt its fingerprint's coverage is read (and how
+    ///         much notice an operator gets of a verifier leaving or joining).
+    function coverageNotice() external view returns (uint64);
+
+    /// @notice `who`'s declared fingerprints and, for each, when it leaves the pool (0 = staying).
+    function declarationsOf(address who) external view returns (bytes32[] memory fingerprints, uint64[] memory leaveAt);
 
     /// @notice The full account record.
     function accountOf(address who) external view returns (Account memory);

@@ -60,7 +60,7 @@ abstract contract Fixture is Test {
         vm.warp(T0);
         vm.roll(100);
         config = new ProtocolConfig(address(this), defaultParams());
-        stakes = new StakeRegistry(address(this), config);
+        stakes = new StakeRegistry(address(this), config, 10 minutes);
         batches = new BatchRegistry(stakes);
         cm = new ChallengeManager(config, stakes, batches);
         audits = new AuditLog(stakes);
@@ -80,8 +80,11 @@ abstract contract Fixture is Test {
             vm.deal(v, 100 ether);
             vm.prank(v);
             stakes.register{value: 5 ether}(IStakeRegistryTypes.Role.Verifier);
+            vm.prank(v);
+            stakes.declareFingerprint(FINGERPRINT);
         }
-        vm.warp(T0 + 10);
+        // Receipts rely on coverage COVERAGE_NOTICE before their issuedAt.
+        vm.warp(T0 + 10 + stakes.coverageNotice());
     }
 
     // ---- receipts ---------------------------------------------------------------------
@@ -135,7 +138,9 @@ abstract contract Fixture is Test {
             index >>= 1;
         }
         bytes32[] memory out = new bytes32[](n);
-        for (uint256 i = 0; i < n; i++) out[i] = tmp[i];
+        for (uint256 i = 0; i < n; i++) {
+            out[i] = tmp[i];
+        }
         return out;
     }
 
@@ -202,6 +207,8 @@ abstract contract Fixture is Test {
 
     function allSame(uint256 n, bytes32 v) internal pure returns (bytes32[] memory outs) {
         outs = new bytes32[](n);
-        for (uint256 i = 0; i < n; i++) outs[i] = v;
+        for (uint256 i = 0; i < n; i++) {
+            outs[i] = v;
+        }
     }
 }

@@ -10,6 +10,7 @@ believed that the signature, the Merkle root on chain or a hash does not vouch f
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from verinfer.verifier.errors import ReceiptRefError
 MAX_REF_BYTES = 4 << 20
 #: No honest envelope is larger than what a DA backend accepts.
 MAX_BLOB_BYTES = DEFAULT_MAX_BLOB_BYTES
+#: Wall time for the operator's answer. httpx's timeout is per read: an operator dripping its
+#: answer a byte at a time held ``verinfer reproduce`` (a watcher about to challenge) forever.
+OPERATOR_DEADLINE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -108,19 +112,23 @@ def _own_domain(d: Any) -> Domain:
 
 def _operator_receipt(base: str, receipt_id: str) -> Any:
     url = f"{base.rstrip('/')}/v1/receipts/{receipt_id}"
+    started = time.monotonic()
     try:
         with httpx.stream("GET", url, timeout=30) as r:
-            body = b""
+            body = bytearray()
             for chunk in r.iter_bytes():
                 body += chunk
                 if len(body) > MAX_REF_BYTES:
                     raise ReceiptRefError(f"{url}: answer larger than {MAX_REF_BYTES} bytes",
                                           param="operator_url")
+                if time.monotonic() - started > OPERATOR_DEADLINE_S:
+                    raise ReceiptRefError(f"{url}: no whole answer within "
+                                          f"{OPERATOR_DEADLINE_S} s", param="operator_url")
     except httpx.HTTPError as e:
         raise ReceiptRefError(f"{url}: {type(e).__name__}: {e}"[:300],
                               param="operator_url") from None
     if r.status_code != 200:
-        raise ReceiptRefError(f"{url}: HTTP {r.status_code}: {body[:200]!r}",
+        raise ReceiptRefError(f"{url}: HTTP {r.status_code}: {bytes(body[:200])!r}",
                               param="operator_url")
     return loads_untrusted(body, max_bytes=MAX_REF_BYTES, what=url)
 

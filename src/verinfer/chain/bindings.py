@@ -200,6 +200,44 @@ class StakeRegistryContract(_Bound):
         """Verifiers holding a draw slot (weight > 0) now."""
         return int(self._call(self.contract.functions.verifierCount()))
 
+    # ---- fingerprint declarations (committees are drawn from the receipt's fingerprint pool)
+
+    def declare_fingerprint(self, fingerprint_hash: bytes) -> TxReceipt:
+        """Declare that this verifier re-executes receipts of `fingerprint_hash` (an approved
+        engine fingerprint): it is drawn for them and penalised like any abstainer if it does
+        not reveal."""
+        return self._send(self.contract.functions.declareFingerprint(fingerprint_hash))
+
+    def undeclare_fingerprint(self, fingerprint_hash: bytes) -> TxReceipt:
+        """Stop covering `fingerprint_hash` now; stay drawable for it until `leaveAt`
+        (now + maxDisputeSpan), then `complete_undeclare`."""
+        return self._send(self.contract.functions.undeclareFingerprint(fingerprint_hash))
+
+    def complete_undeclare(self, account: str, fingerprint_hash: bytes) -> TxReceipt:
+        return self._send(self.contract.functions.completeUndeclare(account, fingerprint_hash))
+
+    def declarations_of(self, who: str) -> dict[bytes, int]:
+        """`who`'s declared fingerprint hashes -> leaveAt (0 = staying)."""
+        fps, leave = self._call(self.contract.functions.declarationsOf(who))
+        return {bytes(f): int(t) for f, t in zip(fps, leave, strict=True)}
+
+    def coverage_at(self, fingerprint_hash: bytes, at: int) -> int:
+        """Verifiers declared for `fingerprint_hash`, with weight, not leaving, at time `at`."""
+        return int(self._call(self.contract.functions.coverageAt(fingerprint_hash, at)))
+
+    def is_covered_at(self, fingerprint_hash: bytes, issued_at: int) -> bool:
+        """A receipt of `fingerprint_hash` issued at `issued_at` can be judged (else it is
+        invalid on its face and slashed at open): reads the coverage `coverage_notice()` before
+        it, so what an operator checks before signing is already final."""
+        return bool(self._call(self.contract.functions.isCoveredAt(fingerprint_hash, issued_at)))
+
+    def coverage_notice(self) -> int:
+        return int(self._call(self.contract.functions.coverageNotice()))
+
+    def pool_weight_at(self, fingerprint_hash: bytes, block: int) -> int:
+        """Sum of draw weights in `fingerprint_hash`'s pool as of the end of `block`."""
+        return int(self._call(self.contract.functions.poolWeightAt(fingerprint_hash, block)))
+
 
 class BatchRegistryContract(_Bound):
     NAME = "BatchRegistry"

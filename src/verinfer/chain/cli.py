@@ -1,4 +1,5 @@
-"""`verinfer chain ...`: deploy the contracts and manage operator/verifier stake."""
+"""`verinfer chain ...`: deploy the contracts and manage operator/verifier stake, and the
+engine fingerprints a verifier declares (it is drawn only for receipts under those)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from web3 import Web3
 
 from verinfer.chain.bindings import TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
+from verinfer.chain.errors import StakeActionError
 from verinfer.chain.keys import load_account
-from verinfer.chain.stake import StakeAction, StakeResult, stake_action
+from verinfer.chain.stake import StakeAction, StakeResult, ensure_declared, stake_action
 from verinfer.chain.structs import ETHER, Role, default_params
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
@@ -92,12 +94,99 @@ def operator_register(stake: Annotated[str, typer.Option(help="ETH to bond.")],
     _register(Role.OPERATOR, stake, deployment, rpc, keystore)
 
 
+FingerprintOpt = Annotated[list[str], typer.Option(
+    "--fingerprint", help="Engine fingerprint hash (0x + 64 hex) this verifier re-executes; "
+    "repeat for several. Committees of a receipt are drawn only from verifiers declared for "
+    "its fingerprint; a drawn member that does not reveal is penalised.")]
+
+
+OptionalFingerprintOpt = Annotated[list[str] | None, typer.Option(
+    "--fingerprint", help="Engine fingerprint hash (0x + 64 hex) to declare after registering; "
+    "repeat for several (see `verinfer chain verifier declare`).")]
+
+
+def parse_fingerprint(text: str) -> bytes:
+    """'0x' + 64 hex -> 32 bytes."""
+    h = text[2:] if text.lower().startswith("0x") else text
+    try:
+        raw = bytes.fromhex(h)
+    except ValueError as e:
+        raise typer.BadParameter(f"not a hex fingerprint hash: {text!r}") from e
+    if len(raw) != 32:
+        raise typer.BadParameter(f"a fingerprint hash is 32 bytes, got {len(raw)}: {text!r}")
+    return raw
+
+
+def _declare(fingerprints: list[str], deployment: Path, rpc: str, keystore: Path | None) -> None:
+    fps = [parse_fingerprint(f) for f in fingerprints]
+    try:
+        s = _sender(rpc, keystore)
+        d = Deployment.load(deployment)
+        res = ensure_declared(d.bind(s.w3, s), s.address, fps)
+    except VerinferError as e:
+        raise fail(e, exit_code=2) from e
+    for f in res.declared:
+        typer.echo(f"{s.address} declared fingerprint 0x{f.hex()}")
+    for f in res.already:
+        typer.echo(f"{s.address} already declared fingerprint 0x{f.hex()}")
+    if res.unapproved:
+        bad = ", ".join("0x" + f.hex() for f in res.unapproved)
+        raise fail(StakeActionError(f"not approved engine fingerprints (not declared): {bad}",
+                                    param="fingerprint"), exit_code=2)
+
+
 @verifier_app.command("register")
 def verifier_register(stake: Annotated[str, typer.Option(help="ETH to bond.")],
                       deployment: DeploymentOpt, rpc: RpcOpt = "",
-                      keystore: KeystoreOpt = None) -> None:
-    """Register the key as a verifier, bonding --stake ETH."""
+                      keystore: KeystoreOpt = None,
+                      fingerprint: OptionalFingerprintOpt = None) -> None:
+    """Register the key as a verifier, bonding --stake ETH, and declare each --fingerprint."""
+    for f in fingerprint or []:
+        parse_fingerprint(f)  # refuse a bad one before bonding anything
     _register(Role.VERIFIER, stake, deployment, rpc, keystore)
+    if fingerprint:
+        _declare(fingerprint, deployment, rpc, keystore)
+
+
+@verifier_app.command("declare")
+def verifier_declare(fingerprint: FingerprintOpt, deployment: DeploymentOpt, rpc: RpcOpt = "",
+                     keystore: KeystoreOpt = None) -> None:
+    """Declare (approved) engine fingerprints this verifier re-executes."""
+    _declare(fingerprint, deployment, rpc, keystore)
+
+
+@verifier_app.command("undeclare")
+def verifier_undeclare(fingerprint: Annotated[str, typer.Option(
+                           "--fingerprint", help="The fingerprint hash to stop covering.")],
+                       deployment: DeploymentOpt, rpc: RpcOpt = "",
+                       keystore: KeystoreOpt = None) -> None:
+    """Stop covering a fingerprint now; stay drawable (and liable) for it until the printed
+    time (now + the longest dispute span), then `complete-undeclare`."""
+    fp = parse_fingerprint(fingerprint)
+    try:
+        s = _sender(rpc, keystore)
+        stakes = Deployment.load(deployment).bind(s.w3, s).stakes
+        stakes.undeclare_fingerprint(fp)
+        leave_at = stakes.declarations_of(s.address)[fp]
+    except VerinferError as e:
+        raise fail(e, exit_code=2) from e
+    typer.echo(f"{s.address} leaves fingerprint 0x{fp.hex()} at {leave_at} "
+               f"(then: verinfer chain verifier complete-undeclare)")
+
+
+@verifier_app.command("complete-undeclare")
+def verifier_complete_undeclare(fingerprint: Annotated[str, typer.Option(
+                                    "--fingerprint", help="The fingerprint hash to leave.")],
+                                deployment: DeploymentOpt, rpc: RpcOpt = "",
+                                keystore: KeystoreOpt = None) -> None:
+    """Leave a fingerprint's draw pool once the undeclaration is due."""
+    fp = parse_fingerprint(fingerprint)
+    try:
+        s = _sender(rpc, keystore)
+        Deployment.load(deployment).bind(s.w3, s).stakes.complete_undeclare(s.address, fp)
+    except VerinferError as e:
+        raise fail(e, exit_code=2) from e
+    typer.echo(f"{s.address} left fingerprint 0x{fp.hex()}")
 
 
 @operator_app.command("stake")

@@ -19,7 +19,7 @@ from verinfer.chain.bindings import (
     TxSender,
 )
 from verinfer.chain.errors import DeploymentFileError
-from verinfer.chain.structs import Params
+from verinfer.chain.structs import COVERAGE_NOTICE, Params
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,17 @@ class Deployment:
 
 
 def deploy_all(w3: Web3, deployer: LocalAccount, params: Params,
-               governance: str | None = None) -> Deployment:
+               governance: str | None = None, *,
+               coverage_notice_s: int = COVERAGE_NOTICE) -> Deployment:
     """Deploys ProtocolConfig, StakeRegistry, BatchRegistry, ChallengeManager and AuditLog,
     wires the ChallengeManager into the StakeRegistry, then hands ownership to `governance`
-    (default: the deployer)."""
+    (default: the deployer). ``coverage_notice_s``: StakeRegistry.coverageNotice, how long
+    before a receipt's issuedAt its fingerprint's coverage is read (0 only for a devnet whose
+    operator signs right after its verifiers declared)."""
     sender = TxSender(w3, deployer)
     me = sender.address
     config, first = sender.deploy("ProtocolConfig", me, params.as_tuple())
-    stakes, _ = sender.deploy("StakeRegistry", me, config)
+    stakes, _ = sender.deploy("StakeRegistry", me, config, coverage_notice_s)
     batches, _ = sender.deploy("BatchRegistry", stakes)
     cm, _ = sender.deploy("ChallengeManager", config, stakes, batches)
     audits, _ = sender.deploy("AuditLog", stakes)

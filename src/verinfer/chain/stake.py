@@ -1,4 +1,5 @@
-"""Stake actions against the StakeRegistry: register, stake (bond more), unbond, withdraw.
+"""Stake actions against the StakeRegistry: register, stake (bond more), unbond, withdraw;
+and a verifier's fingerprint declarations (:func:`ensure_declared`).
 
 The one implementation behind `verinfer chain operator|verifier …` and `verinfer operator
 register|stake|unbond|withdraw`: send the action's transaction from the sender's key, then read
@@ -9,12 +10,13 @@ contract's custom error), node failures :class:`~verinfer.chain.errors.ChainErro
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from verinfer.chain.bindings import TxSender
+from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.errors import StakeActionError
-from verinfer.chain.structs import Role, StakeAccount
+from verinfer.chain.structs import Kind, Role, StakeAccount
 
 
 class StakeAction(enum.StrEnum):
@@ -61,3 +63,38 @@ def stake_action(deployment: Deployment, sender: TxSender, action: StakeAction,
         tx = stakes.withdraw()
     return StakeResult(sender.address, action, amount_wei, stakes.account_of(sender.address),
                        bytes(tx["transactionHash"]))
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What :func:`ensure_declared` did: fingerprint hashes newly declared (or whose pending
+    undeclaration it cancelled), already declared, and skipped because governance has not
+    approved them (the contract refuses those: nobody can be drawn for them)."""
+
+    declared: tuple[bytes, ...]
+    already: tuple[bytes, ...]
+    unapproved: tuple[bytes, ...]
+
+
+def ensure_declared(contracts: Contracts, me: str, fingerprint_hashes: Iterable[bytes]) -> Declared:
+    """Declare ``me`` (a registered verifier; ``contracts`` bound to its key) for every approved
+    fingerprint hash in ``fingerprint_hashes`` it does not cover yet, so that it is drawn into
+    the committees of receipts under them (StakeRegistry.declareFingerprint). Declaring is a
+    promise: a drawn member that does not reveal is penalised. The one implementation behind
+    ``verinfer chain verifier register|declare``, the verifier node's start and the devnet."""
+    wanted = list(dict.fromkeys(bytes(f) for f in fingerprint_hashes))
+    for f in wanted:
+        if len(f) != 32:
+            raise StakeActionError(f"a fingerprint hash is 32 bytes, got {len(f)}",
+                                   param="fingerprint")
+    have = contracts.stakes.declarations_of(me)
+    new, already, unapproved = [], [], []
+    for f in wanted:
+        if have.get(f, None) == 0:
+            already.append(f)
+        elif not contracts.config.is_approved(Kind.ENGINE_FINGERPRINT, f):
+            unapproved.append(f)
+        else:
+            contracts.stakes.declare_fingerprint(f)  # also cancels a pending undeclaration
+            new.append(f)
+    return Declared(tuple(new), tuple(already), tuple(unapproved))

@@ -18,6 +18,11 @@ INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1
 #: or later than the chain's now + this when claimed, is invalid and slashed at once.
 MAX_CLOCK_SKEW = 300
 
+#: StakeRegistry.coverageNotice of a production deployment (seconds): a receipt issued at t is
+#: valid only if its engine fingerprint had a declared verifier at t - this (read the value of
+#: a deployment with StakeRegistryContract.coverage_notice()).
+COVERAGE_NOTICE = 600
+
 
 def is_future_dated(issued_at: int, chain_time: int) -> bool:
     """True iff a receipt's issuedAt is beyond the chain's clock + MAX_CLOCK_SKEW: such a receipt
@@ -163,6 +168,7 @@ class ChallengeInfo:
     total_weight: int
     snapshot_block: int  # the open block: the draw uses verifier weights as of its end
     member_penalty: int
+    fingerprint_hash: bytes = b""  # the receipt's engine fingerprint: the committee's pool
 
     @classmethod
     def from_tuple(cls, t: Any) -> ChallengeInfo:

@@ -15,12 +15,20 @@ cannot serve would otherwise make the operator commit a batch naming an unfetcha
 -- and the operator, not the proxy, is slashed for an unpublished receipt. A failed read-back
 is an error of that put (logged; the publisher retries the entry or batch with backoff), never
 a pointer.
+
+Every answer is read bounded (a proxy is another party): a 200 GET up to ``max_blob_bytes``, a
+put's certificate up to the pointer's limit, an error body up to ``ERROR_BODY_BYTES`` (quoted in
+the error), and every call within ``deadline_s`` of wall time — httpx's timeout is per read, so
+a proxy dripping one byte per second would otherwise hold a verifier's get (no vote) or the
+operator's publisher (no commitment, slashed) forever
+(tests/adversarial/test_da_hostile_backends.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 
 import httpx
 
@@ -35,6 +43,8 @@ from verinfer.da_client.errors import (
 from verinfer.da_client.pointer import MAX_COMMITMENT_BYTES, SHA256_LEN, Pointer
 
 _MODE = {"commitment_mode": "standard"}
+#: How much of an error answer is read (and quoted, cut to 200 characters).
+ERROR_BODY_BYTES = 4096
 log = logging.getLogger(__name__)
 
 
@@ -43,30 +53,57 @@ class EigenDAProxyClient(DAClient):
 
     def __init__(self, base_url: str, *, timeout_s: float = 120.0,
                  max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES,
-                 http: httpx.Client | None = None, read_back: bool = True) -> None:
+                 http: httpx.Client | None = None, read_back: bool = True,
+                 deadline_s: float = 600.0) -> None:
+        """``timeout_s``: httpx's per-operation timeout (connect, each read, each write);
+        ``deadline_s``: the whole call, answer read included."""
         self.base_url = base_url.rstrip("/")
         self.read_back = read_back
         self.max_blob_bytes = max_blob_bytes
+        self.deadline_s = deadline_s
         self._http = http if http is not None else httpx.Client(timeout=timeout_s)
+
+    def _read(self, r: httpx.Response, limit: int, url: str, started: float) -> bytes | None:
+        """At most ``limit`` bytes of the answer (None: it has more), within the deadline."""
+        body = bytearray()
+        for chunk in r.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                return None
+            if time.monotonic() - started > self.deadline_s:
+                raise DAUnavailableError(f"eigenda proxy {url} did not answer within the "
+                                         f"deadline of {self.deadline_s} s (read {len(body)} "
+                                         "bytes)")
+        return bytes(body)
+
+    def _error_snippet(self, r: httpx.Response, url: str, started: float) -> str:
+        body = self._read(r, ERROR_BODY_BYTES, url, started)
+        return _snippet(body if body is not None else b"(a longer body, not read)")
 
     def _put(self, blob: bytes, digest: bytes) -> Pointer:
         url = f"{self.base_url}/put"
+        started = time.monotonic()
         try:
-            r = self._http.post(url, params=_MODE, content=blob,
-                                headers={"Content-Type": "application/octet-stream"})
+            with self._http.stream("POST", url, params=_MODE, content=blob,
+                                   headers={"Content-Type": "application/octet-stream"}) as r:
+                if r.status_code != 200:
+                    snippet = self._error_snippet(r, url, started)
+                    if r.status_code == 503:
+                        raise DAUnavailableError(
+                            f"eigenda proxy {url} answered 503: dispersal failed; retry or "
+                            f"fail over ({snippet})")
+                    if r.status_code == 413:
+                        raise BlobTooLargeError(
+                            f"eigenda proxy {url} refused a blob of {len(blob)} bytes as too "
+                            "large (413)", param="blob")
+                    raise _unexpected("put", url, r.status_code, snippet)
+                cert = self._read(r, MAX_COMMITMENT_BYTES - SHA256_LEN, url, started)
         except httpx.HTTPError as e:
             raise DAUnavailableError(f"eigenda proxy {url} unreachable: {e!r}") from e
-        if r.status_code == 503:
-            raise DAUnavailableError(
-                f"eigenda proxy {url} answered 503: dispersal failed; retry or fail over "
-                f"({_snippet(r.content)})")
-        if r.status_code == 413:
-            raise BlobTooLargeError(
-                f"eigenda proxy {url} refused a blob of {len(blob)} bytes as too large (413)",
-                param="blob")
-        if r.status_code != 200:
-            raise _unexpected("put", url, r)
-        cert = r.content
+        if cert is None:
+            raise DAProtocolError(
+                f"eigenda proxy {url} returned a commitment of more than "
+                f"{MAX_COMMITMENT_BYTES - SHA256_LEN} bytes")
         if not 0 < len(cert) <= MAX_COMMITMENT_BYTES - SHA256_LEN:
             raise DAProtocolError(
                 f"eigenda proxy {url} returned a commitment of {len(cert)} bytes; expected 1.."
@@ -94,21 +131,20 @@ class EigenDAProxyClient(DAClient):
 
     def _fetch(self, pointer: Pointer) -> bytes | None:
         url = f"{self.base_url}/get/0x{pointer.certificate.hex()}"
+        started = time.monotonic()
         try:
             with self._http.stream("GET", url, params=_MODE) as r:
                 if r.status_code == 404:
                     return None
                 if r.status_code != 200:
-                    r.read()
-                    raise _unexpected("get", url, r)
-                body = bytearray()
-                for chunk in r.iter_bytes():
-                    body += chunk
-                    if len(body) > self.max_blob_bytes:  # a lying proxy cannot exhaust memory
-                        raise CommitmentMismatchError(
-                            f"eigenda proxy {url} returned more than {self.max_blob_bytes} "
-                            f"bytes for {str(pointer)[:80]}…")
-                return bytes(body)
+                    raise _unexpected("get", url, r.status_code,
+                                      self._error_snippet(r, url, started))
+                body = self._read(r, self.max_blob_bytes, url, started)
+                if body is None:  # a lying proxy cannot exhaust memory
+                    raise CommitmentMismatchError(
+                        f"eigenda proxy {url} returned more than {self.max_blob_bytes} "
+                        f"bytes for {str(pointer)[:80]}…")
+                return body
         except httpx.HTTPError as e:
             raise DAUnavailableError(f"eigenda proxy {url} unreachable: {e!r}") from e
 
@@ -130,6 +166,6 @@ def _snippet(body: bytes) -> str:
     return body[:200].decode("utf-8", "replace")
 
 
-def _unexpected(op: str, url: str, r: httpx.Response) -> Exception:
-    msg = f"eigenda proxy {op} {url} answered {r.status_code}: {_snippet(r.content)}"
-    return DAUnavailableError(msg) if r.status_code >= 500 else DAProtocolError(msg)
+def _unexpected(op: str, url: str, status: int, snippet: str) -> Exception:
+    msg = f"eigenda proxy {op} {url} answered {status}: {snippet}"
+    return DAUnavailableError(msg) if status >= 500 else DAProtocolError(msg)

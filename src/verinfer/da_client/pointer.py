@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from verinfer.da_client.errors import MalformedPointerError
 
 BACKENDS = ("local", "redis", "eigenda")
+# Stores the publishing operator runs itself (docs/da.md): it can rewrite the bytes under a key
+# after publishing, so bytes that do not hash to the pointer are its doing, exactly like a blob
+# it deleted. A reader counts such a mismatch as "absent" (never as its own DA trouble, which
+# it would retry until the challenge ends without a vote). Under EigenDA the bytes are held by
+# the DA network and checked by the proxy the reader runs: a mismatch there is the reader's.
+OPERATOR_HOSTED = frozenset({"local", "redis"})
 SCHEME = "da://"
 SHA256_LEN = 32
 MAX_COMMITMENT_BYTES = 64 * 1024  # EigenDA V2 certs are a few KiB; refuse absurd inputs early
@@ -88,3 +94,9 @@ class Pointer:
 
     def __str__(self) -> str:
         return f"{SCHEME}{self.backend}/0x{self.commitment.hex()}"
+
+
+def mismatch_counts_as_absent(pointer: Pointer) -> bool:
+    """True when bytes that do not match ``pointer`` can only come from the publisher
+    (an operator-hosted store): readers then treat them as a missing blob."""
+    return pointer.backend in OPERATOR_HOSTED

@@ -13,7 +13,11 @@ from typing import Any
 import redis
 
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES, DAClient
-from verinfer.da_client.errors import BlobNotFoundError, DAUnavailableError
+from verinfer.da_client.errors import (
+    BlobNotFoundError,
+    CommitmentMismatchError,
+    DAUnavailableError,
+)
 from verinfer.da_client.pointer import Pointer
 
 DEFAULT_PREFIX = "verinfer:da:"
@@ -54,13 +58,26 @@ class RedisDAClient(DAClient):
         return pointer
 
     def _get(self, pointer: Pointer) -> bytes:
+        # At most max_blob_bytes + 1 bytes: whoever can write the key (the operator itself)
+        # could store up to Redis' 512 MB under it, and every verifier would pull all of it
+        # before the sha256 check refused it. EXISTS tells "absent" from "empty" (GETRANGE
+        # answers b"" for both); MULTI makes the two one read.
+        key = self.key(pointer)
         try:
-            blob = self._r.get(self.key(pointer))
+            pipe = self._r.pipeline(transaction=True)
+            pipe.exists(key)
+            pipe.getrange(key, 0, self.max_blob_bytes)
+            exists, blob = pipe.execute()
         except redis.RedisError as e:
             raise DAUnavailableError(f"redis get from {self.url} failed: {e}") from e
-        if blob is None:
+        if not exists:
             raise BlobNotFoundError(f"no blob {pointer} in redis {self.url} (never stored or "
                                     "expired)", param="pointer")
+        if len(blob) > self.max_blob_bytes:
+            raise CommitmentMismatchError(
+                f"redis {self.url} holds more than {self.max_blob_bytes} bytes under "
+                f"{str(pointer)[:80]}: no blob of that pointer can be that long",
+                param="pointer")
         return bytes(blob)
 
     def _exists(self, pointer: Pointer) -> bool:

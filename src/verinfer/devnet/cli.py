@@ -27,6 +27,7 @@ from verinfer.devnet.network import (
     devnet_params,
     provision_kms,
     register_epoch,
+    register_verifiers,
     roles,
 )
 from verinfer.engine.backends import EngineChoice
@@ -166,6 +167,8 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
         d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)),
                            more_model_ids=[sha256_file(p) for p in extra], fingerprints=fps)
         d.save(directory / "deployment.json")
+        # before the operator signs: receipts need a declared verifier for their fingerprint
+        register_verifiers(w3, d, r, [fp.hash for fp in fps])
         lay = provision_kms(directory / "kms", engine, fingerprints=fps)
         register_epoch(w3, d, r, lay)
     engine.close()

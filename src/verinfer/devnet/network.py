@@ -20,6 +20,7 @@ from verinfer.attestation.quotes import measurement
 from verinfer.chain.anvil import dev_accounts
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
+from verinfer.chain.stake import ensure_declared
 from verinfer.chain.structs import ETHER, Kind, Params, Role, default_params
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
@@ -72,7 +73,9 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
     one approval covers them all) and fingerprint, stakes the operator. ``fingerprints``: the
     engine fingerprints to approve instead of the engine's (another backend's, one per model
     where it names the weights, as vLLM's does), each with its enclave measurement."""
-    d = deploy_all(w3, r.governance, params)
+    # No coverage notice: the devnet's operator signs (on its wall clock) right after its
+    # verifiers declared; production deployments read coverage COVERAGE_NOTICE earlier.
+    d = deploy_all(w3, r.governance, params, coverage_notice_s=0)
     gov = bind(w3, d, r.governance)
     for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
         gov.config.approve(Kind.MODEL, mid)
@@ -82,6 +85,19 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
                            enclave_measurement(fp.canonical().decode()))
     bind(w3, d, r.operator).stakes.register(Role.OPERATOR, 20 * ETHER)
     return d
+
+
+def register_verifiers(w3: Web3, d: Deployment, r: Roles, fingerprints: Sequence[bytes],
+                       stake_wei: int = ETHER) -> None:
+    """Registers each verifier of ``r`` (unless registered) and declares ``fingerprints`` (the
+    approved engine fingerprint hashes the devnet's verifiers run), before the operator signs
+    anything: a receipt signed while its fingerprint has no declared verifier is invalid on its
+    face (slashed at open), and committees are drawn only from declared verifiers."""
+    for v in r.verifiers:
+        c = bind(w3, d, v)
+        if c.stakes.account_of(v.address).role is not Role.VERIFIER:
+            c.stakes.register(Role.VERIFIER, stake_wei)
+        ensure_declared(c, v.address, fingerprints)
 
 
 def _distinct(fps: Sequence[EngineFingerprint]) -> list[EngineFingerprint]:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from verinfer.errors import KernelError
 
+GluAct = Literal["gelu_tanh", "silu"]
 KernelMode = Literal["invariant", "fast"]
 
 
@@ -167,6 +168,37 @@ class Ops(Protocol):
 
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor: ...
 
+    def glu(self, y: torch.Tensor, act: GluAct) -> torch.Tensor:
+        """``act(y[:, :F]) * y[:, F:]`` for y [T, 2F]: gelu_tanh_mul or silu_mul of the halves."""
+        ...
+
+    def linear_glu(self, x: torch.Tensor, g: MatrixGroup, act: GluAct) -> torch.Tensor:
+        """``glu`` of a (gate, up) group's outputs: ``act(linear(x, gate)) * linear(x, up)``."""
+        ...
+
+    def add_rmsnorm_(self, x: torch.Tensor, o: torch.Tensor, post: torch.Tensor | None,
+                     nxt: torch.Tensor, eps: float) -> torch.Tensor:
+        """The residual step and the norm after it: ``x += rmsnorm(o, post)`` (``x += o``
+        when post is None) in place; returns ``rmsnorm(x, nxt)``."""
+        ...
+
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        """Column blocks whose concatenation is ``[linear(x, p) for p in g.parts]``: the one
+        output of a grouped call (no split), else one block per part."""
+        ...
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        """After the projections (``qkv``: column blocks, one q|k|v or three): rope(rmsnorm?(q)),
+        rope(rmsnorm?(k)) per head (half or interleaved layout), k and v into
+        ``caches[seq[t]][layer, :, pos[t]]`` (whole KVCache tensors [n_layers, KV, cap, D]),
+        attention; [T, H*D]."""
+        ...
+
     def attention(
         self,
         q: torch.Tensor,  # [T, H, D]
@@ -188,13 +220,13 @@ class InvariantOps:
     linear_order = "seqfma-k-ascending-v1"
 
     def __init__(self) -> None:
-        from verinfer.engine import kernels
+        from verinfer.engine import fused, kernels
 
         if not kernels.available():
             raise KernelError("the invariant kernels are not built: run "
                               "`pip install --no-build-isolation -e .` (see README)")
         kernels.isa()  # applies VERINFER_KERNEL_ISA now: a path this CPU lacks fails the load
-        self.k = kernels
+        self.k, self.f = kernels, fused
 
     def prepare(self, w: Matrix) -> Matrix:
         if w.packed is None:
@@ -244,11 +276,14 @@ class InvariantOps:
             return list(y.split(g.splits, dim=1))
         if g.packed is None:
             return [self.linear(x, p) for p in g.parts]
+        return list(self._group_out(x, g).split(g.splits, dim=1))
+
+    def _group_out(self, x: torch.Tensor, g: MatrixGroup) -> torch.Tensor:
+        """The grouped call's one output [T, g.n] (g.packed is set)."""
+        assert g.packed is not None
         if g.qtype is not None:
-            y = self.k.linear_quant_packed(x, g.packed, g.qtype, g.n, g.k)
-        else:
-            y = self.k.linear_packed(x, g.packed, g.n)
-        return list(y.split(g.splits, dim=1))
+            return self.k.linear_quant_packed(x, g.packed, g.qtype, g.n, g.k)
+        return self.k.linear_packed(x, g.packed, g.n)
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         return self.k.rmsnorm(x, w, eps)
@@ -262,6 +297,35 @@ class InvariantOps:
 
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return self.k.silu_mul(gate, up)
+
+    # The fused calls (engine/fused.py): the same bits as the unfused sequences, fewer calls.
+    def glu(self, y: torch.Tensor, act: GluAct) -> torch.Tensor:
+        return self.f.glu(y, act)
+
+    def linear_glu(self, x: torch.Tensor, g: MatrixGroup, act: GluAct) -> torch.Tensor:
+        if g.packed is not None and len(g.parts) == 2 and g.splits[0] == g.splits[1]:
+            return self.f.glu(self._group_out(x, g), act)
+        gate, up = (self.linear(x, p) for p in g.parts)
+        return (self.k.silu_mul if act == "silu" else self.k.gelu_tanh_mul)(gate, up)
+
+    def add_rmsnorm_(self, x: torch.Tensor, o: torch.Tensor, post: torch.Tensor | None,
+                     nxt: torch.Tensor, eps: float) -> torch.Tensor:
+        return self.f.add_rmsnorm_(x, o, post, nxt, eps)
+
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        if g.packed is None:
+            return [self.linear(x, p) for p in g.parts]
+        return [self._group_out(x, g)]
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        return self.f.qk_rope_attention(qkv, n_heads, n_kv_heads, head_dim, q_norm, k_norm,
+                                        eps, cos, sin, interleaved, k_caches, v_caches, layer,
+                                        seq, pos, window, scale)
 
     def attention(self, q: torch.Tensor, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], seq: torch.Tensor, pos: torch.Tensor,
@@ -290,16 +354,51 @@ class TorchOps:
 
     def rmsnorm_rope_half(self, x: torch.Tensor, w: torch.Tensor, eps: float,
                           cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        n = self.rmsnorm(x, w, eps)  # then models/common.py rope_half, written out
-        half = n.shape[-1] // 2
-        n1, n2, c, s = n[..., :half], n[..., half:], cos[:, None, :], sin[:, None, :]
-        return torch.cat([n1 * c - n2 * s, n2 * c + n1 * s], dim=-1)
+        return rope(self.rmsnorm(x, w, eps), cos, sin, interleaved=False)
 
     def gelu_tanh_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return F.gelu(gate, approximate="tanh") * up
 
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return F.silu(gate) * up
+
+    # The fused calls, unfused: the sequences the invariant mode runs as one kernel each.
+    def glu(self, y: torch.Tensor, act: GluAct) -> torch.Tensor:
+        gate, up = y.chunk(2, dim=1)
+        return self.silu_mul(gate, up) if act == "silu" else self.gelu_tanh_mul(gate, up)
+
+    def linear_glu(self, x: torch.Tensor, g: MatrixGroup, act: GluAct) -> torch.Tensor:
+        gate, up = self.linear_group(x, g)
+        return self.silu_mul(gate, up) if act == "silu" else self.gelu_tanh_mul(gate, up)
+
+    def add_rmsnorm_(self, x: torch.Tensor, o: torch.Tensor, post: torch.Tensor | None,
+                     nxt: torch.Tensor, eps: float) -> torch.Tensor:
+        x.add_(o if post is None else self.rmsnorm(o, post, eps))
+        return self.rmsnorm(x, nxt, eps)
+
+    def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
+        return self.linear_group(x, g)
+
+    def qk_rope_attention(self, qkv: list[torch.Tensor], n_heads: int, n_kv_heads: int,
+                          head_dim: int, q_norm: torch.Tensor | None,
+                          k_norm: torch.Tensor | None, eps: float, cos: torch.Tensor,
+                          sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
+                          v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
+                          pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        H, KV, D = n_heads, n_kv_heads, head_dim
+        y = torch.cat(qkv, dim=1) if len(qkv) > 1 else qkv[0]
+        T = y.shape[0]
+        q, k, v = (t.reshape(T, -1, D) for t in y.split([H * D, KV * D, KV * D], dim=1))
+        q = rope(q if q_norm is None else self.rmsnorm(q, q_norm, eps), cos, sin, interleaved)
+        k = rope(k if k_norm is None else self.rmsnorm(k, k_norm, eps), cos, sin, interleaved)
+        for s in torch.unique(seq).tolist():
+            rows = (seq == s).nonzero().flatten()
+            p = pos.index_select(0, rows)
+            k_caches[s][layer][:, p] = k.index_select(0, rows).transpose(0, 1)
+            v_caches[s][layer][:, p] = v.index_select(0, rows).transpose(0, 1)
+        a = self.attention(q.contiguous(), [c[layer] for c in k_caches],
+                           [c[layer] for c in v_caches], seq, pos, window, scale)
+        return a.reshape(T, H * D)
 
     def attention(self, q: torch.Tensor, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], seq: torch.Tensor, pos: torch.Tensor,
@@ -323,6 +422,20 @@ class TorchOps:
             o = F.scaled_dot_product_attention(qs, k, v, attn_mask=mask, scale=scale)
             out.index_copy_(0, rows, o.transpose(0, 1))
         return out
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """Rotary on x [T, H, D] with cos/sin [T, D/2]: adjacent pairs (x[2i], x[2i+1]) (GGUF llama
+    layout) when ``interleaved``, else (x[i], x[i + D/2]) (NeoX/HF); per pair
+    (a c - b s, b c + a s), every product and sum a separately rounded PyTorch op. The
+    invariant kernels (rmsnorm_rope_half, qk_rope_attention) reproduce exactly these bits."""
+    c, s = cos[:, None, :], sin[:, None, :]
+    if interleaved:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
 def make_ops(mode: KernelMode) -> Ops:

@@ -50,6 +50,9 @@ TAG = b"verinfer/kms/log-heads/v1\x00"
 BUNDLE_VERSION = 1
 #: A signed head is ~300 bytes; a shard answering more is not answering a head.
 MAX_HEAD_BYTES = 16 * 1024
+#: Wall time for one shard's head answer. httpx's timeout is per read: a shard dripping one
+#: byte every few seconds would hold the publisher (every shard's head unpublished) for a day.
+HEAD_DEADLINE_S = 15.0
 #: One head per shard; 256 shards is far past any deployment.
 MAX_HEADS = 256
 MAX_BUNDLE_BYTES = MAX_HEADS * MAX_HEAD_BYTES
@@ -146,9 +149,13 @@ class Publication:
 
 
 # ---- publisher ----------------------------------------------------------------------------
-def fetch_head(client: httpx.Client, shard: ShardInfo) -> SignedHead:
+def fetch_head(client: httpx.Client, shard: ShardInfo, *,
+               deadline_s: float | None = None) -> SignedHead:
     """The shard's current signed head, checked: its signature is the directory's address
-    for that shard index (a shard cannot answer with another shard's head)."""
+    for that shard index (a shard cannot answer with another shard's head). At most
+    ``MAX_HEAD_BYTES``, within ``deadline_s`` (default ``HEAD_DEADLINE_S``)."""
+    deadline_s = HEAD_DEADLINE_S if deadline_s is None else deadline_s
+    started = time.monotonic()
     try:
         with client.stream("GET", f"{shard.url}/v1/log/head") as r:
             if r.status_code != 200:
@@ -160,6 +167,9 @@ def fetch_head(client: httpx.Client, shard: ShardInfo) -> SignedHead:
                 if len(raw) > MAX_HEAD_BYTES:
                     raise ShardHeadError(f"shard {shard.index}: head answer over "
                                          f"{MAX_HEAD_BYTES} bytes")
+                if time.monotonic() - started > deadline_s:
+                    raise ShardHeadError(f"shard {shard.index}: no whole head within "
+                                         f"{deadline_s} s")
     except httpx.HTTPError as e:
         raise ShardHeadError(f"shard {shard.index} unreachable: {type(e).__name__}") from e
     try:

@@ -40,6 +40,7 @@ from verinfer.operator.receipts_api import receipt_status
 from verinfer.operator.security import ApiKeys, RateLimiter
 from verinfer.protocol import limits
 from verinfer.protocol.hexutil import to_hex
+from verinfer.protocol.request_rule import check_body_shape
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
 #: Threads that tokenize requests: the tokenizer is pure Python, so it must not run on the
@@ -108,8 +109,11 @@ def _cap_recursion() -> None:
 
 class Edge:
     """Pure ASGI middleware (no task group, so errors keep their type): the body limit —
-    Content-Length up front, and the bytes actually received for a chunked body — plus the
-    request metrics."""
+    Content-Length up front, and the bytes actually received for a chunked body — the body's
+    shape bound (a POST body is read here, checked by the request rule's
+    ``check_body_shape`` and handed on: FastAPI parses and validates it on the event loop,
+    where 4 MiB of one-element lists froze every request for seconds), plus the request
+    metrics."""
 
     def __init__(self, app: Any, limit: int, metrics: OperatorMetrics) -> None:
         self.app, self.limit, self.metrics = app, limit, metrics
@@ -137,10 +141,36 @@ class Edge:
                                  code="request_too_large")(scope, receive, send)
             return
         seen, status = 0, 500
+        buffered: list[Any] = []
+        if scope.get("method") == "POST":
+            body = bytearray()
+            while True:
+                message = await receive()
+                buffered.append(message)
+                if message["type"] != "http.request":
+                    break  # the client left: the app sees it as it would have
+                body += message.get("body", b"")
+                if len(body) > self.limit:
+                    m.count("unrouted", 413)
+                    await error_response(413, f"request body exceeds the limit of "
+                                         f"{self.limit} bytes", "invalid_request_error",
+                                         code="request_too_large")(scope, receive, send)
+                    return
+                if not message.get("more_body", False):
+                    break
+            try:
+                check_body_shape(bytes(body))
+            except InvalidRequestError as e:
+                m.count("unrouted", 400)
+                await error_response(400, e.message, "invalid_request_error",
+                                     code="request_too_complex")(scope, receive, send)
+                return
+            if buffered and buffered[-1]["type"] == "http.request":
+                buffered = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
         async def counted() -> Any:
             nonlocal seen
-            message = await receive()
+            message = buffered.pop(0) if buffered else await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:

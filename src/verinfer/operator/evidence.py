@@ -43,9 +43,13 @@ class ReceiptIssuer:
     the test doubles (``verinfer.testing.evidence``) both go through it."""
 
     def __init__(self, signer: ReceiptSigner, domain: Domain, key_epoch: int,
-                 epoch_key: EpochPublicKey, *, clock: Callable[[], float] = time.time) -> None:
+                 epoch_key: EpochPublicKey, *, clock: Callable[[], float] = time.time,
+                 before_sign: Callable[[Receipt], None] | None = None) -> None:
+        """``before_sign`` sees each receipt, issuedAt set, before it is signed, and raises to
+        refuse it (the operator's coverage guard: a receipt the chain would find invalid on its
+        face must never be signed)."""
         self.signer, self.domain, self.key_epoch = signer, domain, key_epoch
-        self.epoch_key, self.clock = epoch_key, clock
+        self.epoch_key, self.clock, self.before_sign = epoch_key, clock, before_sign
 
     @property
     def operator(self) -> str:
@@ -68,6 +72,8 @@ class ReceiptIssuer:
             engine_fingerprint_hash=request.engine_fingerprint_hash, req_hash=request.hash,
             out_hash=result.hash, key_epoch=self.key_epoch,
             ciphertext_hash=ciphertext_hash(blob), now=self.clock)
+        if self.before_sign is not None:
+            self.before_sign(receipt)
         return SignedReceipt.sign(receipt, self.domain, self.signer)
 
     def issue(self, request: ExecRequest, result: ExecResult, request_body: bytes,
@@ -80,7 +86,8 @@ class ReceiptIssuer:
 class EvidencePipeline:
     def __init__(self, engine: Engine, signer: ReceiptSigner, domain: Domain, key_epoch: int,
                  epoch_key: EpochPublicKey, outbox: Outbox, da_backend: str, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 before_sign: Callable[[Receipt], None] | None = None) -> None:
         if da_backend == "eigenda":
             # The receipt would name a pointer only known after upload; publish through a
             # content-addressed backend and let the publisher fail over (see docs/operator.md).
@@ -89,7 +96,8 @@ class EvidencePipeline:
         self.engine, self.signer, self.domain = engine, signer, domain
         self.key_epoch, self.epoch_key, self.outbox = key_epoch, epoch_key, outbox
         self.da_backend, self.clock = da_backend, clock
-        self.issuer = ReceiptIssuer(signer, domain, key_epoch, epoch_key, clock=clock)
+        self.issuer = ReceiptIssuer(signer, domain, key_epoch, epoch_key, clock=clock,
+                                    before_sign=before_sign)
 
     @property
     def operator(self) -> str:

@@ -11,6 +11,11 @@ Before the server signs anything it must know that every receipt it signs can be
   or domain differs.
 * identity (issue 13.5): the model id and the *approved* engine fingerprint hash are on
   ProtocolConfig's allowlists; re-checked every ``identity_interval_s``.
+* coverage (fingerprint pools, docs/contracts.md): a receipt whose engine fingerprint had no
+  declared verifier ``coverageNotice`` before its issuedAt is invalid on its face and slashed at
+  open. :class:`ChainIdentity` blocks signing while the fingerprint is uncovered now, and
+  :class:`CoverageGuard` checks each receipt's own issuedAt before it is signed (exact: the
+  coverage it reads lies ``coverageNotice`` in the past, so it is final).
 * backlog (issue 14.7): the oldest receipt not yet committed stays well inside the publication
   deadline (on chain: ``Params.publicationDeadline``).
 
@@ -38,7 +43,7 @@ from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import FileEpochRegistry, require_live
 from verinfer.operator.config import ChainSink, JsonlSink, OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
-from verinfer.operator.readiness import BacklogMonitor, MonitorThread, Readiness
+from verinfer.operator.readiness import BacklogMonitor, MonitorThread, NotReadyError, Readiness
 from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.epoch_keys import load_public_key
@@ -85,6 +90,8 @@ class ChainIdentity:
     fingerprint_hash: bytes
     interval_s: float = 30.0  # re-check period while approved (revocation is rare)
     clock: Callable[[], float] = time.monotonic
+    stakes: Any = None  # chain.bindings.StakeRegistryContract: also check coverage when set
+    wall_clock: Callable[[], float] = time.time  # the issuedAt a receipt signed now would get
     retry_after_s: float = 30.0
     NAME: str = "identity"
     _checked_at: float | None = None
@@ -105,11 +112,54 @@ class ChainIdentity:
         if not self.config.is_approved(Kind.ENGINE_FINGERPRINT, self.fingerprint_hash):
             problems.append(f"engine fingerprint {to_hex(self.fingerprint_hash)} is not "
                             "approved on chain")
+        elif self.stakes is not None and not self.stakes.is_covered_at(
+                self.fingerprint_hash, int(self.wall_clock())):
+            problems.append(f"no verifier is declared for engine fingerprint "
+                            f"{to_hex(self.fingerprint_hash)} (coverage read coverageNotice "
+                            "before now)")
         if problems:
             self.readiness.block(self.NAME, "; ".join(problems) + " (receipts would be "
                                  "slashable at challenge open)", self.retry_after_s)
         else:
             self.readiness.clear(self.NAME)
+
+
+class CoverageGuard:
+    """Refuses (503, :class:`NotReadyError`) to sign a receipt whose engine fingerprint had no
+    declared verifier at ``issuedAt - coverageNotice`` (``StakeRegistry.isCoveredAt``): the
+    contract would find it invalid on its face and slash it at open, so signing it hands a
+    challenger the stake. Exact per receipt, where the readiness monitor only samples: a
+    verifier set that dips to zero for a few seconds (the last verifier undeclaring and
+    re-declaring to farm challenges) is caught. The answer for a past instant never changes,
+    so it is cached per (fingerprint, second); a failed read refuses too (fail closed)."""
+
+    CACHE_MAX = 4096
+
+    def __init__(self, stakes: Any, *, retry_after_s: float = 5.0) -> None:
+        self.stakes, self.retry_after_s = stakes, retry_after_s
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[bytes, int], bool] = {}
+
+    def __call__(self, receipt: Receipt) -> None:
+        key = (receipt.engine_fingerprint_hash, receipt.issued_at)
+        with self._lock:
+            covered = self._cache.get(key)
+        if covered is None:
+            try:
+                covered = bool(self.stakes.is_covered_at(*key))
+            except Exception as e:  # any RPC failure: coverage unproven, so do not sign
+                raise NotReadyError(f"cannot read the coverage of engine fingerprint "
+                                    f"{to_hex(key[0])} from the chain: {e}"[:500],
+                                    retry_after=self.retry_after_s) from None
+            with self._lock:
+                if len(self._cache) >= self.CACHE_MAX:
+                    self._cache.clear()
+                self._cache[key] = covered
+        if not covered:
+            raise NotReadyError(f"no verifier was declared for engine fingerprint "
+                                f"{to_hex(key[0])} coverageNotice before issuedAt "
+                                f"{receipt.issued_at}: the receipt would be slashable",
+                                retry_after=self.retry_after_s)
 
 
 @dataclass
@@ -270,6 +320,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     domain = Domain(cfg.chain_id, cfg.challenge_manager)
     readiness = Readiness()
     checks: list[tuple[str, Callable[[], None]]] = []
+    before_sign: Callable[[Receipt], None] | None = None
     bp = cfg.backpressure
     deadline = (bp.publication_deadline_s if bp.publication_deadline_s is not None
                 else DEFAULT_PUBLICATION_DEADLINE_S)
@@ -283,7 +334,8 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
                 name = ChainIdentity.NAME if i == 0 else f"{ChainIdentity.NAME}-{i}"
                 checks.append((name, ChainIdentity(
                     readiness, contracts.config, eng.model_id, eng.fingerprint.hash,
-                    interval_s=bp.identity_interval_s, NAME=name)))
+                    interval_s=bp.identity_interval_s, NAME=name, stakes=contracts.stakes)))
+            before_sign = CoverageGuard(contracts.stakes)
         else:
             log.warning("UNSAFE: signing without checking that the model and engine "
                         "fingerprint are approved on chain")
@@ -295,7 +347,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     outbox = Outbox(cfg.rel(cfg.outbox), now=clock)
     evidence = EvidencePipeline(
         engines[0], ChainBoundSigner(cfg.private_key(), domain), domain,
-        cfg.key_epoch, epoch_key, outbox, backend, clock=clock)
+        cfg.key_epoch, epoch_key, outbox, backend, clock=clock, before_sign=before_sign)
     publisher = Publisher(outbox, da, open_sink(cfg),
                           batch_max_entries=cfg.batch.max_entries,
                           batch_max_age_s=cfg.batch.max_age_s)

@@ -60,24 +60,47 @@ class _Bucket:
     at: float
 
 
+#: Callers whose buckets are kept. Without keys a caller is a client address, and an IPv6
+#: client has 2^64 of them: one bucket per address ever seen grew the server's memory without
+#: bound. Past this many, refilled buckets (the same as a new one) are dropped, then the
+#: least recently used down to half.
+MAX_CALLERS = 100_000
+
+
 class RateLimiter:
     """Token bucket per caller: ``per_minute`` requests, bursting up to ``burst``."""
 
     def __init__(self, per_minute: float, burst: int | None = None, *,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], max_callers: int = MAX_CALLERS) -> None:
         if per_minute <= 0:
             raise ValueError(f"per_minute must be > 0, got {per_minute}")
         self.rate = per_minute / 60.0
         self.burst = float(burst if burst is not None else max(1, math.ceil(per_minute / 6)))
         self.clock = clock
+        self.max_callers = max_callers
         self._buckets: dict[str, _Bucket] = {}
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _evict(self, now: float) -> None:
+        """Drop refilled buckets; if that is not enough, the least recently used down to half
+        the bound (a dropped caller starts again with a full burst). O(n), once per n/2 new
+        callers at worst."""
+        self._buckets = {k: b for k, b in self._buckets.items()
+                         if b.tokens + (now - b.at) * self.rate < self.burst}
+        if len(self._buckets) > self.max_callers // 2:
+            recent = sorted(self._buckets.items(), key=lambda kv: kv[1].at)
+            self._buckets = dict(recent[len(recent) - self.max_callers // 2:])
 
     def acquire(self, caller: str) -> None:
         with self._lock:
             now = self.clock()
             b = self._buckets.get(caller)
             if b is None:
+                if len(self._buckets) >= self.max_callers:
+                    self._evict(now)
                 b = self._buckets[caller] = _Bucket(self.burst, now)
             b.tokens = min(self.burst, b.tokens + (now - b.at) * self.rate)
             b.at = now

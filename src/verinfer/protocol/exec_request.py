@@ -33,7 +33,7 @@ from verinfer.protocol.errors import (
     ReceiptFormatError,
     UnsupportedVersionError,
 )
-from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, to_hex
+from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, show, to_hex
 from verinfer.protocol.sampling_params import SamplingParams
 
 # The one version of the ExecRequest/ExecResult maps, and the first that shipped (v0.1).
@@ -50,9 +50,64 @@ def encode_canonical(obj: object) -> bytes:
     return cbor2.dumps(obj, canonical=True)
 
 
+#: Deepest nesting any canonical structure has: ExecResult map > logprobs > entry > top > pair
+#: is 5, the envelope plaintext map 1 (the structures sit in it as byte strings).
+MAX_CBOR_DEPTH = 8
+
+
+class _RefuseTags(dict[int, Any]):
+    """``semantic_decoders`` that claims every tag number but the bignums (2, 3) and refuses it.
+
+    cbor2 gives tags meaning by default: 28/29 share one decoded object between several places
+    (a 300-byte map then holds a DAG whose tree has 3^40 nodes, and every walk over it — our
+    list-to-tuple freeze, ``repr`` in an error message, ``hash`` of a key — never ends), 2/3 are
+    bignums, 258 sets, 24 embedded CBOR, 256/25 string references. No canonical structure has a
+    tag, so the strict decoder refuses them before they are built; the canonical re-encoding
+    check comes too late for that (it runs after the walks). Bignums stay cbor2's (a plain int,
+    linear in its bytes), so an out-of-range ``seed`` is refused by name by the field check."""
+
+    BIGNUMS = (2, 3)
+
+    def __contains__(self, tag: object) -> bool:
+        return tag not in self.BIGNUMS
+
+    def __getitem__(self, tag: int) -> Any:
+        if tag in self.BIGNUMS:
+            raise KeyError(tag)
+
+        def refuse(*_args: object) -> Any:
+            raise cbor2.CBORDecodeError(f"CBOR tag {tag} is not allowed")
+        return refuse
+
+    def get(self, tag: int, default: Any = None) -> Any:
+        return default if tag in self.BIGNUMS else self[tag]
+
+
+def _refuse_tag(_decoder: object, tag: Any) -> Any:
+    raise cbor2.CBORDecodeError(f"CBOR tag {getattr(tag, 'tag', '?')} is not allowed")
+
+
+def decode_cbor(data: bytes, what: str) -> Any:
+    """The one decoder of CBOR from another party (the operator's envelope plaintext and the
+    ExecRequest/ExecResult in it): what core deterministic CBOR of our maps can hold and
+    nothing more — no tags but bignums, no indefinite lengths, no repeated or non-text/bytes
+    map keys, nesting at most :data:`MAX_CBOR_DEPTH`. Decoding time and memory are then linear in
+    ``len(data)``. Raises :class:`ReceiptFormatError`. Callers still compare the canonical
+    re-encoding (this decoder accepts e.g. long-form heads, which that check refuses)."""
+    if not isinstance(data, bytes):
+        raise ReceiptFormatError(f"{what} bytes expected, got {type(data).__name__}")
+    try:
+        return cbor2.loads(data, semantic_decoders=_RefuseTags(), tag_hook=_refuse_tag,
+                           allow_indefinite=False, allow_duplicate_keys=False,
+                           strict_hashable_types=True, max_depth=MAX_CBOR_DEPTH)
+    except Exception as e:  # cbor2 raises several types for truncated/garbled/refused input
+        raise ReceiptFormatError(f"{what}: not acceptable CBOR ({str(e)[:200]}): "
+                                 f"{data[:32].hex()}...") from None
+
+
 def _token_ids(value: object, field: str, *, allow_empty: bool) -> tuple[int, ...]:
     if not isinstance(value, tuple):
-        raise ReceiptFormatError(f"{field} must be a tuple of token ids, got {value!r}",
+        raise ReceiptFormatError(f"{field} must be a tuple of token ids, got {show(value)}",
                                  param=field)
     if not value and not allow_empty:
         raise ReceiptFormatError(f"{field} must not be empty", param=field)
@@ -60,23 +115,23 @@ def _token_ids(value: object, field: str, *, allow_empty: bool) -> tuple[int, ..
     if not bad and value and (min(value) < 0 or max(value) >= 2**32):
         bad = [t for t in value if not 0 <= t < 2**32]
     if bad:
-        raise ReceiptFormatError(f"{field}: token id {bad[0]!r} is not an integer in [0, 2^32)",
-                                 param=field)
+        raise ReceiptFormatError(f"{field}: token id {show(bad[0])} is not an integer in "
+                                 "[0, 2^32)", param=field)
     return value
 
 
 def _float(value: object, field: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
     if type(value) is not float or not math.isfinite(value):
-        raise ReceiptFormatError(f"{field} must be a finite float, got {value!r}", param=field)
+        raise ReceiptFormatError(f"{field} must be a finite float, got {show(value)}", param=field)
     if not (lo < value if lo_open else lo <= value) or value > hi:
         raise ReceiptFormatError(f"{field} must be in {'(' if lo_open else '['}{lo}, {hi}], "
-                                 f"got {value!r}", param=field)
+                                 f"got {show(value)}", param=field)
     return value
 
 
 def _check_version(version: object, what: str) -> None:
     if type(version) is not int or version != EXEC_VERSION:
-        raise UnsupportedVersionError(f"{what} version {version!r} is not supported (this "
+        raise UnsupportedVersionError(f"{what} version {show(version)} is not supported (this "
                                       f"implementation reads version {EXEC_VERSION} only)",
                                       param="version")
 
@@ -131,13 +186,7 @@ class _Canonical:
     def from_canonical(cls: type[_T], data: bytes) -> _T:
         """Strict decode: the bytes must be exactly what :attr:`canonical` would produce."""
         what = cls.__name__
-        if not isinstance(data, bytes):
-            raise ReceiptFormatError(f"{what} bytes expected, got {type(data).__name__}")
-        try:
-            m = cbor2.loads(data)
-        except Exception as e:  # cbor2 raises several types for truncated/garbled input
-            raise ReceiptFormatError(f"{what}: not CBOR ({e}): {data[:32].hex()}...") from None
-        obj = cls._from_map(m, what)
+        obj = cls._from_map(decode_cbor(data, what), what)
         if obj.canonical != data:
             raise NonCanonicalEncodingError(
                 f"{what}: bytes are not the canonical encoding (got {len(data)} bytes "
@@ -157,7 +206,7 @@ class _Canonical:
     @classmethod
     def from_json(cls: type[_T], data: Mapping[str, Any]) -> _T:
         if not isinstance(data, Mapping):
-            raise ReceiptFormatError(f"{cls.__name__} must be a JSON object, got {data!r}")
+            raise ReceiptFormatError(f"{cls.__name__} must be a JSON object, got {show(data)}")
         m = dict(data)
         for k in cls.FLOATS:  # JSON writers may print 1.0 as 1
             if type(m.get(k)) is int:
@@ -209,17 +258,18 @@ class ExecRequest(_Canonical):
                 type(self.top_logprobs) is not int
                 or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS):
             raise ReceiptFormatError(f"top_logprobs must be null or an integer in "
-                                     f"[0, {MAX_TOP_LOGPROBS}], got {self.top_logprobs!r}",
+                                     f"[0, {MAX_TOP_LOGPROBS}], got {show(self.top_logprobs)}",
                                      param="top_logprobs")
         check_bytes(self.model_id, 32, "model_id")
         check_bytes(self.tokenizer_hash, 32, "tokenizer_hash")
         if not isinstance(self.engine_fingerprint, str) or not self.engine_fingerprint:
             raise ReceiptFormatError("engine_fingerprint must be a non-empty string, got "
-                                     f"{self.engine_fingerprint!r}", param="engine_fingerprint")
+                                     f"{show(self.engine_fingerprint)}",
+                                     param="engine_fingerprint")
         _token_ids(self.prompt_token_ids, "prompt_token_ids", allow_empty=False)
         if type(self.max_tokens) is not int or self.max_tokens < 1:
             raise ReceiptFormatError(f"max_tokens must be an integer >= 1, got "
-                                     f"{self.max_tokens!r}", param="max_tokens")
+                                     f"{show(self.max_tokens)}", param="max_tokens")
         check_uint(self.max_tokens, 32, "max_tokens")
         _float(self.temperature, "temperature", 0.0, 2.0)
         # -0.0 and 0.0 decode alike; keep one spelling so equal requests hash equal
@@ -229,10 +279,10 @@ class ExecRequest(_Canonical):
         if (not isinstance(self.stop, tuple) or len(self.stop) > MAX_STOP
                 or any(not isinstance(s, str) or not s for s in self.stop)):
             raise ReceiptFormatError(f"stop must be a tuple of up to {MAX_STOP} non-empty "
-                                     f"strings, got {self.stop!r}", param="stop")
+                                     f"strings, got {show(self.stop)}", param="stop")
         check_uint(self.seed, 64, "seed")
         if type(self.ignore_eos) is not bool:
-            raise ReceiptFormatError(f"ignore_eos must be a bool, got {self.ignore_eos!r}",
+            raise ReceiptFormatError(f"ignore_eos must be a bool, got {show(self.ignore_eos)}",
                                      param="ignore_eos")
         if self.prompt_commitments is not None:
             check_bytes(self.prompt_commitments, 32, "prompt_commitments")
@@ -240,7 +290,7 @@ class ExecRequest(_Canonical):
             try:
                 (self.engine_fingerprint if name == "engine_fingerprint" else name).encode()
             except UnicodeEncodeError:
-                raise ReceiptFormatError(f"string is not valid Unicode: {name!r}") from None
+                raise ReceiptFormatError(f"string is not valid Unicode: {show(name)}") from None
 
     @property
     def engine_fingerprint_hash(self) -> bytes:

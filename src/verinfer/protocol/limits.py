@@ -10,6 +10,17 @@ from __future__ import annotations
 
 #: Largest request body (bytes) either side parses.
 MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Arrays and objects in one body (a chat body of 256 messages has ~260), its strings, and its
+#: values (an
+#: upper bound counted from the commas: every token id of a prompt given as ids is one). Both
+#: are counted on the raw bytes before parsing (verinfer.protocol.jsonsafe.json_shape): 4 MiB of
+#: "[1]," is a million lists, seconds of parsing and validation on the operator's event loop.
+#: 256 Ki values: as many token ids as MAX_PROMPT_CHARS allows characters of text.
+MAX_BODY_CONTAINERS = 4096
+#: Strings (keys included; a full chat body has ~1,600), counted first: a million two-byte
+#: strings are cheap to send and costly to find.
+MAX_BODY_STRINGS = 8192
+MAX_BODY_VALUES = 256 * 1024
 #: Choices per prompt (``n``).
 MAX_CHOICES = 8
 #: Prompts in one legacy completions request (``prompt`` as a list).
@@ -27,6 +38,13 @@ MAX_TOP_LOGPROBS = 20
 MAX_LEGACY_LOGPROBS = 5
 #: Decode policy ranges (temperature closed, top_p half-open (0, 1]).
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.0, 2.0
+#: The smallest temperature other than 0 (greedy). Below it ``logit / temperature`` overflows a
+#: double for ordinary logits (1e-310: +inf, and the sampler's ``z - max z`` is inf - inf =
+#: NaN): the sampling kernel's AVX2 exp maps a NaN to its floor where the portable exp keeps
+#: the NaN, so two honest machines drew different tokens — and the rule's own definition
+#: (engine.sampling.sample_reference) refuses such logits. Well above the overflow bound
+#: (~1e-270 for float32 logits) and far below any useful temperature: use 0 for greedy.
+MIN_POSITIVE_TEMPERATURE = 1e-6
 MAX_TOP_P = 1.0
 MAX_TOP_K = 2**32 - 1  # the canonical ExecRequest holds top_k and max_tokens as u32
 MAX_MAX_TOKENS = 2**32 - 1

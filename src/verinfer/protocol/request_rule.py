@@ -33,15 +33,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from verinfer.errors import ContextLengthExceededError, InvalidRequestError
+from verinfer.errors import ContextLengthExceededError, InvalidRequestError, ModelNotFoundError
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.jsonsafe import loads_untrusted
+from verinfer.protocol.jsonsafe import json_shape, loads_untrusted
 
 Endpoint = Literal["chat", "completions"]
 ROLES = ("system", "developer", "user", "assistant")
@@ -154,6 +155,7 @@ class DecodePolicy:
 @dataclass(frozen=True)
 class ParsedBody:
     policy: DecodePolicy
+    model: str  # the body's ``model``: a served name, or a model id (see :func:`check_model`)
     messages: tuple[ChatTurn, ...] | None  # chat
     prompts: tuple[str | tuple[int, ...], ...]  # completions: text or token ids per prompt
 
@@ -164,8 +166,28 @@ def endpoint_of(body: Mapping[str, Any]) -> Endpoint:
     return "chat" if "messages" in body else "completions"
 
 
+def check_body_shape(body: bytes) -> None:
+    """Step 1's cheap bound, on the raw bytes before any parser runs: at most
+    ``MAX_BODY_STRINGS`` strings, ``MAX_BODY_CONTAINERS`` arrays/objects and
+    ``MAX_BODY_VALUES`` values. The operator calls it before its web framework parses a body
+    (that parse runs on the event loop), and :func:`load_body` applies it, so both sides
+    refuse the same bodies."""
+    strings, containers, values = json_shape(body, L.MAX_BODY_STRINGS)
+    if strings > L.MAX_BODY_STRINGS:
+        raise InvalidRequestError(f"the request body holds {strings} strings; the limit is "
+                                  f"{L.MAX_BODY_STRINGS}")
+    if containers > L.MAX_BODY_CONTAINERS:
+        raise InvalidRequestError(f"the request body holds {containers} arrays and objects; "
+                                  f"the limit is {L.MAX_BODY_CONTAINERS}")
+    if values > L.MAX_BODY_VALUES:
+        raise InvalidRequestError(f"the request body holds up to {values} values; the limit "
+                                  f"is {L.MAX_BODY_VALUES}")
+
+
 def load_body(body: bytes | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(body, bytes | bytearray | memoryview):
+        if len(body) <= L.MAX_BODY_BYTES:  # (a longer one is refused by the parser, by size)
+            check_body_shape(bytes(body))
         obj = loads_untrusted(body, max_bytes=L.MAX_BODY_BYTES, what="request body",
                               unique_keys=True)
     else:
@@ -182,7 +204,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     if unknown:
         raise InvalidRequestError(f"unrecognized request argument: {unknown[0]}",
                                   param=unknown[0])
-    _str(b.get("model"), "model")
+    model_name = _str(b.get("model"), "model")
     for name in ("frequency_penalty", "presence_penalty"):
         if name in b and canonical_float(b[name], name) != 0.0:
             raise InvalidRequestError(f"{name} is not supported by this server", param=name)
@@ -211,8 +233,9 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     n = _ranged_int(b["n"], "n", 1, L.MAX_CHOICES) if "n" in b else L.DEFAULT_N
     temperature = (canonical_float(b["temperature"], "temperature") if "temperature" in b
                    else L.DEFAULT_TEMPERATURE)
-    if not L.MIN_TEMPERATURE <= temperature <= L.MAX_TEMPERATURE:
-        raise InvalidRequestError(f"temperature must be in [{L.MIN_TEMPERATURE}, "
+    if (not L.MIN_TEMPERATURE <= temperature <= L.MAX_TEMPERATURE
+            or 0.0 < temperature < L.MIN_POSITIVE_TEMPERATURE):
+        raise InvalidRequestError(f"temperature must be 0 or in [{L.MIN_POSITIVE_TEMPERATURE}, "
                                   f"{L.MAX_TEMPERATURE}], got {temperature!r}",
                                   param="temperature")
     top_p = canonical_float(b["top_p"], "top_p") if "top_p" in b else L.DEFAULT_TOP_P
@@ -259,7 +282,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
                           top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
                           top_logprobs=top_logprobs, prompt_commitments=commitments,
                           stream=stream, include_usage=include_usage)
-    return ParsedBody(policy, messages, prompts)
+    return ParsedBody(policy, model_name, messages, prompts)
 
 
 def _stop(value: object) -> tuple[str, ...]:
@@ -417,6 +440,20 @@ def choice_seed(seed: int, index: int) -> int:
                                       + index.to_bytes(4, "big")).digest())
 
 
+MODEL_ID = re.compile(r"0x[0-9a-fA-F]{64}")
+
+
+def check_model(name: str, model: ServedModel) -> None:
+    """A body whose ``model`` is a model id (``0x`` + 64 hex digits, the weights' sha256) is
+    run by that model only. Why: a served name is the operator's own label, but an id is the
+    client pinning the weights; without this rule an operator could answer a body naming
+    model A with the cheaper model B (both allowlisted) and every verifier, applying the rule
+    with B's facts, found B's ExecRequest conformant. Names stay unbound (docs/protocol.md)."""
+    if MODEL_ID.fullmatch(name) and bytes.fromhex(name[2:]) != model.model_id:
+        raise ModelNotFoundError(f"the body names model {name}; this request runs model "
+                                 f"{to_hex(model.model_id)}", param="model")
+
+
 # ---- the whole rule -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RequestPlan:
@@ -430,6 +467,7 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
     Raises a ClientError (InvalidRequestError, ContextLengthExceededError, ...) for a body an
     honest server refuses."""
     parsed = parse_body(body, endpoint)
+    check_model(parsed.model, model)
     pol = parsed.policy
     if parsed.messages is not None:
         prompt_ids = [prompts.chat(parsed.messages)]

@@ -32,9 +32,11 @@ class SamplingParams:
             raise InvalidRequestError(
                 f"max_tokens must be a positive integer, got {self.max_tokens!r}",
                 param="max_tokens")
-        if not 0.0 <= self.temperature <= 2.0:
+        if (not _limits.MIN_TEMPERATURE <= self.temperature <= _limits.MAX_TEMPERATURE
+                or 0.0 < self.temperature < _limits.MIN_POSITIVE_TEMPERATURE):
             raise InvalidRequestError(
-                f"temperature must be in [0, 2], got {self.temperature!r}", param="temperature")
+                f"temperature must be 0 or in [{_limits.MIN_POSITIVE_TEMPERATURE}, "
+                f"{_limits.MAX_TEMPERATURE}], got {self.temperature!r}", param="temperature")
         if not 0 <= self.top_k <= MAX_U32:
             raise InvalidRequestError(f"top_k must be in [0, 2^32), got {self.top_k!r}",
                                       param="top_k")

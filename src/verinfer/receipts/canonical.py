@@ -22,7 +22,9 @@ from verinfer.protocol.exec_request import MAX_STOP as MAX_STOP
 from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
 from verinfer.protocol.exec_request import ExecRequest as ExecRequest
 from verinfer.protocol.exec_request import _Canonical, _check_version, _freeze, _token_ids
+from verinfer.protocol.exec_request import decode_cbor as decode_cbor
 from verinfer.protocol.exec_request import encode_canonical as encode_canonical
+from verinfer.protocol.fields import show
 from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.hexutil import check_bytes
 
@@ -64,7 +66,7 @@ _MIN_FLOAT = -sys.float_info.max
 def _logprob_value(value: object, field: str) -> float:
     # a log-probability: a finite float <= 0 (rule vi-logprob-v1 never gives more)
     if type(value) is not float or not _MIN_FLOAT <= value <= 0.0:  # (NaN fails both)
-        raise ReceiptFormatError(f"{field} must be a finite float <= 0, got {value!r}",
+        raise ReceiptFormatError(f"{field} must be a finite float <= 0, got {show(value)}",
                                  param="logprobs")
     return value
 
@@ -75,11 +77,11 @@ def _logprobs(value: object, n_tokens: int) -> None:
     right ones is what re-execution decides."""
     if not isinstance(value, tuple) or len(value) != n_tokens:
         raise ReceiptFormatError(f"logprobs must hold one entry per output token "
-                                 f"({n_tokens}), got {value!r:.80}", param="logprobs")
+                                 f"({n_tokens}), got {show(value, 80)}", param="logprobs")
     k: int | None = None
     for i, entry in enumerate(value):
         if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], tuple)):
-            raise ReceiptFormatError(f"logprobs[{i}] must be (logprob, top), got {entry!r:.80}",
+            raise ReceiptFormatError(f"logprobs[{i}] must be (logprob, top), got {show(entry, 80)}",
                                      param="logprobs")
         lp, top = entry
         _logprob_value(lp, f"logprobs[{i}]")
@@ -95,7 +97,7 @@ def _logprobs(value: object, n_tokens: int) -> None:
         for pair in top:
             if not (type(pair) is tuple and len(pair) == 2 and type(pair[0]) is int
                     and 0 <= pair[0] < 2**32 and pair[0] not in ids):
-                raise ReceiptFormatError(f"logprobs[{i}]: alternative {pair!r:.60} is not a "
+                raise ReceiptFormatError(f"logprobs[{i}]: alternative {show(pair, 60)} is not a "
                                          "(distinct u32 id, logprob) pair", param="logprobs")
             ids.add(pair[0])
             v = pair[1]
@@ -136,7 +138,7 @@ class ExecResult(_Canonical):
         _token_ids(self.output_token_ids, "output_token_ids", allow_empty=True)
         if self.finish_reason not in ("stop", "length"):
             raise ReceiptFormatError(f"finish_reason must be 'stop' or 'length', got "
-                                     f"{self.finish_reason!r}", param="finish_reason")
+                                     f"{show(self.finish_reason)}", param="finish_reason")
         check_bytes(self.logit_digest, 32, "logit_digest")
         check_bytes(self.text_sha256, 32, "text_sha256")
 

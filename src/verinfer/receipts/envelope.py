@@ -27,9 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import cbor2
-
-from verinfer.receipts.canonical import ExecRequest, ExecResult, encode_canonical
+from verinfer.receipts.canonical import ExecRequest, ExecResult, decode_cbor, encode_canonical
 from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
 from verinfer.receipts.epoch_keys import (
     EnvelopeSuite,
@@ -148,10 +146,7 @@ class EnvelopeContents:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EnvelopeContents:
-        try:
-            m: Any = cbor2.loads(data)
-        except Exception as e:
-            raise ReceiptFormatError(f"envelope plaintext is not CBOR: {e}") from None
+        m: Any = decode_cbor(data, "envelope plaintext")
         keys = {"version", "exec_request", "exec_result", "request_body", "response_body",
                 "padding"}
         if (isinstance(m, dict) and type(m.get("version")) is int

@@ -23,7 +23,7 @@ from verinfer.da_client.errors import (
     ManifestError,
 )
 from verinfer.da_client.manifest import BatchManifest, ManifestEntry, parse_manifest
-from verinfer.da_client.pointer import Pointer
+from verinfer.da_client.pointer import Pointer, mismatch_counts_as_absent
 from verinfer.errors import VerinferError
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.signed import SignedReceipt
@@ -147,7 +147,13 @@ class ChainView:
             m = self._manifests[key]
         else:
             try:
-                data = da.get(pointer)
+                try:
+                    data = da.get(pointer)
+                except CommitmentMismatchError as e:
+                    if not mismatch_counts_as_absent(pointer):
+                        raise
+                    # the operator rewrote its own store: the manifest is as good as deleted
+                    raise BlobNotFoundError(f"manifest {key}: {e.message}") from e
             except (BlobNotFoundError, BackendMismatchError) as e:
                 # another backend than the network's counts as absent: the operator chose it
                 if absent_is_fault:

@@ -18,6 +18,7 @@ from verinfer.engine.backends import EngineChoice
 from verinfer.engine.loader import resolve_model_path
 from verinfer.errors import VerinferError
 from verinfer.kms.local_cluster import ClusterLayout
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import SAFE_RECURSION_LIMIT
 from verinfer.verifier.audit_stream import AuditJob, AuditWorker, StreamKeys
 from verinfer.verifier.cli_common import (
@@ -100,6 +101,14 @@ def run(
                             log=lambda m: console.log(m), tx_lock=lock)
         if node.ensure_registered(int(stake * ETHER)):
             console.log(f"registered verifier {acct.address} with {stake} ETH")
+        # Committees are drawn only from verifiers declared for the receipt's fingerprint:
+        # declare the ones this node re-executes under (one per model for vLLM).
+        decl = node.ensure_declared(choice.fingerprint(p).hash for p in paths)
+        for f in decl.declared:
+            console.log(f"declared engine fingerprint {to_hex(f)}")
+        for f in decl.unapproved:
+            console.log(f"[yellow]engine fingerprint {to_hex(f)} is not approved on chain: "
+                        "not declared, so never drawn for it[/yellow]")
     except VerinferError as e:
         raise fail(e) from e
     stop = threading.Event()

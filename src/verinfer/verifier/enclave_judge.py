@@ -34,7 +34,7 @@ from verinfer.da_client.errors import (
     DAUnavailableError,
     MalformedPointerError,
 )
-from verinfer.da_client.pointer import Pointer
+from verinfer.da_client.pointer import Pointer, mismatch_counts_as_absent
 from verinfer.enclave.errors import EnclaveError
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
@@ -88,9 +88,10 @@ class EnclaveConfig:
 
 def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
     """The ciphertext, verified against its pointer by the DA client; None when DA answers
-    that it does not exist (or there is no well-formed pointer: nothing to fetch).
-    EvidenceUnavailableError (a LocalFault) when this verifier's DA connection fails or its
-    backend returns bytes that do not match the pointer: the node retries with backoff."""
+    that it does not exist, when an operator-hosted store holds other bytes under the pointer
+    (``mismatch_counts_as_absent``), or when there is no well-formed pointer (nothing to fetch).
+    EvidenceUnavailableError (a LocalFault) when this verifier's DA connection fails or an
+    EigenDA proxy returns bytes that do not match the pointer: the node retries with backoff."""
     if pointer is None:
         return None
     try:
@@ -103,7 +104,11 @@ def fetch_blob(da: BlobSource, pointer: str | None) -> bytes | None:
         # a pointer into another backend than the network's is as good as absent: the
         # operator chose where to publish
         return None
-    except (DAUnavailableError, CommitmentMismatchError) as e:
+    except CommitmentMismatchError as e:
+        if mismatch_counts_as_absent(p):  # the operator rewrote its own store: as deleted
+            return None
+        raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e
+    except DAUnavailableError as e:
         raise EvidenceUnavailableError(f"DA unavailable for {pointer}: {e.message}") from e
 
 

@@ -19,7 +19,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +29,7 @@ from eth_account.signers.local import LocalAccount
 from verinfer.chain.anvil import mine
 from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
+from verinfer.chain.stake import Declared, ensure_declared
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
@@ -117,6 +118,13 @@ class VerifierNode:
         with self.tx_lock:
             self.c.stakes.register(Role.VERIFIER, stake_wei)
         return True
+
+    def ensure_declared(self, fingerprint_hashes: Iterable[bytes]) -> Declared:
+        """Declares the engine fingerprints this verifier re-executes (the approved ones it
+        does not cover yet): committees of a receipt are drawn only from verifiers declared for
+        its fingerprint, so a verifier that never declares is never drawn."""
+        with self.tx_lock:
+            return ensure_declared(self.c, self.me, fingerprint_hashes)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool], poll_s: float = 0.25) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from verinfer.engine.config import RopeScaling
+from verinfer.engine.ops import rope
 
 ROPE_CHUNK = 1024  # rotary tables grow in fixed chunks so every entry is computed the same way
 
@@ -31,26 +32,38 @@ class Batch:
     logit_rows: torch.Tensor  # [R] int64: rows of the batch whose logits are wanted
 
     @property
+    def decode_only(self) -> bool:
+        """Every segment is one token (a pure decode step): seq/pos need no cat/arange."""
+        return all(s.length == 1 for s in self.segments)
+
+    @property
     def seq(self) -> torch.Tensor:  # [T] slot of each token
+        if self.decode_only:
+            return torch.tensor([s.slot for s in self.segments], dtype=torch.int64)
         return torch.cat([torch.full((s.length,), s.slot, dtype=torch.int64)
                           for s in self.segments])
 
     @property
     def pos(self) -> torch.Tensor:  # [T] absolute position of each token
+        if self.decode_only:
+            return torch.tensor([s.start for s in self.segments], dtype=torch.int64)
         return torch.cat([torch.arange(s.start, s.start + s.length, dtype=torch.int64)
                           for s in self.segments])
 
-    def write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store this layer's new keys/values ([T, KV, D]) in each segment's cache."""
-        row = 0
-        for s in self.segments:
-            self.caches[s.slot].write(layer, s.start, k[row:row + s.length],
-                                      v[row:row + s.length])
-            row += s.length
+    @property
+    def k_caches(self) -> list[torch.Tensor]:
+        """Every cache's whole key tensor [n_layers, KV, cap, D], for Ops.qk_rope_attention."""
+        return [c.k for c in self.caches]
 
-    def kv(self, layer: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-cache [KV, cap, D] views of one layer, for the attention kernel."""
-        return [c.k[layer] for c in self.caches], [c.v[layer] for c in self.caches]
+    @property
+    def v_caches(self) -> list[torch.Tensor]:
+        return [c.v for c in self.caches]
+
+    @property
+    def all_rows_wanted(self) -> bool:
+        """logit_rows is 0..T-1 (every decode step): the final norm can run on x itself."""
+        t = self.tokens.shape[0]
+        return self.logit_rows.shape[0] == t and self.logit_rows.tolist() == list(range(t))
 
 
 class KVCache:
@@ -146,17 +159,12 @@ def rope_divisors(scaling: RopeScaling, head_dim: int, base: float) -> torch.Ten
 
 def rope_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """NeoX/HF layout: rotate (x[:D/2], x[D/2:]) pairs. x: [T, H, D]; cos/sin: [T, D/2]."""
-    h = x.shape[-1] // 2
-    x1, x2 = x[..., :h], x[..., h:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+    return rope(x, cos, sin, interleaved=False)
 
 
 def rope_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """GGUF llama layout: rotate adjacent (x[2i], x[2i+1]) pairs. x: [T, H, D]."""
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
+    return rope(x, cos, sin, interleaved=True)
 
 
 def embed_scale(dim: int) -> float:

@@ -64,6 +64,8 @@ class Gemma3:
                                      rope_divisors(scaling, cfg.head_dim, cfg.rope_theta))
         self.rope_local = RopeTable(cfg.head_dim, cfg.rope_local_theta)
         self.scale = embed_scale(cfg.dim)
+        # the norm after layer i's residual: the next layer's input norm, or the output norm
+        self.next_norm = [L.attn_norm for L in self.layers[1:]] + [self.out_norm]
 
     def _layer(self, weights: Weights, mat: Callable[[str], Matrix], i: int) -> Gemma3Layer:
         q, k, v = (mat(f"blk.{i}.attn_{n}.weight") for n in "qkv")
@@ -88,28 +90,31 @@ class Gemma3:
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows."""
-        cfg, ops = self.cfg, self.ops
-        T, H, KV, D = batch.tokens.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        seq, pos = batch.seq, batch.pos
+        """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows.
+
+        The residual stream x is updated in place and every layer ends with the next norm
+        (Ops.add_rmsnorm_), the attention block after the projections is one call
+        (Ops.qk_rope_attention): the same float operations as the step-by-step sequence in the
+        module docstring, in fewer calls (issue 19; docs/engine.md)."""
+        cfg, ops, eps = self.cfg, self.ops, self.cfg.norm_eps
+        H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        seq, pos, all_rows = batch.seq, batch.pos, batch.all_rows_wanted
+        kc, vc = batch.k_caches, batch.v_caches
         cos_g, sin_g = self.rope_global.get(pos)
         cos_l, sin_l = self.rope_local.get(pos)
-        x = self.embed.rows(batch.tokens) * self.scale  # [T, dim]
+        x = self.embed.rows(batch.tokens) * self.scale  # [T, dim], updated in place below
+        h = ops.rmsnorm(x, self.layers[0].attn_norm, eps)
         for i, L in enumerate(self.layers):
             sliding = cfg.is_sliding(i)
             cos, sin = (cos_l, sin_l) if sliding else (cos_g, sin_g)
-            h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
-            q, k, v = (t.contiguous() for t in ops.linear_group(h, L.qkv))  # copies if T > 1
-            q = ops.rmsnorm_rope_half(q.view(T, H, D), L.q_norm, cfg.norm_eps, cos, sin)
-            k = ops.rmsnorm_rope_half(k.view(T, KV, D), L.k_norm, cfg.norm_eps, cos, sin)
-            batch.write_kv(i, k, v.view(T, KV, D))
             window = (cfg.sliding_window or 0) if sliding else 0
-            a = ops.attention(q, *batch.kv(i), seq, pos, window, cfg.attn_scale)
-            o = ops.linear(a.view(T, H * D), L.o)
-            x = x + ops.rmsnorm(o, L.post_attn_norm, cfg.norm_eps)
-            h = ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps)
-            gate, up = ops.linear_group(h, L.gate_up)
-            m = ops.gelu_tanh_mul(gate.contiguous(), up.contiguous())
-            x = x + ops.rmsnorm(ops.linear(m, L.down), L.post_ffw_norm, cfg.norm_eps)
-        x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
-        return ops.linear(x, self.embed)  # [R, V]
+            a = ops.qk_rope_attention(ops.linear_group_blocks(h, L.qkv), H, KV, D, L.q_norm,
+                                      L.k_norm, eps, cos, sin, False, kc, vc, i, seq, pos,
+                                      window, cfg.attn_scale)
+            h = ops.add_rmsnorm_(x, ops.linear(a, L.o), L.post_attn_norm, L.ffn_norm, eps)
+            m = ops.linear_glu(h, L.gate_up, "gelu_tanh")
+            h = ops.add_rmsnorm_(x, ops.linear(m, L.down), L.post_ffw_norm, self.next_norm[i],
+                                 eps)
+        if not all_rows:  # the norm is per row: normed rows picked = picked rows normed
+            h = h.index_select(0, batch.logit_rows)
+        return ops.linear(h, self.embed)  # [R, V]

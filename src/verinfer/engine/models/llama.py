@@ -5,9 +5,10 @@ Per layer (x: [T, dim]):
     x = x + down(silu(gate(norm(x))) * up(norm(x)))
 
 Variants that are "llama + one twist" subclass :class:`Llama` and override one hook
-(:meth:`Llama.project_qkv`, :meth:`Llama.mlp`, :meth:`Llama.load_layer`): Qwen2 adds q/k/v
-biases (qwen2.py), Qwen3 a per-head RMSNorm on q and k (qwen3.py), Phi-3 fuses q/k/v and
-gate/up into one matrix each (phi3.py). Two twists are plain configuration, read here:
+(:meth:`Llama.project_qkv`, :meth:`Llama.qk_norms`, :meth:`Llama.mlp`,
+:meth:`Llama.load_layer`): Qwen2 adds q/k/v biases (qwen2.py), Qwen3 a per-head RMSNorm on q
+and k (qwen3.py), Phi-3 fuses q/k/v and gate/up into one matrix each (phi3.py). Two twists
+are plain configuration, read here:
 
 * Mistral is this class with ``cfg.sliding_window`` set: every layer attends to the last W
   positions (llama.cpp writes Mistral as ``general.architecture = "llama"``).
@@ -33,8 +34,6 @@ from verinfer.engine.models.common import (
     Batch,
     RopeTable,
     rope_divisors,
-    rope_half,
-    rope_interleaved,
 )
 from verinfer.engine.ops import Matrix, MatrixGroup, Ops
 from verinfer.errors import ModelLoadError
@@ -74,7 +73,8 @@ class Llama:
         self.out_norm = weights["output_norm.weight"]
         self.layers: list[Any] = [self.load_layer(weights, i) for i in range(cfg.n_layers)]
         self.rope = RopeTable(cfg.head_dim, cfg.rope_theta, self._rope_divisors(weights))
-        self.rotate = rope_interleaved if cfg.rope_interleaved else rope_half
+        # the norm after layer i's residual: the next layer's input norm, or the output norm
+        self.next_norm = [L.attn_norm for L in self.layers[1:]] + [self.out_norm]
         # Mistral, Phi-3: one window for every layer; 0 = full causal attention
         self.window = cfg.sliding_window or 0
 
@@ -110,35 +110,40 @@ class Llama:
             gate_up_group=self.ops.group([gate, up]),
         )
 
-    def project_qkv(self, h: torch.Tensor, L: Any
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q [T, H, D], k [T, KV, D], v [T, KV, D] before rotary."""
-        cfg, ops, T = self.cfg, self.ops, h.shape[0]
-        q, k, v = ops.linear_group(h, L.qkv_group)  # column slices of one output if T > 1
-        return (q.view(T, cfg.n_heads, cfg.head_dim), k.view(T, cfg.n_kv_heads, cfg.head_dim),
-                v.view(T, cfg.n_kv_heads, cfg.head_dim))
+    def project_qkv(self, h: torch.Tensor, L: Any) -> list[torch.Tensor]:
+        """q|k|v before rotary as column blocks [T, cols] (Ops.qk_rope_attention's ``qkv``):
+        one block [T, (H + 2 KV) D] or three, q [T, H D], k and v [T, KV D]."""
+        return self.ops.linear_group_blocks(h, L.qkv_group)
+
+    def qk_norms(self, L: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Per-head RMSNorm weights of q and k applied before the rotary (None: no norm)."""
+        return None, None
 
     def mlp(self, h: torch.Tensor, L: Any) -> torch.Tensor:
         ops = self.ops
-        gate, up = ops.linear_group(h, L.gate_up_group)
-        return ops.linear(ops.silu_mul(gate.contiguous(), up.contiguous()), L.down)
+        return ops.linear(ops.linear_glu(h, L.gate_up_group, "silu"), L.down)
 
     @torch.inference_mode()
     def forward(self, batch: Batch) -> torch.Tensor:
-        """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows."""
-        cfg, ops = self.cfg, self.ops
-        T, H, D = batch.tokens.shape[0], cfg.n_heads, cfg.head_dim
-        seq, pos = batch.seq, batch.pos
+        """Runs the batch, fills its caches, returns logits [R, V] for batch.logit_rows.
+
+        x is updated in place and each residual step ends with the next norm
+        (Ops.add_rmsnorm_); rotary, cache write and attention are one call
+        (Ops.qk_rope_attention): the module docstring's operations, in fewer calls."""
+        cfg, ops, eps = self.cfg, self.ops, self.cfg.norm_eps
+        seq, pos, all_rows = batch.seq, batch.pos, batch.all_rows_wanted
+        kc, vc = batch.k_caches, batch.v_caches
         cos, sin = self.rope.get(pos)
-        x = self.embed.rows(batch.tokens)  # [T, dim]
+        x = self.embed.rows(batch.tokens)  # [T, dim], a fresh tensor: updated in place
+        h = ops.rmsnorm(x, self.layers[0].attn_norm, eps)
         for i, L in enumerate(self.layers):
-            h = ops.rmsnorm(x, L.attn_norm, cfg.norm_eps)
-            q, k, v = self.project_qkv(h, L)
-            q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-            batch.write_kv(i, k, v)
-            a = ops.attention(q.contiguous(), *batch.kv(i), seq, pos, self.window,
-                              cfg.attn_scale)
-            x = x + ops.linear(a.view(T, H * D), L.o)
-            x = x + self.mlp(ops.rmsnorm(x, L.ffn_norm, cfg.norm_eps), L)
-        x = ops.rmsnorm(x.index_select(0, batch.logit_rows), self.out_norm, cfg.norm_eps)
-        return ops.linear(x, self.head)  # [R, V]
+            q_norm, k_norm = self.qk_norms(L)
+            a = ops.qk_rope_attention(self.project_qkv(h, L), cfg.n_heads, cfg.n_kv_heads,
+                                      cfg.head_dim, q_norm, k_norm, eps, cos, sin,
+                                      cfg.rope_interleaved, kc, vc, i, seq, pos, self.window,
+                                      cfg.attn_scale)
+            h = ops.add_rmsnorm_(x, ops.linear(a, L.o), None, L.ffn_norm, eps)
+            h = ops.add_rmsnorm_(x, self.mlp(h, L), None, self.next_norm[i], eps)
+        if not all_rows:  # the norm is per row: normed rows picked = picked rows normed
+            h = h.index_select(0, batch.logit_rows)
+        return ops.linear(h, self.head)  # [R, V]

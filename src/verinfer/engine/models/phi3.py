@@ -62,21 +62,13 @@ class Phi3(Llama):
                                  f"{(2 * cfg.ffn_dim, cfg.dim)}, found {layer.gate_up.shape}")
         return layer
 
-    def project_qkv(self, h: torch.Tensor, L: Any
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(self, h: torch.Tensor, L: Any) -> list[torch.Tensor]:
         if not isinstance(L, Phi3Layer):
             return super().project_qkv(h, L)
-        cfg, T = self.cfg, h.shape[0]
-        nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        qkv = self.ops.linear(h, L.qkv)  # [T, nq + 2*nkv]
-        q = qkv[:, :nq].reshape(T, cfg.n_heads, cfg.head_dim)
-        k = qkv[:, nq:nq + nkv].reshape(T, cfg.n_kv_heads, cfg.head_dim)
-        v = qkv[:, nq + nkv:].reshape(T, cfg.n_kv_heads, cfg.head_dim)
-        return q, k, v
+        return [self.ops.linear(h, L.qkv)]  # one q|k|v block [T, (H + 2 KV) D]
 
     def mlp(self, h: torch.Tensor, L: Any) -> torch.Tensor:
         if not isinstance(L, Phi3Layer):
             return super().mlp(h, L)
-        ops, F = self.ops, self.cfg.ffn_dim
-        gu = ops.linear(h, L.gate_up)  # [T, 2F]
-        return ops.linear(ops.silu_mul(gu[:, :F].contiguous(), gu[:, F:].contiguous()), L.down)
+        ops = self.ops
+        return ops.linear(ops.glu(ops.linear(h, L.gate_up), "silu"), L.down)  # gate|up [T, 2F]

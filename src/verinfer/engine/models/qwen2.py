@@ -30,12 +30,9 @@ class Qwen2(Llama):
                           k_bias=weights[f"blk.{i}.attn_k.bias"],
                           v_bias=weights[f"blk.{i}.attn_v.bias"])
 
-    def project_qkv(self, h: torch.Tensor, L: Any
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(self, h: torch.Tensor, L: Any) -> list[torch.Tensor]:
         # The bias is one IEEE add per element after the fixed-order matmul: exact whatever
         # the batch, so invariance and replay hold as for Llama.
-        cfg, ops, T = self.cfg, self.ops, h.shape[0]
-        q = (ops.linear(h, L.q) + L.q_bias).view(T, cfg.n_heads, cfg.head_dim)
-        k = (ops.linear(h, L.k) + L.k_bias).view(T, cfg.n_kv_heads, cfg.head_dim)
-        v = (ops.linear(h, L.v) + L.v_bias).view(T, cfg.n_kv_heads, cfg.head_dim)
-        return q, k, v
+        ops = self.ops
+        return [ops.linear(h, L.q) + L.q_bias, ops.linear(h, L.k) + L.k_bias,
+                ops.linear(h, L.v) + L.v_bias]

@@ -29,12 +29,5 @@ class Qwen3(Llama):
                           q_norm=weights[f"blk.{i}.attn_q_norm.weight"],
                           k_norm=weights[f"blk.{i}.attn_k_norm.weight"])
 
-    def project_qkv(self, h: torch.Tensor, L: Any
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg, ops = self.cfg, self.ops
-        q, k, v = super().project_qkv(h, L)
-        T, H, KV, D = q.shape[0], cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        # the norm kernel works on rows: one row per (token, head), as gemma3.py does
-        q = ops.rmsnorm(q.reshape(T * H, D), L.q_norm, cfg.norm_eps).view(T, H, D)
-        k = ops.rmsnorm(k.reshape(T * KV, D), L.k_norm, cfg.norm_eps).view(T, KV, D)
-        return q, k, v
+    def qk_norms(self, L: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        return L.q_norm, L.k_norm  # one row per (token, head), inside Ops.qk_rope_attention

@@ -15,6 +15,10 @@ Why the two are equal (variant ``"gemma"``, the one Gemma files use):
   a piece spans ``"c▁"`` together). A pair across a cut never merges (its concatenation would be
   a piece spanning the cut), so the words merge independently and their ids concatenate to the
   reference's.
+* Long texts (:data:`spm_words.WORDS_MIN_CHARS` characters and more) are cut into words in
+  Python, each distinct word is BPE'd once and the ids looked up (``spm_words``, which proves
+  the ids equal the backend's whole-text call); a text that rules out (a special token left as
+  text), or a vocabulary whose added tokens do, is encoded by the backend whole.
 * A character that is not a piece falls back to its UTF-8 byte tokens in both, and never merges:
   no merge here has a byte token on either side (checked while the merge list is built; a
   vocabulary where one would, has its tokenizer encode with the reference instead).
@@ -35,6 +39,8 @@ tests/slow/test_tokenizer_fast_gemma.py prove the equality on the corpus and on 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -48,6 +54,14 @@ from verinfer.engine.tokenizer.spec import (
     TokenizerSpec,
 )
 from verinfer.engine.tokenizer.spm import SpmTokenizer
+from verinfer.engine.tokenizer.spm_words import (
+    CHUNK_CHARS,
+    WORDS_MIN_CHARS,
+    SpmWordEncoder,
+    joinable_pairs,
+    newline_cuts,
+    words_refusal,
+)
 from verinfer.errors import TokenizerError
 
 __all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
@@ -57,6 +71,8 @@ __all__ = ["FastSpmTokenizer", "fast_spm_refusal"]
 # Built backends are never reconfigured, so using them needs no lock.
 _BACKENDS: dict[tuple[TokenizerSpec, bool], Any] = {}
 _MERGES: dict[TokenizerSpec, Any] = {}
+# the word encoder of each backend (None: this vocabulary encodes whole), built with it
+_WORDS: dict[tuple[TokenizerSpec, bool], SpmWordEncoder | None] = {}
 _BUILD_LOCK = threading.Lock()
 # texts this long are cut at newlines and encoded in parallel (HF's batch runs on every core)
 PARALLEL_MIN_CHARS = 1 << 16
@@ -105,6 +121,9 @@ class FastSpmTokenizer(SpmTokenizer):
         # one pair of backends (a process that loads a model twice builds them once)
         self._key = dataclasses.replace(spec, chat_template=None)
         self._mine: dict[bool, Any] = {}  # parse_special -> backend (hashing the spec is slow)
+        self._mine_words: dict[bool, SpmWordEncoder | None] = {}
+        # False: long texts go to the backend whole, as before the word path (benchmarks)
+        self.word_path = True
         nl = self._token_to_id.get("\n")
         self._newline_cuts = nl is not None and self._types[nl] == TOKEN_USER_DEFINED and all(
             set(t) == {"\n"} for t, ty in zip(spec.tokens, self._types, strict=True)
@@ -123,6 +142,12 @@ class FastSpmTokenizer(SpmTokenizer):
         if backend is None:
             super()._encode_into(text, parse_special, out)
             return
+        if self.word_path and len(text) >= WORDS_MIN_CHARS:
+            words = self._mine_words.get(parse_special)
+            ids = words.encode(text) if words is not None else None
+            if ids is not None:
+                out.extend(ids)
+                return
         chunks = self._chunks(text) if len(text) >= PARALLEL_MIN_CHARS else [text]
         try:  # the batch call: no offsets (a third faster), chunks encoded in parallel
             for enc in backend.encode_batch_fast(chunks, add_special_tokens=False):
@@ -138,22 +163,8 @@ class FastSpmTokenizer(SpmTokenizer):
         match spans the cut); otherwise the text stays whole."""
         if not self._newline_cuts:
             return [text]
-        step = max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS)
-        chunks: list[str] = []
-        start = 0
-        while len(text) - start > step:
-            cut = text.find("\n", start + step)
-            while cut > 0 and text[cut - 1] == "\n":  # inside a run begun earlier: skip it
-                end = cut
-                while end < len(text) and text[end] == "\n":
-                    end += 1
-                cut = text.find("\n", end)
-            if cut < 0:
-                break
-            chunks.append(text[start:cut])
-            start = cut
-        chunks.append(text[start:])
-        return chunks
+        return newline_cuts(
+            text, max(len(text) // PARALLEL_CHUNKS, PARALLEL_MIN_CHARS // PARALLEL_CHUNKS))
 
     def _rust(self, parse_special: bool) -> Any | None:
         """The backend for one special-token mode, built on first use (prompts, with special
@@ -172,13 +183,38 @@ class FastSpmTokenizer(SpmTokenizer):
                             merges = _MERGES[self._key] = _REFERENCE
                     backend = _REFERENCE if merges is _REFERENCE else self._build(
                         merges, encode_special=not parse_special)
+                    _WORDS[slot] = None if merges is _REFERENCE else self._build_words(
+                        backend, merges, parse_special)
                     _BACKENDS[slot] = backend
                     if all((self._key, mode) in _BACKENDS for mode in (True, False)):
                         del _MERGES[self._key]  # both built: the list is not needed again
                     while len(_BACKENDS) > 4:  # two specs' worth; oldest first
+                        _WORDS.pop(next(iter(_BACKENDS)), None)
                         _BACKENDS.pop(next(iter(_BACKENDS)))
+                self._mine_words[parse_special] = _WORDS.get(slot)
             self._mine[parse_special] = backend
         return None if backend is _REFERENCE else backend
+
+    def _build_words(self, backend: Any, merges: list[tuple[str, str]],
+                     parse_special: bool) -> SpmWordEncoder | None:
+        """The word path of one backend (None where :func:`spm_words.words_refusal` rules it
+        out): a tokenizer sharing its BPE model with nothing else set, and its added tokens."""
+        import tokenizers
+
+        added = [(t.content, i, t.special)
+                 for i, t in backend.get_added_tokens_decoder().items()]
+        if words_refusal(added, self.spec.add_space_prefix) is not None:
+            return None
+        try:
+            return SpmWordEncoder(
+                tokenizers.Tokenizer(backend.model), added, parse_special=parse_special,
+                joins=joinable_pairs(merges),
+                # chunks of CHUNK_CHARS, cut where _chunks cuts (and under the same condition)
+                cut=functools.partial(newline_cuts, step=CHUNK_CHARS) if self._newline_cuts
+                else None)
+        except (re.error, RecursionError, OverflowError):
+            # an added-token trie too deep or large for ``re``: long texts go whole, as before
+            return None
 
     def _merge_list(self) -> list[tuple[str, str]]:
         pieces = self._piece_id

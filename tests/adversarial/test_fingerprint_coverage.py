@@ -1,0 +1,259 @@
+"""Attacks on committees while governance approves two engine fingerprints for one model (an
+image upgrade): a verifier judges only receipts under its own fingerprint and abstains on any
+other, so a committee must come from the verifiers declared for the receipt's fingerprint.
+One test per attack, on a real anvil through the Python bindings (docs/contracts.md
+"Fingerprint pools"):
+
+* the low-coverage cheat: sign a tampered receipt under the fingerprint fewest verifiers run;
+* declare after the seed: join the pool once blockhash(target) is public;
+* undeclare to dodge: leave the pool (or unbond) after the open to escape the vote;
+* verifiers leave after an honest operator signed: the operator must not be slashed.
+
+Each test also shows what the pre-fix rule (a draw over every verifier, live state, no delay)
+would have given, so it fails without the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+
+from verinfer.chain.anvil import Anvil, dev_accounts, increase_time, mine
+from verinfer.chain.bindings import Contracts, TxSender, vote_commitment
+from verinfer.chain.deploy import Deployment, deploy_all
+from verinfer.chain.errors import ContractRevertError
+from verinfer.chain.signing import sign_receipt_typed
+from verinfer.chain.stake import ensure_declared
+from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Role, Status, default_params
+from verinfer.receipts.eip712 import Domain, Receipt
+from verinfer.receipts.merkle import build_tree
+
+MODEL = hashlib.sha256(b"weights").digest()
+FP_OLD = hashlib.sha256(b"engine fingerprint: image v1").digest()  # 4 verifiers run it
+FP_NEW = hashlib.sha256(b"engine fingerprint: image v2").digest()  # approved, few run it
+ALL_VERIFIERS = b"\x00" * 32
+HONEST = hashlib.sha256(b"honest output").digest()
+TAMPERED = hashlib.sha256(b"tampered output").digest()
+P = default_params()
+
+
+@dataclass
+class Net:
+    w3: Web3
+    d: Deployment
+    gov: LocalAccount
+    operator: LocalAccount
+    challenger: LocalAccount
+    old: list[LocalAccount]  # verifiers running FP_OLD
+    new: LocalAccount  # a verifier running FP_NEW (registered, declared only where a test says)
+    spare: list[LocalAccount]
+
+    def as_(self, who: LocalAccount) -> Contracts:
+        return self.d.bind(self.w3, TxSender(self.w3, who))
+
+    @property
+    def view(self) -> Contracts:
+        return self.d.bind(self.w3)
+
+    def now(self) -> int:
+        return int(self.w3.eth.get_block("latest")["timestamp"])
+
+
+@pytest.fixture
+def net() -> Iterator[Net]:
+    with Anvil() as node:
+        w3 = node.web3()
+        a = dev_accounts(10)
+        d = deploy_all(w3, a[0], P)
+        n = Net(w3, d, a[0], a[1], a[2], a[3:7], a[7], a[8:10])
+        gov = n.as_(n.gov)
+        gov.config.approve(Kind.MODEL, MODEL)
+        gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_OLD)
+        gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_NEW)
+        gov.config.register_key_epoch(1, b"\x04" * 32, b"\x11" * 32, 2, 3)
+        n.as_(n.operator).stakes.register(Role.OPERATOR, 5 * ETHER)
+        for v in n.old:
+            n.as_(v).stakes.register(Role.VERIFIER, ETHER)
+            assert ensure_declared(n.as_(v), v.address, [FP_OLD]).declared == (FP_OLD,)
+        n.as_(n.new).stakes.register(Role.VERIFIER, ETHER)
+        assert n.view.stakes.coverage_notice() == COVERAGE_NOTICE
+        increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
+        yield n
+
+
+@dataclass
+class Opened:
+    cid: int
+    receipt: Receipt
+
+
+def _post(net: Net, fp: bytes, out: bytes, tag: bytes) -> tuple[Receipt, bytes, object, Domain]:
+    """A committed two-receipt batch under ``fp``, issued now; returns its first receipt."""
+    domain = Domain(chain_id=net.d.chain_id, verifying_contract=net.d.challenge_manager)
+    rs = [Receipt(operator=net.operator.address, chain_id=net.d.chain_id, model_id=MODEL,
+                  engine_fingerprint_hash=fp, req_hash=hashlib.sha256(tag + b"%d" % i).digest(),
+                  out_hash=out, key_epoch=1,
+                  ciphertext_hash=hashlib.sha256(b"ct" + tag + b"%d" % i).digest(),
+                  issued_at=net.now())
+          for i in range(2)]
+    tree = build_tree([r.digest(domain) for r in rs])
+    net.as_(net.operator).batches.commit_batch(tree.root, 2, "da://local/0x" + "ab" * 32)
+    return rs[0], tree.root, tree, domain
+
+
+def _open(net: Net, receipt: Receipt, root: bytes, tree: object, domain: Domain) -> int:
+    proof = tree.proof(0)  # type: ignore[attr-defined]
+    return net.as_(net.challenger).challenges.open_challenge(
+        receipt, sign_receipt_typed(receipt, domain, net.operator), root, proof.index,
+        proof.siblings, P.challenge_bond)
+
+
+def _post_and_open(net: Net, fp: bytes, out: bytes, tag: bytes) -> Opened:
+    receipt, root, tree, domain = _post(net, fp, out, tag)
+    return Opened(_open(net, receipt, root, tree, domain), receipt)
+
+
+def _vote(net: Net, cid: int, votes: dict[str, bytes | None]) -> None:
+    """Members commit and reveal ``votes[address]`` (None: the member does not take part)."""
+    by_addr = {v.address: v for v in [*net.old, net.new, *net.spare]}
+    salt = b"\x07" * 32
+    for addr, out in votes.items():
+        if out is not None:
+            net.as_(by_addr[addr]).challenges.commit_vote(
+                cid, vote_commitment(cid, addr, out, salt))
+    increase_time(net.w3, P.commit_period + 1)
+    for addr, out in votes.items():
+        if out is not None:
+            net.as_(by_addr[addr]).challenges.reveal_vote(cid, out, salt)
+    increase_time(net.w3, P.reveal_period + 1)
+    net.as_(net.challenger).challenges.resolve(cid)
+
+
+def _seed_and_snapshot(net: Net, cid: int) -> tuple[bytes, int]:
+    info = net.view.challenges.challenge(cid)
+    bh = bytes(net.w3.eth.get_block(info.target_block)["hash"])
+    return Web3.keccak(bh + cid.to_bytes(32, "big")), info.snapshot_block
+
+
+def _draw_from(net: Net, pool: bytes, seed: bytes, snapshot: int) -> list[str]:
+    """StakeRegistry.drawCommittee over ``pool`` (ALL_VERIFIERS: the pre-fix draw)."""
+    members, _, _ = net.view.stakes.contract.functions.drawCommittee(
+        pool, seed, snapshot, P.committee_size, net.challenger.address).call()
+    return [str(m) for m in members]
+
+
+def _rpc(w3: Web3, method: str, *params: object) -> object:
+    return w3.provider.make_request(method, list(params))["result"]  # type: ignore[arg-type]
+
+
+def test_low_coverage_cheat_is_slashed_not_inconclusive(net: Net) -> None:
+    """The operator signs a tampered receipt under FP_NEW, which only ``net.new`` runs.
+    Uncovered (nobody declared FP_NEW): the receipt is invalid on its face, slashed at open.
+    Covered by one verifier: the committee is that verifier, whose vote slashes. The pre-fix
+    draw over every verifier seats FP_OLD verifiers, who abstain: short of quorum."""
+    before = net.view.stakes.account_of(net.operator.address).stake
+    uncovered = _post_and_open(net, FP_NEW, TAMPERED, b"uncovered")
+    info = net.view.challenges.challenge(uncovered.cid)
+    assert info.status is Status.SLASHED and info.members == 0
+    assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
+
+    assert ensure_declared(net.as_(net.new), net.new.address, [FP_NEW]).declared == (FP_NEW,)
+    increase_time(net.w3, COVERAGE_NOTICE)
+    covered = _post_and_open(net, FP_NEW, TAMPERED, b"covered")
+    assert net.view.challenges.challenge(covered.cid).fingerprint_hash == FP_NEW
+    mine(net.w3, P.draw_delay_blocks + 1)
+    net.as_(net.challenger).challenges.draw_committee(covered.cid)
+    members = [m.account for m in net.view.challenges.committee(covered.cid)]
+    assert members == [net.new.address]
+    seed, snapshot = _seed_and_snapshot(net, covered.cid)
+    old_rule = _draw_from(net, ALL_VERIFIERS, seed, snapshot)
+    able = [m for m in old_rule if m == net.new.address]
+    assert len(able) * 10_000 < P.quorum_bps * len(old_rule)  # equal weights: no quorum possible
+    _vote(net, covered.cid, {net.new.address: HONEST})  # FP_NEW really gives HONEST
+    assert net.view.challenges.challenge(covered.cid).status is Status.SLASHED
+    assert net.view.stakes.account_of(net.operator.address).stake == before - 2 * P.slash_amount
+
+
+def test_declare_after_seed_is_never_drawn(net: Net) -> None:
+    """Once blockhash(target) is public, two heavy accounts register and declare FP_OLD.
+    The draw reads FP_OLD's pool at the open block: they are never seated, though a draw of
+    the live pool (the rule without checkpoints) seats them."""
+    opened = _post_and_open(net, FP_OLD, HONEST, b"grind")
+    mine(net.w3, P.draw_delay_blocks + 1)  # the seed exists now
+    for s in net.spare:
+        net.as_(s).stakes.register(Role.VERIFIER, 500 * ETHER)
+        ensure_declared(net.as_(s), s.address, [FP_OLD])
+    mine(net.w3, 1)
+    seed, snapshot = _seed_and_snapshot(net, opened.cid)
+    live = _draw_from(net, FP_OLD, seed, net.w3.eth.block_number - 1)
+    assert {s.address for s in net.spare} & set(live), "a live-state draw seats the newcomers"
+    net.as_(net.challenger).challenges.draw_committee(opened.cid)
+    members = {m.account for m in net.view.challenges.committee(opened.cid)}
+    assert members <= {v.address for v in net.old}
+    assert members == set(_draw_from(net, FP_OLD, seed, snapshot))
+
+
+def test_undeclare_to_dodge_does_not_escape(net: Net) -> None:
+    """After the open every FP_OLD verifier asks to leave FP_OLD and tries to unbond. The
+    committee is the one drawn without that; leaving early and unbonding below the minimum
+    revert; a member that then does not reveal pays the non-reveal penalty."""
+    opened = _post_and_open(net, FP_OLD, TAMPERED, b"dodge")
+    mine(net.w3, P.draw_delay_blocks + 1)
+    snap = _rpc(net.w3, "evm_snapshot")
+    net.as_(net.challenger).challenges.draw_committee(opened.cid)
+    baseline = net.view.challenges.committee(opened.cid)
+    assert _rpc(net.w3, "evm_revert", snap)
+    for v in net.old:
+        net.as_(v).stakes.undeclare_fingerprint(FP_OLD)
+        with pytest.raises(ContractRevertError) as e:
+            net.as_(v).stakes.complete_undeclare(v.address, FP_OLD)
+        assert e.value.error_name == "UndeclareNotReady"
+        with pytest.raises(ContractRevertError) as e:
+            net.as_(v).stakes.request_unbond(ETHER)
+        assert e.value.error_name == "DeclaredVerifierBelowMinimum"
+    assert net.view.stakes.coverage_at(FP_OLD, net.now()) == 0  # no new receipt may rely on them
+    net.as_(net.challenger).challenges.draw_committee(opened.cid)
+    members = net.view.challenges.committee(opened.cid)
+    assert members == baseline and len(members) == P.committee_size
+    dodger = members[0].account
+    stakes_before = {m.account: net.view.stakes.account_of(m.account).stake for m in members}
+    _vote(net, opened.cid, {m.account: (None if m.account == dodger else HONEST)
+                            for m in members})
+    for m in members:
+        penalty = P.non_reveal_penalty if m.account == dodger else 0
+        assert net.view.stakes.account_of(m.account).stake == stakes_before[m.account] - penalty
+
+
+def test_honest_operator_not_slashed_after_verifiers_leave(net: Net) -> None:
+    """An honest receipt is signed while FP_OLD is covered; then every FP_OLD verifier asks to
+    leave. A challenge at the end of the window is not an invalid receipt (coverage is read at
+    issuedAt), the leaving verifiers are still drawn and dismiss it. A receipt signed after
+    they asked to leave is uncovered, which the operator can see (``is_covered_at``) and must
+    refuse to sign: it is slashed at open."""
+    receipt, root, tree, domain = _post(net, FP_OLD, HONEST, b"honest")
+    assert net.view.stakes.is_covered_at(FP_OLD, receipt.issued_at)
+    increase_time(net.w3, 1)
+    for v in net.old:
+        net.as_(v).stakes.undeclare_fingerprint(FP_OLD)
+    # receipts from now + notice on are uncovered; the operator sees it that long ahead
+    assert not net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE)
+    assert net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE - 2)
+    increase_time(net.w3, P.challenge_window - 60)  # the end of the receipt's window
+    before = net.view.stakes.account_of(net.operator.address).stake
+    cid = _open(net, receipt, root, tree, domain)
+    assert net.view.challenges.challenge(cid).status is Status.AWAITING_DRAW
+    mine(net.w3, P.draw_delay_blocks + 1)
+    net.as_(net.challenger).challenges.draw_committee(cid)
+    members = net.view.challenges.committee(cid)
+    assert len(members) == P.committee_size
+    _vote(net, cid, {m.account: HONEST for m in members})
+    assert net.view.challenges.challenge(cid).status is Status.DISMISSED
+    assert net.view.stakes.account_of(net.operator.address).stake == before
+
+    late = _post_and_open(net, FP_OLD, HONEST, b"late")
+    assert net.view.challenges.challenge(late.cid).status is Status.SLASHED

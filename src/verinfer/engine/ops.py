@@ -269,18 +269,23 @@ class InvariantOps:
         return g
 
     def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
-        if g.mixed and x.shape[0] <= 4:  # each part's own GEMV: the separate calls' bits
-            packed = [p.packed for p in g.parts if p.packed is not None]
-            qtypes = [p.qtype for p in g.parts if p.qtype is not None]
-            y = self.k.linear_quant_packed_multi(x, packed, qtypes, g.splits, g.parts[0].shape[1])
-            return list(y.split(g.splits, dim=1))
-        if g.packed is None:
+        if not self._one_call(x, g):
             return [self.linear(x, p) for p in g.parts]
         return list(self._group_out(x, g).split(g.splits, dim=1))
 
+    @staticmethod
+    def _one_call(x: torch.Tensor, g: MatrixGroup) -> bool:
+        """Whether the group runs as one call: one packed matrix, or a mixed group at decode
+        size (M <= 4: linear_quant_packed_multi, each part's own GEMV)."""
+        return g.packed is not None or (g.mixed and x.shape[0] <= 4)
+
     def _group_out(self, x: torch.Tensor, g: MatrixGroup) -> torch.Tensor:
-        """The grouped call's one output [T, g.n] (g.packed is set)."""
-        assert g.packed is not None
+        """The grouped call's one output [T, sum of the parts' n] (``_one_call`` holds)."""
+        if g.packed is None:  # mixed: the separate calls' bits
+            packed = [p.packed for p in g.parts if p.packed is not None]
+            qtypes = [p.qtype for p in g.parts if p.qtype is not None]
+            return self.k.linear_quant_packed_multi(x, packed, qtypes, g.splits,
+                                                    g.parts[0].shape[1])
         if g.qtype is not None:
             return self.k.linear_quant_packed(x, g.packed, g.qtype, g.n, g.k)
         return self.k.linear_packed(x, g.packed, g.n)
@@ -303,7 +308,7 @@ class InvariantOps:
         return self.f.glu(y, act)
 
     def linear_glu(self, x: torch.Tensor, g: MatrixGroup, act: GluAct) -> torch.Tensor:
-        if g.packed is not None and len(g.parts) == 2 and g.splits[0] == g.splits[1]:
+        if self._one_call(x, g) and len(g.parts) == 2 and g.splits[0] == g.splits[1]:
             return self.f.glu(self._group_out(x, g), act)
         gate, up = (self.linear(x, p) for p in g.parts)
         return (self.k.silu_mul if act == "silu" else self.k.gelu_tanh_mul)(gate, up)
@@ -313,7 +318,7 @@ class InvariantOps:
         return self.f.add_rmsnorm_(x, o, post, nxt, eps)
 
     def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
-        if g.packed is None:
+        if not self._one_call(x, g):
             return [self.linear(x, p) for p in g.parts]
         return [self._group_out(x, g)]
 

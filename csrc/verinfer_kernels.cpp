@@ -43,6 +43,44 @@
 
 namespace vi {
 
+// Packed quantized panels. Every format is repacked at load into panels of kPNR = 32 output rows
+// and blocks of 32 consecutive k, k-major inside the block so that 16 rows' weights at one k are
+// 16 consecutive lanes; each block decodes, one k at a time, to exactly the fp32 values
+// gguf.quants.dequantize gives, which then feed the same sequential fmaf chain as fp32 panels.
+// A panel is a run of units (a unit: one 32-k block, or for the K-quants one 256-k super-block
+// holding a header and 8 blocks' data), so every layout reads the file's bytes and little more.
+// One templated tile (qtile) and one dequantizer (dequant_panels) serve every format; a format is
+// only its block decoder (Dec* in the VI_BODY section). Layouts, per unit of 32 rows:
+//   kQ8   32 k: fp16 d per row (64 B), then int8 q[kk][row]: w = float(q) * d. 1088 B (Q8_0).
+//   kQ41  32 k: fp16 d, fp16 m per row, 16 x 32 bytes [kp][row] whose low nibble is q at k = kp
+//         and high nibble q at k = kp + 16 (GGUF's nibble order); w = fmaf(q, d, m). 640 B.
+//   kQ5   32 k: fp16 d per row (64 B); per k a 32-bit word whose bit `row` is set when the row's
+//         5th bit is CLEAR, i.e. when gguf's q5 - 16 = nibble - 16 (128 B); then nibbles as kQ41
+//         (512 B). w = float(nibble - 16 * bit) * d, gguf's float(q5 - 16) * d. 704 B = the
+//         file's 22 B per 32 weights; the bit is inverted so that AVX-512 merges it with one
+//         masked subtract and AVX2 with one blend on the sign bit.
+//   kQ4K  256 k: fp16 d, fp16 -dmin per row (128 B), then the 8 sub-blocks' 6-bit sc and m as
+//         bytes [sub][row] (256 + 256 B), then 8 x 512 B of nibbles as kQ41. The kernel forms
+//         float(sc) * d and float(m) * -dmin per block (both exact: fp16 x 6 bits < 24 bits, so
+//         they are gguf's float32 products), then w = fmaf(q, d*sc, -(dmin*m)), which is gguf's
+//         d*sc*q - dmin*m: the product is exact (fp16 x 6-bit x 4-bit), so both round once, at
+//         the same place. 4736 B (0.58 B/weight; the file 0.5625).
+//   kQ6K  256 k: fp16 d per row (64 B), int8 sc [16][row] (one per 16 k, 512 B), then 8 x 1024 B
+//         of int8 q6 - 32 [kk][row]; the kernel forms float(sc) * d (exact: 11 x 8 bits), then
+//         w = float(q) * (d * sc), gguf's order. 8768 B (1.07 B/weight; the file 0.82).
+enum PanelFmt : int { kQ8 = 0, kQ41 = 1, kQ4K = 2, kQ6K = 3, kQ5 = 4 };
+constexpr int kNumFmts = 5;
+constexpr int64_t kPNR = 32;
+constexpr int64_t kQBlk = 2 * kPNR + 32 * kPNR;                 // 1088
+constexpr int64_t kQ41Blk = 4 * kPNR + 16 * kPNR;               // 640
+constexpr int64_t kQ5Blk = 2 * kPNR + 4 * 32 + 16 * kPNR;       // 704
+constexpr int64_t kQ4KHdr = 4 * kPNR + 16 * kPNR;               // 640: d, dmin, sc[8], m[8]
+constexpr int64_t kQ4KSb = kQ4KHdr + 8 * 16 * kPNR;             // 4736
+constexpr int64_t kQ6KHdr = 2 * kPNR + 16 * kPNR;               // 576: d, sc[16]
+constexpr int64_t kQ6KSb = kQ6KHdr + 8 * 32 * kPNR;             // 8768
+constexpr int64_t kUnitK[kNumFmts] = {32, 32, 256, 256, 32};    // k per unit
+constexpr int64_t kUnitBytes[kNumFmts] = {kQBlk, kQ41Blk, kQ4KSb, kQ6KSb, kQ5Blk};
+
 // Function table of one ISA path. Block functions take pointers already offset to the block.
 struct Kern {
   // y[m, n] = dot16(x[m], w[n], K) for m < M, n < N (row strides ldx, ldw, ldy in elements)
@@ -69,35 +107,12 @@ struct Kern {
   void (*gemv_p)(const float* xp, int64_t M, int64_t K, const float* wp, int64_t ps, int64_t cw, int64_t nv,
                  float* y, int64_t ldy);
   // the same on packed quantized panels of format f (PanelFmt; panel stride psb bytes)
-  void (*gemv_q[4])(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
+  void (*gemv_q[kNumFmts])(const float* xp, int64_t M, int64_t K, const uint8_t* wp, int64_t psb, int64_t cw, int64_t nv,
                     float* y, int64_t ldy);
   // np packed panels of format f -> np fp32 panels [np][K][32], the exact GGUF values
-  void (*dequant_q[4])(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
+  void (*dequant_q[kNumFmts])(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out);
 };
 
-// Packed quantized panels. Every format is repacked at load into blocks of 32 consecutive k of
-// kPNR = 32 output rows (a panel), k-major inside the block so that 16 rows' weights at one k are
-// 16 consecutive lanes; each block decodes, one k at a time, to exactly the fp32 values
-// gguf.quants.dequantize gives, which then feed the same sequential fmaf chain as fp32 panels.
-// One templated tile (qtile) and one dequantizer (dequant_panels) serve every format; a format is
-// only its block decoder (Dec* in the VI_BODY section). Block layouts, per 32 k x 32 rows:
-//   kQ8   int8 q, fp16 d per row: w = float(q) * d. Holds Q8_0 as stored and Q5_0 widened to
-//         int8 (q5 - 16, which is what gguf multiplies by d): 64 B of d, then q[kk][row]. 1088 B.
-//   kQ41  Q4_1: fp16 d, fp16 m per row, 16 x 32 bytes [kp][row] whose low nibble is q at k = kp
-//         and high nibble q at k = kp + 16 (GGUF's nibble order); w = fmaf(q, d, m). 640 B.
-//   kQ4K  Q4_K: per row the sub-block's fp32 d * sc and -(dmin * m), computed at pack time with
-//         gguf's own float32 products, then nibbles as kQ41; w = fmaf(q, d*sc, -(dmin*m)), which
-//         is gguf's d*sc*q - dmin*m: the product is exact (fp16 x 6-bit x 4-bit < 24 bits), so
-//         both round once, at the same place. 768 B.
-//   kQ6K  Q6_K: per row two fp32 d * sc (one per 16 k, gguf's float32 product), then int8
-//         q6 - 32 [kk][row]; w = float(q) * (d * sc), gguf's order. 1280 B.
-enum PanelFmt : int { kQ8 = 0, kQ41 = 1, kQ4K = 2, kQ6K = 3 };
-constexpr int64_t kPNR = 32;
-constexpr int64_t kQBlk = 2 * kPNR + 32 * kPNR;     // 1088
-constexpr int64_t kQ41Blk = 4 * kPNR + 16 * kPNR;   // 640
-constexpr int64_t kQ4KBlk = 8 * kPNR + 16 * kPNR;   // 768
-constexpr int64_t kQ6KBlk = 8 * kPNR + 32 * kPNR;   // 1280
-constexpr int64_t kPanelBlkBytes[4] = {kQBlk, kQ41Blk, kQ4KBlk, kQ6KBlk};
 struct F32Panels {};  // gemv_run's tag for plain fp32 panels
 
 // Large-M K-blocking: slices of kKBlock floats of x rows stay in L1 (only when K > kKBlockAbove).
@@ -138,6 +153,13 @@ struct V {
     __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
     w = _mm512_and_si512(_mm512_srl_epi32(w, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15));
     return {_mm512_fmadd_ps(_mm512_cvtepi32_ps(w), d.v, m.v)};
+  }
+  // float(nibble - 16 * bit) * d, 16 weights: nibbles as q41; bits: 16 bits, lane i = bit i
+  static V q5(const uint8_t* q, int shift, const uint8_t* bits, V d) {
+    __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    w = shift ? _mm512_srli_epi32(w, 4) : _mm512_and_si512(w, _mm512_set1_epi32(15));
+    w = _mm512_mask_sub_epi32(w, static_cast<__mmask16>(load_u16(bits)), w, _mm512_set1_epi32(16));
+    return {_mm512_mul_ps(_mm512_cvtepi32_ps(w), d.v)};
   }
 };
 // Fold 16 accumulators at once with the dot16 tree, transposed across registers (the same
@@ -215,6 +237,25 @@ struct V {
     return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(w0), d.lo, m.lo),
             _mm256_fmadd_ps(_mm256_cvtepi32_ps(w1), d.hi, m.hi)};
   }
+  static V q5(const uint8_t* q, int shift, const uint8_t* bits, V d) {
+    // each 32-bit lane holds the 16 bits twice; shifting lane i left by 31 - i puts bit i in the
+    // sign, which blendv reads: nibble - 16 where set
+    const __m256i b = _mm256_set1_epi16(static_cast<short>(load_u16(bits)));
+    const __m256i s0 = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+    const __m256i s1 = _mm256_setr_epi32(23, 22, 21, 20, 19, 18, 17, 16);
+    const __m256i f = _mm256_set1_epi32(15), sixteen = _mm256_set1_epi32(16);
+    __m256i w0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+    __m256i w1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8)));
+    w0 = shift ? _mm256_srli_epi32(w0, 4) : _mm256_and_si256(w0, f);
+    w1 = shift ? _mm256_srli_epi32(w1, 4) : _mm256_and_si256(w1, f);
+    const __m256 m0 = _mm256_castsi256_ps(_mm256_sllv_epi32(b, s0));
+    const __m256 m1 = _mm256_castsi256_ps(_mm256_sllv_epi32(b, s1));
+    w0 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(w0),
+                                              _mm256_castsi256_ps(_mm256_sub_epi32(w0, sixteen)), m0));
+    w1 = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(w1),
+                                              _mm256_castsi256_ps(_mm256_sub_epi32(w1, sixteen)), m1));
+    return {_mm256_mul_ps(_mm256_cvtepi32_ps(w0), d.lo), _mm256_mul_ps(_mm256_cvtepi32_ps(w1), d.hi)};
+  }
 };
 static inline __attribute__((always_inline)) void reduce(const V* acc, int n, float* out) {
   for (int i = 0; i < n; ++i) {
@@ -276,6 +317,13 @@ struct V {
   static V q41(const uint8_t* q, int shift, const V& d, const V& m) {
     V r;
     for (int i = 0; i < 16; ++i) r.l[i] = std::fma(static_cast<float>((q[i] >> shift) & 15), d.l[i], m.l[i]);
+    return r;
+  }
+  static V q5(const uint8_t* q, int shift, const uint8_t* bits, const V& d) {
+    const uint16_t b = load_u16(bits);
+    V r;
+    for (int i = 0; i < 16; ++i)
+      r.l[i] = static_cast<float>(((q[i] >> shift) & 15) - 16 * ((b >> i) & 1)) * d.l[i];
     return r;
   }
 };
@@ -683,12 +731,12 @@ at::Tensor pack_f32(const at::Tensor& w) {
   return out;
 }
 
-// ---- GGUF block types -> packed panels (layouts at PanelFmt). pack(row, j, blk, i) writes row i
-// of the panel block for k = 32 j .. 32 j + 31, reading the GGUF row `row` (all its blocks).
+// ---- GGUF block types -> packed panels (layouts at PanelFmt). pack(row, j, unit, i) writes row i
+// of the panel's 32-k block j (k = 32 j .. 32 j + 31) into `unit`, the panel unit holding that
+// block, reading the GGUF row `row` (all its blocks).
 static inline float half_bits_to_float(const uint8_t* p) {
   return static_cast<float>(c10::Half(load_u16(p), c10::Half::from_bits()));
 }
-static inline void store_f32(uint8_t* p, float f) { std::memcpy(p, &f, 4); }
 
 static void pack_q8_0_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
   const uint8_t* src = row + j * 34;  // fp16 d, 32 x int8 q
@@ -700,10 +748,10 @@ static void pack_q5_0_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t
   uint32_t qh;
   std::memcpy(&qh, src + 2, 4);
   std::memcpy(blk + 2 * i, src, 2);
-  for (int64_t kk = 0; kk < 32; ++kk) {
-    const int q = ((src[6 + (kk & 15)] >> (kk < 16 ? 0 : 4)) & 15) | (((qh >> kk) & 1) << 4);
-    blk[2 * kPNR + kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>(q - 16));  // gguf: d * (q - 16)
-  }
+  uint8_t* bits = blk + 2 * kPNR;  // word kk, bit i: row i's 5th bit at k = kk is clear
+  for (int64_t kk = 0; kk < 32; ++kk)
+    if (!((qh >> kk) & 1)) bits[4 * kk + i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  for (int64_t kp = 0; kp < 16; ++kp) blk[2 * kPNR + 4 * 32 + kp * kPNR + i] = src[6 + kp];  // GGUF's order
 }
 static void pack_q4_1_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
   const uint8_t* src = row + j * 20;  // fp16 d, fp16 m, 16 B: byte kp = q[kp] | q[kp + 16] << 4
@@ -711,7 +759,7 @@ static void pack_q4_1_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t
   std::memcpy(blk + 2 * kPNR + 2 * i, src + 2, 2);
   for (int64_t kp = 0; kp < 16; ++kp) blk[4 * kPNR + kp * kPNR + i] = src[4 + kp];
 }
-static void pack_q4_k_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+static void pack_q4_k_block(const uint8_t* row, int64_t j, uint8_t* sbo, int64_t i) {
   // super-block of 256: fp16 d, fp16 dmin, 12 B of 6-bit (sc, m) for 8 sub-blocks, 128 B nibbles
   const uint8_t* sb = row + (j / 8) * 144;
   const int64_t sub = j % 8;
@@ -723,27 +771,30 @@ static void pack_q4_k_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t
     sc = (b[sub + 4] & 15) | ((b[sub - 4] >> 2) & 0x30);
     m = (b[sub + 4] >> 4) | ((b[sub] >> 2) & 0x30);
   }
-  store_f32(blk + 4 * i, half_bits_to_float(sb) * static_cast<float>(sc));
-  store_f32(blk + 4 * kPNR + 4 * i, -(half_bits_to_float(sb + 2) * static_cast<float>(m)));
+  std::memcpy(sbo + 2 * i, sb, 2);
+  const uint16_t ndmin = static_cast<uint16_t>(load_u16(sb + 2) ^ 0x8000u);  // -dmin: exact (sign bit)
+  std::memcpy(sbo + 2 * kPNR + 2 * i, &ndmin, 2);
+  sbo[4 * kPNR + sub * kPNR + i] = static_cast<uint8_t>(sc);
+  sbo[12 * kPNR + sub * kPNR + i] = static_cast<uint8_t>(m);
   const uint8_t* qs = sb + 16 + 32 * (sub / 2);  // sub-block 2c: low nibbles of qs[32c ..], 2c+1: high
   const int sh = 4 * static_cast<int>(sub & 1);
+  uint8_t* blk = sbo + kQ4KHdr + sub * 16 * kPNR;
   for (int64_t kp = 0; kp < 16; ++kp)
-    blk[8 * kPNR + kp * kPNR + i] =
-        static_cast<uint8_t>(((qs[kp] >> sh) & 15) | (((qs[kp + 16] >> sh) & 15) << 4));
+    blk[kp * kPNR + i] = static_cast<uint8_t>(((qs[kp] >> sh) & 15) | (((qs[kp + 16] >> sh) & 15) << 4));
 }
-static void pack_q6_k_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+static void pack_q6_k_block(const uint8_t* row, int64_t j, uint8_t* sbo, int64_t i) {
   // super-block of 256: 128 B low nibbles, 64 B 2-bit highs, 16 int8 scales (one per 16), fp16 d
   const uint8_t* sb = row + (j / 8) * 210;
   const uint8_t *ql = sb, *qh = sb + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(sb + 192);
-  const float d = half_bits_to_float(sb + 208);
-  const int64_t kb = (j % 8) * 32;
-  store_f32(blk + 4 * i, d * static_cast<float>(sc[kb / 16]));
-  store_f32(blk + 4 * kPNR + 4 * i, d * static_cast<float>(sc[kb / 16 + 1]));
+  const int64_t sub = j % 8, kb = sub * 32;
+  std::memcpy(sbo + 2 * i, sb + 208, 2);
+  sbo[2 * kPNR + (2 * sub) * kPNR + i] = sb[192 + 2 * sub];
+  sbo[2 * kPNR + (2 * sub + 1) * kPNR + i] = sb[192 + 2 * sub + 1];
+  uint8_t* blk = sbo + kQ6KHdr + sub * 32 * kPNR;
   for (int64_t kk = 0; kk < 32; ++kk) {  // gguf.quants.Q6_K.dequantize_blocks' index order
     const int64_t k = kb + kk, h = k / 128, r = k % 128;
     const int lo = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 15, hi = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
-    blk[8 * kPNR + kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>((lo | (hi << 4)) - 32));
+    blk[kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>((lo | (hi << 4)) - 32));
   }
 }
 
@@ -751,10 +802,10 @@ struct GgufType {
   const char* name;
   int64_t blk_k, blk_bytes;  // weights and bytes of one GGUF block
   PanelFmt fmt;
-  void (*pack)(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i);
+  void (*pack)(const uint8_t* row, int64_t j, uint8_t* unit, int64_t i);
 };
 static const GgufType kGgufTypes[] = {
-    {"Q8_0", 32, 34, kQ8, pack_q8_0_block},    {"Q5_0", 32, 22, kQ8, pack_q5_0_block},
+    {"Q8_0", 32, 34, kQ8, pack_q8_0_block},    {"Q5_0", 32, 22, kQ5, pack_q5_0_block},
     {"Q4_1", 32, 20, kQ41, pack_q4_1_block},   {"Q4_K", 256, 144, kQ4K, pack_q4_k_block},
     {"Q6_K", 256, 210, kQ6K, pack_q6_k_block},
 };
@@ -771,15 +822,16 @@ at::Tensor pack_quant(const at::Tensor& wq, const std::string& qtype, int64_t K)
   TORCH_CHECK(K > 0 && K % t.blk_k == 0, qtype, " needs K % ", t.blk_k, " == 0, got K=", K);
   const int64_t ldw = K / t.blk_k * t.blk_bytes;
   TORCH_CHECK(wq.size(1) == ldw, "wq rows must be ", ldw, " bytes for ", qtype, " with K=", K, ", got ", wq.size(1));
-  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32, bb = kPanelBlkBytes[t.fmt];
+  const int64_t N = wq.size(0), P = (N + kPNR - 1) / kPNR, nb = K / 32;
+  const int64_t uk = kUnitK[t.fmt] / 32, ub = kUnitBytes[t.fmt], nu = nb / uk;
   TORCH_CHECK(N > 0, "wq must be non-empty");
-  at::Tensor out = at::zeros({P, nb, bb}, wq.options());  // padding rows: all zero, so w = 0
+  at::Tensor out = at::zeros({P, nu, ub}, wq.options());  // padding rows: all zero, so w = 0
   const uint8_t* src = wq.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
   at::parallel_for(0, P, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p)
       for (int64_t i = 0; i < kPNR && p * kPNR + i < N; ++i)
-        for (int64_t j = 0; j < nb; ++j) t.pack(src + (p * kPNR + i) * ldw, j, dst + (p * nb + j) * bb, i);
+        for (int64_t j = 0; j < nb; ++j) t.pack(src + (p * kPNR + i) * ldw, j, dst + (p * nu + j / uk) * ub, i);
   });
   return out;
 }
@@ -867,13 +919,14 @@ constexpr int64_t kSerialGemvBytes = 1 << 20;
 at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const std::string& qtype, int64_t n,
                                int64_t K) {
   const GgufType& gt = gguf_type(qtype);
-  const int64_t bb = kPanelBlkBytes[gt.fmt];
+  const int64_t uk = kUnitK[gt.fmt], ub = kUnitBytes[gt.fmt];
   check_f32(x, "x", 2);
   TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
-                  wqp.size(2) == bb,
-              "wqp must be a contiguous uint8 CPU tensor [P, K/32, ", bb, "] (from pack_quant(..., '", qtype, "'))");
+                  wqp.size(2) == ub,
+              "wqp must be a contiguous uint8 CPU tensor [P, K/", uk, ", ", ub, "] (from pack_quant(..., '", qtype,
+              "'))");
   TORCH_CHECK(K > 0 && K % gt.blk_k == 0, qtype, " needs K % ", gt.blk_k, " == 0, got K=", K);
-  TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / 32, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * 32,
+  TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / uk, "x has K=", x.size(1), ", wqp has K=", wqp.size(1) * uk,
               ", K=", K);
   const int64_t M = x.size(0), P = wqp.size(0), N = check_packed_n(n, P);
   at::Tensor y = at::empty({M, N}, x.options());
@@ -881,7 +934,7 @@ at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const
   const Kern& kn = kern();
   const uint8_t* w = wqp.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  const int64_t psb = K / 32 * bb, ps = K * kPNR;
+  const int64_t psb = K / uk * ub, ps = K * kPNR;
   if (M <= kGemvMaxRows) {  // memory-bound decode: decode each block on the fly, fused with the FMAs
     at::Tensor xt = M == 1 ? x : pack_x(x, M);
     const float* xp = xt.data_ptr<float>();
@@ -918,6 +971,61 @@ at::Tensor linear_quant_packed(const at::Tensor& x, const at::Tensor& wqp, const
                 yp + p0 * kPNR, N);
     }
   });
+  return y;
+}
+// Decode (M <= 4) over several packed quantized matrices of one K, of any formats, in ONE call
+// and one parallel region: y [M, sum n], part i's outputs in its own columns. Each part runs
+// linear_quant_packed's GEMV on its own panels, so every output is the separate call's bits;
+// only who computes which panels changes (Gemma 3: q, k Q5_0 and v Q8_0 are two layouts).
+at::Tensor linear_quant_packed_multi(const at::Tensor& x, const std::vector<at::Tensor>& wqps,
+                                     const std::vector<std::string>& qtypes, const std::vector<int64_t>& ns,
+                                     int64_t K) {
+  check_f32(x, "x", 2);
+  TORCH_CHECK(!wqps.empty() && wqps.size() == qtypes.size() && wqps.size() == ns.size(),
+              "wqps, qtypes and ns must be non-empty lists of one length, got ", wqps.size(), ", ", qtypes.size(),
+              ", ", ns.size());
+  const int64_t M = x.size(0);
+  TORCH_CHECK(M <= kGemvMaxRows, "linear_quant_packed_multi is the decode path (M <= ", kGemvMaxRows, "), got M=", M);
+  struct Seg {
+    const uint8_t* w;
+    int64_t psb, P, N, p0, col;
+    std::remove_reference_t<decltype(Kern::gemv_q[0])> gemv;
+  };
+  std::vector<Seg> segs;
+  int64_t T = 0, Ntot = 0, bytes = 0;
+  const Kern& kn = kern();
+  for (size_t i = 0; i < wqps.size(); ++i) {
+    const GgufType& gt = gguf_type(qtypes[i]);
+    const at::Tensor& wqp = wqps[i];
+    const int64_t uk = kUnitK[gt.fmt], ub = kUnitBytes[gt.fmt];
+    TORCH_CHECK(wqp.device().is_cpu() && wqp.scalar_type() == at::kByte && wqp.is_contiguous() && wqp.dim() == 3 &&
+                    wqp.size(2) == ub,
+                "wqps[", i, "] must be a contiguous uint8 CPU tensor [P, K/", uk, ", ", ub, "] (from pack_quant(..., '",
+                qtypes[i], "'))");
+    TORCH_CHECK(K > 0 && K % gt.blk_k == 0, qtypes[i], " needs K % ", gt.blk_k, " == 0, got K=", K);
+    TORCH_CHECK(x.size(1) == K && wqp.size(1) == K / uk, "x has K=", x.size(1), ", wqps[", i,
+                "] has K=", wqp.size(1) * uk, ", K=", K);
+    const int64_t P = wqp.size(0), N = check_packed_n(ns[i], P), psb = K / uk * ub;
+    segs.push_back({wqp.data_ptr<uint8_t>(), psb, P, N, T, Ntot, kn.gemv_q[gt.fmt]});
+    T += P, Ntot += N, bytes += P * psb;
+  }
+  at::Tensor y = at::empty({M, Ntot}, x.options());
+  if (M == 0) return y;
+  at::Tensor xt = M == 1 ? x : pack_x(x, M);
+  const float* xp = xt.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const auto run = [&](int64_t b, int64_t e) {  // panels [b, e) of the parts' panels in order
+    for (const Seg& g : segs) {
+      const int64_t lb = std::max(b, g.p0) - g.p0, le = std::min(e, g.p0 + g.P) - g.p0;
+      if (lb >= le) continue;
+      g.gemv(xp, M, K, g.w + lb * g.psb, g.psb, (le - lb) * kPNR, std::min(g.N, le * kPNR) - lb * kPNR,
+             yp + g.col + lb * kPNR, Ntot);
+    }
+  };
+  if (g_pool_enabled.load(std::memory_order_relaxed))
+    par_ranges(T, bytes < kSerialSpinBytes ? 1 : kGemvTasksPerThread * at::get_num_threads(), run);
+  else
+    at::parallel_for(0, T, bytes < kSerialGemvBytes ? T : 1, run);
   return y;
 }
 at::Tensor linear_q8_0_packed(const at::Tensor& x, const at::Tensor& wqp, int64_t n, int64_t K) {
@@ -976,6 +1084,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
   m.def("pack_quant", &vi::pack_quant, rel());
   m.def("linear_quant_packed", &vi::linear_quant_packed, rel());
+  m.def("linear_quant_packed_multi", &vi::linear_quant_packed_multi, rel());
   m.def("set_spin_pool", &vi::set_spin_pool, rel());
   m.def("sample_rows", &vi::sample_rows, rel());
   m.def("exp64", &vi::exp64_tensor, rel());
@@ -1268,61 +1377,84 @@ static void ptile(const float* xp, const float* w, int64_t ps, int64_t kc, float
   }
   acc_out<MR, NV>(acc, y, ldy, cols);
 }
-// ---- block decoders (layouts at PanelFmt). scales(blk, col): the per-row constants of the
-// block's columns col .. col + 15; weight<H>(blk, col, i, s): their 16 weights at k = 16 H + i of
-// the block, bit-equal to gguf.quants.dequantize. H is a template argument so that every shift
-// and offset is a constant.
+// ---- block decoders (layouts at PanelFmt). blk(panel, b): the weight data of 32-k block b of a
+// panel (linear in the panel pointer); scales(panel, b, col): the per-row constants of block b's
+// columns col .. col + 15; weight<H>(blk, col, i, s): their 16 weights at k = 16 H + i of the
+// block, bit-equal to gguf.quants.dequantize. H is a template argument so that every shift and
+// offset is a constant.
 #define VI_INLINE static inline __attribute__((always_inline))
 struct DecQ8 {
-  static constexpr int64_t kBytes = kQBlk;
   struct S {
     V d;
   };
-  VI_INLINE S scales(const uint8_t* blk, int64_t col) { return {V::h16(blk + 2 * col)}; }
+  VI_INLINE const uint8_t* blk(const uint8_t* p, int64_t b) { return p + b * kQBlk + 2 * kPNR; }
+  VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) { return {V::h16(p + b * kQBlk + 2 * col)}; }
   template <int H>
   VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
-    return V::q8(reinterpret_cast<const int8_t*>(blk + 2 * kPNR + (16 * H + i) * kPNR + col), s.d);
+    return V::q8(reinterpret_cast<const int8_t*>(blk + (16 * H + i) * kPNR + col), s.d);
   }
 };
 struct DecQ41 {
-  static constexpr int64_t kBytes = kQ41Blk;
   struct S {
     V d, m;
   };
-  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
-    return {V::h16(blk + 2 * col), V::h16(blk + 2 * kPNR + 2 * col)};
+  VI_INLINE const uint8_t* blk(const uint8_t* p, int64_t b) { return p + b * kQ41Blk + 4 * kPNR; }
+  VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) {
+    p += b * kQ41Blk;
+    return {V::h16(p + 2 * col), V::h16(p + 2 * kPNR + 2 * col)};
   }
   template <int H>
   VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
-    return V::q41(blk + 4 * kPNR + i * kPNR + col, 4 * H, s.d, s.m);
+    return V::q41(blk + i * kPNR + col, 4 * H, s.d, s.m);
+  }
+};
+struct DecQ5 {
+  struct S {
+    V d;
+  };
+  VI_INLINE const uint8_t* blk(const uint8_t* p, int64_t b) { return p + b * kQ5Blk + 2 * kPNR; }
+  VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) { return {V::h16(p + b * kQ5Blk + 2 * col)}; }
+  template <int H>
+  VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {  // blk: the 32 bit words
+    return V::q5(blk + 4 * 32 + i * kPNR + col, 4 * H, blk + 4 * (16 * H + i) + col / 8, s.d);
   }
 };
 struct DecQ4K {
-  static constexpr int64_t kBytes = kQ4KBlk;
   struct S {
-    V d, m;
+    V d, m;  // d * sc, -(dmin * m)
   };
-  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
-    const float* f = reinterpret_cast<const float*>(blk);
-    return {V::load(f + col), V::load(f + kPNR + col)};
+  VI_INLINE const uint8_t* blk(const uint8_t* p, int64_t b) {
+    return p + (b >> 3) * kQ4KSb + kQ4KHdr + (b & 7) * 16 * kPNR;
+  }
+  VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) {
+    p += (b >> 3) * kQ4KSb;
+    const int64_t sub = b & 7;
+    const V d = V::h16(p + 2 * col), ndmin = V::h16(p + 2 * kPNR + 2 * col);  // stored negated
+    // sc, m < 64: their bytes read as int8 are the same numbers
+    return {V::q8(reinterpret_cast<const int8_t*>(p + 4 * kPNR + sub * kPNR + col), d),
+            V::q8(reinterpret_cast<const int8_t*>(p + 12 * kPNR + sub * kPNR + col), ndmin)};
   }
   template <int H>
   VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
-    return V::q41(blk + 8 * kPNR + i * kPNR + col, 4 * H, s.d, s.m);
+    return V::q41(blk + i * kPNR + col, 4 * H, s.d, s.m);
   }
 };
 struct DecQ6K {
-  static constexpr int64_t kBytes = kQ6KBlk;
   struct S {
-    V d0, d1;  // k = 0..15, 16..31 of the block
+    V d0, d1;  // d * sc for k = 0..15, 16..31 of the block
   };
-  VI_INLINE S scales(const uint8_t* blk, int64_t col) {
-    const float* f = reinterpret_cast<const float*>(blk);
-    return {V::load(f + col), V::load(f + kPNR + col)};
+  VI_INLINE const uint8_t* blk(const uint8_t* p, int64_t b) {
+    return p + (b >> 3) * kQ6KSb + kQ6KHdr + (b & 7) * 32 * kPNR;
+  }
+  VI_INLINE S scales(const uint8_t* p, int64_t b, int64_t col) {
+    p += (b >> 3) * kQ6KSb;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(p + 2 * kPNR + 2 * (b & 7) * kPNR + col);
+    const V d = V::h16(p + 2 * col);
+    return {V::q8(sc, d), V::q8(sc + kPNR, d)};
   }
   template <int H>
   VI_INLINE V weight(const uint8_t* blk, int64_t col, int i, const S& s) {
-    return V::q8(reinterpret_cast<const int8_t*>(blk + 8 * kPNR + (16 * H + i) * kPNR + col), H ? s.d1 : s.d0);
+    return V::q8(reinterpret_cast<const int8_t*>(blk + (16 * H + i) * kPNR + col), H ? s.d1 : s.d0);
   }
 };
 #undef VI_INLINE
@@ -1354,12 +1486,13 @@ static void qtile(const float* xp, const uint8_t* w, int64_t psb, int64_t off, i
                   int64_t cols) {
   V acc[MR * NV];
   acc_in<MR, NV>(acc, y, ldy, cols, false);
-  for (int64_t b = 0; b < K; b += 32, w += F::kBytes) {
+  for (int64_t b = 0; b < K / 32; ++b) {
     typename F::S s[NV];
     VI_UNROLL
-    for (int j = 0; j < NV; ++j) s[j] = F::scales(w + (j >> 1) * psb, off + (j & 1) * 16);
-    qhalf<F, 0, MR, NV>(xp, w, psb, off, s, acc);
-    qhalf<F, 1, MR, NV>(xp, w, psb, off, s, acc);
+    for (int j = 0; j < NV; ++j) s[j] = F::scales(w + (j >> 1) * psb, b, off + (j & 1) * 16);
+    const uint8_t* wb = F::blk(w, b);  // panel j >> 1's block: wb + (j >> 1) * psb
+    qhalf<F, 0, MR, NV>(xp, wb, psb, off, s, acc);
+    qhalf<F, 1, MR, NV>(xp, wb, psb, off, s, acc);
   }
   acc_out<MR, NV>(acc, y, ldy, cols);
 }
@@ -1376,8 +1509,8 @@ template <class F>
 static void dequant_panels(const uint8_t* wp, int64_t psb, int64_t np, int64_t K, float* out) {
   for (int64_t p = 0; p < np; ++p, wp += psb)
     for (int64_t b = 0; b < K / 32; ++b) {
-      const uint8_t* blk = wp + b * F::kBytes;
-      const typename F::S s0 = F::scales(blk, 0), s1 = F::scales(blk, 16);
+      const uint8_t* blk = F::blk(wp, b);
+      const typename F::S s0 = F::scales(wp, b, 0), s1 = F::scales(wp, b, 16);
       dq_half<F, 0>(blk, s0, s1, out);
       dq_half<F, 1>(blk, s0, s1, out);
     }
@@ -1453,8 +1586,8 @@ static void gemv_qp(const float* xp, int64_t M, int64_t K, const uint8_t* wp, in
 
 // Indexed by PanelFmt.
 static const Kern kKern = {linear_f32, linear_q8, dequant_q8, dot, scale_mul, attn_pv, kPMR, gemm_p, gemv_p,
-                           {gemv_qp<DecQ8>, gemv_qp<DecQ41>, gemv_qp<DecQ4K>, gemv_qp<DecQ6K>},
+                           {gemv_qp<DecQ8>, gemv_qp<DecQ41>, gemv_qp<DecQ4K>, gemv_qp<DecQ6K>, gemv_qp<DecQ5>},
                            {dequant_panels<DecQ8>, dequant_panels<DecQ41>, dequant_panels<DecQ4K>,
-                            dequant_panels<DecQ6K>}};
+                            dequant_panels<DecQ6K>, dequant_panels<DecQ5>}};
 
 #endif  // VI_BODY

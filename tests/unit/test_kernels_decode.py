@@ -4,7 +4,7 @@
   output must equal the one-thread result, with the pool on or off, at any thread count, when
   several Python threads call at once (a busy pool runs the caller's work elsewhere) and in a
   forked child (which inherits the pool's state but not its threads).
-* ``Ops.group``/``linear_group`` runs q/k/v (Gemma 3: Q5_0 and Q8_0, one int8 panel layout) and
+* ``Ops.group``/``linear_group`` runs q/k/v (Gemma 3: all Q5_0 in half the layers) and
   gate/up in one call: each output is still its own fmaf chain, so the bits are the separate
   calls' bits.
 * ``rmsnorm_rope_half`` is ``rope_half(rmsnorm(x))`` in one pass, with the same roundings.
@@ -158,7 +158,9 @@ def _matrix(ops: InvariantOps, qtype: str | None, n: int, k: int, seed: int) -> 
 
 
 @pytest.mark.parametrize("qtypes,ns,k,fused", [
-    (("Q5_0", "Q5_0", "Q8_0"), (1024, 256, 256), 640, True),  # Gemma 3 270M's q, k, v
+    (("Q5_0", "Q5_0", "Q5_0"), (1024, 256, 256), 640, True),  # Gemma 3 270M's q, k, v
+    (("Q5_0", "Q5_0", "Q8_0"), (1024, 256, 256), 640, False),  # ... where v is Q8_0: 5-bit
+    # and int8 panels are two layouts (Q5_0 is no longer widened to int8): a mixed group
     (("Q5_0", "Q5_0"), (2048, 2048), 640, True),  # its gate, up
     (("Q4_K", "Q4_K"), (64, 96), 256, True),
     ((None, None), (64, 32), 48, True),  # fp32 panels
@@ -173,6 +175,8 @@ def test_linear_group_equals_separate_linears(qtypes: tuple, ns: tuple, k: int,
     before = {m: [ops.linear(x[m], p) for p in parts] for m in x}
     g = ops.group(parts)
     assert (g.packed is not None) == fused
+    # quantized parts of one K in several layouts: one multi-layout decode call
+    assert g.mixed == (len({vk.panel_layout(q) for q in qtypes}) > 1 and None not in qtypes)
     for m in x:
         outs = ops.linear_group(x[m], g)
         assert len(outs) == len(parts)

@@ -230,8 +230,8 @@ QUANT_BLOCKS = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_1": (32, 20), "Q4_K": (2
 
 
 # The panel layout (csrc PanelFmt) each block type packs into: types of one layout can share a
-# kernel call (Q5_0 is widened to Q8_0's int8 panels at pack time); None = fp32 panels.
-PANEL_LAYOUTS = {"Q8_0": "q8", "Q5_0": "q8", "Q4_1": "q4_1", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+# kernel call; None = fp32 panels. Every type has its own layout, read at about its file size.
+PANEL_LAYOUTS = {"Q8_0": "q8", "Q5_0": "q5_0", "Q4_1": "q4_1", "Q4_K": "q4_k", "Q6_K": "q6_k"}
 
 
 def panel_layout(qtype: str | None) -> str:
@@ -262,12 +262,14 @@ def pack_quant(wq: torch.Tensor, qtype: str, k: int) -> torch.Tensor:
     """Repack GGUF rows (uint8 [N, quant_row_bytes(qtype, k)], the file's bytes) once, at model
     load, into 32-row panels for :func:`linear_quant_packed`.
 
-    Layout: uint8 [P, K/32, B], P = ceil(N / 32); each block holds 32 consecutive k of the
-    panel's 32 rows, k-major, with the per-row constants the format needs first (B: 1088 for
-    Q8_0 and Q5_0, the latter's 5-bit q widened to int8 q - 16; 640 for Q4_1; 768 for Q4_K, its
-    sub-block scale and minimum as gguf's fp32 products d*sc and -(dmin*m); 1280 for Q6_K, its
-    fp32 d*sc per 16 k and int8 q - 32). csrc/verinfer_kernels.cpp (PanelFmt) has the details.
-    Every weight decodes to exactly ``gguf.quants.dequantize``'s value.
+    Layout: uint8 [P, K/U, B], P = ceil(N / 32); each unit of U k holds the panel's 32 rows,
+    k-major in blocks of 32 k, with the per-row constants the format needs first. U = 32 for
+    Q8_0 (B = 1088: fp16 d, int8 q), Q4_1 (640: fp16 d and m, nibbles) and Q5_0 (704: fp16 d,
+    the 5th bits as one 32-bit word per k, nibbles: the file's 22 bytes per 32 weights);
+    U = 256 for the K-quants, whose super-block header keeps the file's fp16 d (and dmin) and
+    the sub-block scales as bytes, multiplied out in the kernel: Q4_K (4736: 0.58 bytes/weight)
+    and Q6_K (8768: int8 q - 32, 1.07 bytes/weight). csrc/verinfer_kernels.cpp (PanelFmt) has
+    the details. Every weight decodes to exactly ``gguf.quants.dequantize``'s value.
     """
     return _tensor("pack_quant", wq, qtype, int(k))
 
@@ -279,6 +281,16 @@ def linear_quant_packed(x: torch.Tensor, wqp: torch.Tensor, qtype: str, n: int,
     FMA chain, reading the quantized bytes only; larger M (prefill, replay) dequantizes one
     panel group at a time into fp32 scratch and runs the fp32 microkernel."""
     return _tensor("linear_quant_packed", x, wqp, qtype, int(n), int(k))
+
+
+def linear_quant_packed_multi(x: torch.Tensor, wqps: Sequence[torch.Tensor],
+                              qtypes: Sequence[str], ns: Sequence[int], k: int) -> torch.Tensor:
+    """Decode (x: M <= 4 rows) over matrices of one K and any block types in one call:
+    ``torch.cat([linear_quant_packed(x, w, q, n, k) for ...], dim=1)`` bit for bit (each part
+    runs its own GEMV on its own panels), with one crossing into C++ and one parallel region —
+    for groups such as Gemma 3's q, k (Q5_0) and v (Q8_0), whose panel layouts differ."""
+    return _tensor("linear_quant_packed_multi", x, list(wqps), [str(q) for q in qtypes],
+                   [int(n) for n in ns], int(k))
 
 
 def rmsnorm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

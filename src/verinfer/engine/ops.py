@@ -130,6 +130,7 @@ class MatrixGroup:
     qtype: str | None = None
     n: int = 0
     k: int = 0
+    mixed: bool = False  # quantized parts of one K in several panel layouts: one decode call
 
     @property
     def splits(self) -> list[int]:
@@ -254,6 +255,8 @@ class InvariantOps:
             return g
         layouts = {self.k.panel_layout(p.qtype) for p in parts}
         ks = {p.shape[1] for p in parts}
+        # e.g. Gemma 3's Q5_0 q/k with a Q8_0 v: decode runs them as one multi-layout call
+        g.mixed = len(layouts) > 1 and len(ks) == 1 and all(p.qtype for p in parts)
         if len(layouts) != 1 or len(ks) != 1 or any(p.shape[0] % self.k.PANEL for p in parts):
             return g
         packed = torch.cat([p.packed for p in parts if p.packed is not None])
@@ -266,13 +269,23 @@ class InvariantOps:
         return g
 
     def linear_group(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
-        if g.packed is None:
+        if not self._one_call(x, g):
             return [self.linear(x, p) for p in g.parts]
         return list(self._group_out(x, g).split(g.splits, dim=1))
 
+    @staticmethod
+    def _one_call(x: torch.Tensor, g: MatrixGroup) -> bool:
+        """Whether the group runs as one call: one packed matrix, or a mixed group at decode
+        size (M <= 4: linear_quant_packed_multi, each part's own GEMV)."""
+        return g.packed is not None or (g.mixed and x.shape[0] <= 4)
+
     def _group_out(self, x: torch.Tensor, g: MatrixGroup) -> torch.Tensor:
-        """The grouped call's one output [T, g.n] (g.packed is set)."""
-        assert g.packed is not None
+        """The grouped call's one output [T, sum of the parts' n] (``_one_call`` holds)."""
+        if g.packed is None:  # mixed: the separate calls' bits
+            packed = [p.packed for p in g.parts if p.packed is not None]
+            qtypes = [p.qtype for p in g.parts if p.qtype is not None]
+            return self.k.linear_quant_packed_multi(x, packed, qtypes, g.splits,
+                                                    g.parts[0].shape[1])
         if g.qtype is not None:
             return self.k.linear_quant_packed(x, g.packed, g.qtype, g.n, g.k)
         return self.k.linear_packed(x, g.packed, g.n)
@@ -295,7 +308,7 @@ class InvariantOps:
         return self.f.glu(y, act)
 
     def linear_glu(self, x: torch.Tensor, g: MatrixGroup, act: GluAct) -> torch.Tensor:
-        if g.packed is not None and len(g.parts) == 2 and g.splits[0] == g.splits[1]:
+        if self._one_call(x, g) and len(g.parts) == 2 and g.splits[0] == g.splits[1]:
             return self.f.glu(self._group_out(x, g), act)
         gate, up = (self.linear(x, p) for p in g.parts)
         return (self.k.silu_mul if act == "silu" else self.k.gelu_tanh_mul)(gate, up)
@@ -305,7 +318,7 @@ class InvariantOps:
         return self.f.add_rmsnorm_(x, o, post, nxt, eps)
 
     def linear_group_blocks(self, x: torch.Tensor, g: MatrixGroup) -> list[torch.Tensor]:
-        if g.packed is None:
+        if not self._one_call(x, g):
             return [self.linear(x, p) for p in g.parts]
         return [self._group_out(x, g)]
 

@@ -47,6 +47,7 @@ SMOKE_TESTS: dict[str, str | None] = {
     "kernels": "integration/test_bench_smoke.py::test_kernels_bench",
     "kms": "integration/test_bench_smoke.py::test_kms_bench",
     "llamacpp_decode": "integration/test_bench_smoke.py::test_llamacpp_decode_bench",
+    "quant_panels": "integration/test_bench_smoke.py::test_quant_panels_bench",
     "receipts": "integration/test_bench_smoke.py::test_receipts_bench",
     "reproduce": "integration/test_bench_smoke.py::test_reproduce_bench",
     "serve": "slow/test_bench_smoke_gemma.py::test_serve_bench",
@@ -159,6 +160,16 @@ def test_kernels_bench(mode: list[str]) -> None:
         expect_each(out["results"], {"op": text, "torch_ms": rate, "vi_ms": rate,
                                      "packed_ms": rate}, "results")
         assert {r["op"] for r in out["results"]} == {"fp32", "q8_0"}
+
+
+def test_quant_panels_bench() -> None:
+    # the stream part (per-format decode GEMV over more bytes than the cache), one pass; the
+    # gemma part is the engine bench's decode, smoked there
+    out = run_bench("quant_panels", "--part", "stream", "--rounds", "1", timeout=300)
+    expect(out, {"isa": text, "threads": count})
+    for fmt in ("Q5_0_2048x640", "Q4_K_640x1024", "Q6_K_640x2048", "Q8_0_2048x640"):
+        expect(out, {f"{fmt}_bytes": count, f"{fmt}_us": rate, f"{fmt}_gbs": rate,
+                     f"{fmt}_m128_us": rate})
 
 
 def test_llamacpp_decode_bench(tiny_path: Path) -> None:

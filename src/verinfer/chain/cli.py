@@ -19,6 +19,7 @@ from verinfer.chain.stake import StakeAction, StakeResult, ensure_declared, stak
 from verinfer.chain.structs import ETHER, Role, default_params
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
+from verinfer.protocol.hexutil import to_hex
 
 app = typer.Typer(help="Contracts: deploy, stake, unbond.", no_args_is_help=True)
 operator_app = typer.Typer(help="Operator stake.", no_args_is_help=True)
@@ -126,11 +127,11 @@ def _declare(fingerprints: list[str], deployment: Path, rpc: str, keystore: Path
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
     for f in res.declared:
-        typer.echo(f"{s.address} declared fingerprint 0x{f.hex()}")
+        typer.echo(f"{s.address} declared fingerprint {to_hex(f)}")
     for f in res.already:
-        typer.echo(f"{s.address} already declared fingerprint 0x{f.hex()}")
+        typer.echo(f"{s.address} already declared fingerprint {to_hex(f)}")
     if res.unapproved:
-        bad = ", ".join("0x" + f.hex() for f in res.unapproved)
+        bad = ", ".join(to_hex(f) for f in res.unapproved)
         raise fail(StakeActionError(f"not approved engine fingerprints (not declared): {bad}",
                                     param="fingerprint"), exit_code=2)
 
@@ -170,7 +171,7 @@ def verifier_undeclare(fingerprint: Annotated[str, typer.Option(
         leave_at = stakes.declarations_of(s.address)[fp]
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
-    typer.echo(f"{s.address} leaves fingerprint 0x{fp.hex()} at {leave_at} "
+    typer.echo(f"{s.address} leaves fingerprint {to_hex(fp)} at {leave_at} "
                f"(then: verinfer chain verifier complete-undeclare)")
 
 
@@ -186,7 +187,7 @@ def verifier_complete_undeclare(fingerprint: Annotated[str, typer.Option(
         Deployment.load(deployment).bind(s.w3, s).stakes.complete_undeclare(s.address, fp)
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
-    typer.echo(f"{s.address} left fingerprint 0x{fp.hex()}")
+    typer.echo(f"{s.address} left fingerprint {to_hex(fp)}")
 
 
 @operator_app.command("stake")

@@ -38,13 +38,12 @@ inside special ones, and negative controls for each rule.
 
 from __future__ import annotations
 
-import os
 import re
-from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import Any
 
+from verinfer.engine.tokenizer.word_batches import encode_distinct
 from verinfer.errors import TokenizerError
 
 __all__ = [
@@ -321,25 +320,5 @@ class WordEncoder:
         return parts
 
     def _encode_distinct(self, distinct: set[str]) -> dict[Any, Sequence[int]]:
-        """Each distinct pre-token's ids, from HF: one pre-tokenized sequence per worker, so the
-        batch runs on every core."""
-        words = list(distinct)
-        if not words:
-            return {}
-        # a few thousand words per batch: fewer would cost more in thread hand-offs than BPE
-        n = max(1, min(len(words) // 2048, 2 * (os.cpu_count() or 1)))
-        batches = [words[k::n] for k in range(n)]
-        try:
-            encodings = self._words.encode_batch(
-                batches, is_pretokenized=True, add_special_tokens=False
-            )
-        except Exception as e:  # the Rust side raises a bare Exception (a lone surrogate...)
-            raise TokenizerError(f"tokenizer failed on the input: {e}") from e
-        table: dict[Any, Sequence[int]] = {}
-        for batch, enc in zip(batches, encodings, strict=True):
-            ids, word_of = enc.ids, enc.word_ids  # word_of: each id's word, non-decreasing
-            starts = [bisect_left(word_of, k) for k in range(len(batch) + 1)]
-            table.update(
-                zip(batch, map(ids.__getitem__, map(slice, starts, starts[1:])), strict=False)
-            )
-        return table
+        """Each distinct pre-token's ids, from HF, on every core (``word_batches``)."""
+        return encode_distinct(self._words, distinct)

@@ -54,14 +54,13 @@ with negative controls: a cut the merges forbid, and vocabularies whose merges c
 from __future__ import annotations
 
 import gc
-import os
 import re
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from typing import Any
 
 from verinfer.engine.tokenizer.spec import SPACE
+from verinfer.engine.tokenizer.word_batches import encode_distinct
 from verinfer.errors import TokenizerError
 
 __all__ = [
@@ -242,6 +241,11 @@ def newline_cuts(text: str, step: int) -> list[str]:
     return chunks
 
 
+
+def _spell(word: str) -> str:
+    """A word as the backend's model spells it (spaces as SentencePiece's SPACE)."""
+    return word.replace(" ", SPACE)
+
 class SpmWordEncoder:
     """Encodes text for one special-token mode of fast_spm's backend as that backend would,
     word by distinct word (module docstring).
@@ -324,24 +328,6 @@ class SpmWordEncoder:
         return list(chain.from_iterable(map(table.__getitem__, chain.from_iterable(found))))
 
     def _encode_distinct(self, distinct: set[str]) -> dict[str, Sequence[int]]:
-        """Each distinct word's ids, from HF: one pre-tokenized sequence per worker, so the
-        batch runs on every core; each word is BPE'd alone (its own pre-token)."""
-        words = list(distinct)
-        if not words:
-            return {}
-        # a few thousand words per batch: fewer would cost more in thread hand-offs than BPE
-        n = max(1, min(len(words) // 2048, 2 * (os.cpu_count() or 1)))
-        batches = [words[k::n] for k in range(n)]
-        try:
-            encodings = self._words.encode_batch(
-                [[w.replace(" ", SPACE) for w in batch] for batch in batches],
-                is_pretokenized=True, add_special_tokens=False)
-        except Exception as e:  # the Rust side raises a bare Exception
-            raise TokenizerError(f"tokenizer failed on the input: {e}") from e
-        table: dict[str, Sequence[int]] = {}
-        for batch, enc in zip(batches, encodings, strict=True):
-            ids, word_of = enc.ids, enc.word_ids  # word_of: each id's word, non-decreasing
-            starts = [bisect_left(word_of, k) for k in range(len(batch) + 1)]
-            table.update(
-                zip(batch, map(ids.__getitem__, map(slice, starts, starts[1:])), strict=False))
-        return table
+        """Each distinct word's ids, from HF, on every core (``word_batches``); the backend
+        sees spaces as SentencePiece's ``SPACE``."""
+        return encode_distinct(self._words, distinct, _spell)

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -33,12 +32,12 @@ from verinfer.engine.models.llama import Llama
 from verinfer.engine.models.registry import model_class
 from verinfer.engine.ops import KernelMode, make_ops
 from verinfer.engine.sampling import SamplingParams, sample, sample_rows
+from verinfer.engine.stop_rule import FinishReason, StopState, stop_rule
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 from verinfer.receipts.canonical import MAX_TOP_LOGPROBS  # the ExecRequest's bound, one place
 
-FinishReason = Literal["stop", "length"]
-__all__ = ["MAX_TOP_LOGPROBS", "Engine", "GenerationResult", "ReplayResult", "StepEvent",
-           "TokenLogprob", "token_logprob"]
+__all__ = ["MAX_TOP_LOGPROBS", "Engine", "FinishReason", "GenerationResult", "ReplayResult",
+           "StepEvent", "TokenLogprob", "token_logprob"]
 
 # Engines whose worker thread may still run. The worker is a daemon thread: one still inside a
 # torch or kernel call (the GIL released) when the interpreter finalizes is ended by
@@ -105,6 +104,7 @@ class _Seq:
     params: SamplingParams
     future: Future[GenerationResult]
     cache: KVCache
+    stop: StopState  # the stop rule, one token at a time
     prefilled: int = 0
     generated: list[int] = field(default_factory=list)
     digests: list[bytes] = field(default_factory=list)
@@ -199,7 +199,8 @@ class Engine:
             if self._closed:
                 raise RuntimeError("engine is closed")
             self._waiting.append(_Seq(list(prompt_ids), params, fut, cache,
-                                      top_logprobs=top_logprobs, on_step=on_step))
+                                      self.stop_state(params), top_logprobs=top_logprobs,
+                                      on_step=on_step))
             self._cv.notify()
         return fut
 
@@ -282,7 +283,7 @@ class Engine:
         tok = sample(logits, s.params, position)
         s.digests.append(digest)
         s.generated.append(tok)
-        s.finish, s.text = self._finish(s.generated, s.params)
+        s.finish, s.text = s.stop.push(tok)
         lp = token_logprob(logits, tok, s.top_logprobs) if s.top_logprobs is not None else None
         if lp is not None:
             s.logprobs.append(lp)
@@ -299,23 +300,16 @@ class Engine:
     def output_state(self, generated: Sequence[int], params: SamplingParams
                      ) -> tuple[FinishReason | None, str]:
         """(finish reason or None while running, output text) of a token sequence under the
-        stop rules: what a verifier recomputes from claimed token ids."""
+        stop rules: what a verifier recomputes from claimed token ids (one pass over the whole
+        list: the rule's definition, engine/stop_rule.py)."""
         if not generated:
             return None, ""
-        return self._finish(list(generated), params)
+        return stop_rule(self.tokenizer, generated, params)
 
-    def _finish(self, generated: list[int], params: SamplingParams
-                ) -> tuple[FinishReason | None, str]:
-        """Stop rule shared by decode and replay: EOS/EOT, a stop string, or max_tokens."""
-        ended = not params.ignore_eos and generated[-1] in self.tokenizer.spec.eot_ids
-        text = self.tokenizer.decode(generated[:-1] if ended else generated)
-        for stop in params.stop:
-            cut = text.find(stop)
-            if cut >= 0:
-                return "stop", text[:cut]
-        if ended:
-            return "stop", text
-        return ("length" if len(generated) >= params.max_tokens else None), text
+    def stop_state(self, params: SamplingParams) -> StopState:
+        """The stop rule for one generation, evaluated token by token (decode, replay and every
+        backend use it: equal to ``output_state`` of each prefix up to the first finish)."""
+        return StopState(self.tokenizer, params)
 
     # ---- replay -----------------------------------------------------------------------------
     def check_replay(self, prompt_ids: Sequence[int], claimed_ids: Sequence[int],
@@ -348,10 +342,11 @@ class Engine:
         policy = sample_rows(logits, params, range(p, p + n))
         digests: list[bytes] = []
         finish: FinishReason | None = None
+        rule = self.stop_state(params)
         for i in range(n):
             digests.append(all_digests[i])
             chosen.append(policy[i])
-            finish, _ = self._finish(chosen, params)
+            finish, _ = rule.push(policy[i])
             if chosen[i] != claimed_ids[i] or finish is not None:
                 break
         mismatch = next((i for i, (a, b) in enumerate(zip(chosen, claimed_ids, strict=False))

@@ -43,6 +43,7 @@ from verinfer.engine.export_hf import HfExport, ensure_export, read_export
 from verinfer.engine.loader import LoadedModel, Weights, sha256_file
 from verinfer.engine.logprobs import TokenLogprob
 from verinfer.engine.sampling import SamplingParams
+from verinfer.engine.stop_rule import StopState
 from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
@@ -93,6 +94,7 @@ class _Req:
     finish: FinishReason | None = None
     vllm_id: str | None = None
     probe: dict[str, Any] | None = None  # self-test probe: extra vLLM params, raw output back
+    stop: StopState | None = None  # the stop rule, one token at a time (set at the first)
 
 
 class VllmEngine(Engine):
@@ -280,7 +282,9 @@ class VllmEngine(Engine):
             req.digests.append(rec.digest)
             if rec.logprob is not None:
                 req.logprobs.append(rec.logprob)
-            req.finish, req.text = self._finish(req.generated, req.params)
+            if req.stop is None:
+                req.stop = self.stop_state(req.params)
+            req.finish, req.text = req.stop.push(rec.token_id)
             if req.on_step is not None:
                 try:
                     req.on_step(StepEvent(i, rec.token_id, req.text, req.finish, rec.logprob))

@@ -51,6 +51,7 @@ SMOKE_TESTS: dict[str, str | None] = {
     "receipts": "integration/test_bench_smoke.py::test_receipts_bench",
     "reproduce": "integration/test_bench_smoke.py::test_reproduce_bench",
     "serve": "slow/test_bench_smoke_gemma.py::test_serve_bench",
+    "stop_rule": "integration/test_bench_smoke.py::test_stop_rule_bench",
     "tokenizer": "integration/test_bench_smoke.py::test_tokenizer_bench",
 }
 
@@ -102,6 +103,18 @@ def test_tokenizer_bench() -> None:
                  "tokenize_cpu_mb_s_smollm2": rate, "chat_render_s_gemma": number,
                  "speedup_cpu_gemma": rate, "fast_equals_reference_gemma": flag,
                  "words_equal_whole_smollm2": flag})
+
+
+def test_stop_rule_bench() -> None:
+    """bench/stop_rule.py on the tiny vocabulary (no package needed), small sizes."""
+    out = run_bench("stop_rule", "--sizes", "20,200", "--reps", "2", "--window", "10",
+                    "--tokenizer", "tiny", timeout=120)
+    expect(out, {"tokenizer": text, "old_us": mapping, "new_us": mapping,
+                 "new_stream_us": mapping, "speedup": mapping, "new_mean_us_per_token": mapping,
+                 "equal": flag})
+    assert out["equal"] is True
+    for key in ("old_us", "new_us", "new_stream_us", "speedup"):
+        expect(out[key], {"20": rate, "200": rate}, f"{key}.")
 
 
 def test_reproduce_bench(tiny_path: Path) -> None:

@@ -136,15 +136,17 @@ def stop_lists(draw: st.DrawFn, text: str) -> tuple[str, ...]:
 def _check_sequence(tok: Tokenizer, seq: list[int], params: SamplingParams) -> int:
     """Pushes ``seq`` until the rule finishes; every step must equal the definition. Returns
     the number of tokens pushed."""
-    state = StopState(tok, params)
+    every, some = StopState(tok, params), StopState(tok, params)  # a stream; decode, replay
     for i, t in enumerate(seq):
-        got = state.push(t)
         want = stop_rule(tok, seq[:i + 1], params)
-        assert got == want, (i, seq[:i + 1], params)
-        assert (state.finish, state.text) == want
+        assert (every.push(t), every.text) == want, (i, seq[:i + 1], params)
+        finish = some.push(t)
+        assert finish == want[0], (i, seq[:i + 1], params)
+        if i % 3 == 0 or finish is not None:  # the text read at some steps only
+            assert some.text == want[1], (i, seq[:i + 1], params)
         if want[0] is not None:
             with pytest.raises(StopStateFinishedError):
-                state.push(t)
+                every.push(t)
             return i + 1
     return len(seq)
 
@@ -177,7 +179,8 @@ def test_edge_cases_tiny(seq_text: str, stops: tuple[str, ...],
     n = _check_sequence(tok, seq, params)
     state = StopState(tok, params)
     for t in seq[:n]:
-        res = state.push(t)
+        state.push(t)
+    res = (state.finish, state.text)
     assert res == stop_rule(tok, seq[:n], params)
     assert res[0] == "stop"
     if len(seq) == n:  # the rule ran to the end of the text: the named answer
@@ -194,7 +197,7 @@ def test_split_character_then_stop_on_it() -> None:
                                                             for b in "中".encode()]
     params = SamplingParams(max_tokens=50, stop=("b中",))
     state = StopState(tok, params)
-    results = [state.push(t) for t in seq]
+    results = [(state.push(t), state.text) for t in seq]
     assert [r[0] for r in results] == [None] * (len(seq) - 1) + ["stop"]
     assert results[-2][1].endswith("\ufffd")
     assert results[-1] == ("stop", "a")
@@ -203,7 +206,8 @@ def test_split_character_then_stop_on_it() -> None:
 def test_eos_first_and_ignore_eos() -> None:
     tok = _tiny(False)
     eos = tok.spec.eot_ids[0]
-    assert StopState(tok, SamplingParams(max_tokens=5)).push(eos) == ("stop", "")
+    state = StopState(tok, SamplingParams(max_tokens=5))
+    assert (state.push(eos), state.text) == ("stop", "")
     state = StopState(tok, SamplingParams(max_tokens=2, ignore_eos=True))
-    assert state.push(eos) == (None, "")
-    assert state.push(eos) == ("length", "")
+    assert (state.push(eos), state.text) == (None, "")
+    assert (state.push(eos), state.text) == ("length", "")

@@ -108,7 +108,6 @@ class _Seq:
     prefilled: int = 0
     generated: list[int] = field(default_factory=list)
     digests: list[bytes] = field(default_factory=list)
-    text: str = ""
     finish: FinishReason | None = None
     top_logprobs: int | None = None  # None: no logprobs
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -283,18 +282,19 @@ class Engine:
         tok = sample(logits, s.params, position)
         s.digests.append(digest)
         s.generated.append(tok)
-        s.finish, s.text = s.stop.push(tok)
+        s.finish = s.stop.push(tok)
         lp = token_logprob(logits, tok, s.top_logprobs) if s.top_logprobs is not None else None
         if lp is not None:
             s.logprobs.append(lp)
-        if s.on_step is not None:
+        if s.on_step is not None:  # the whole text is built only for a consumer (a stream)
             try:
-                s.on_step(StepEvent(len(s.generated) - 1, tok, s.text, s.finish, lp))
+                s.on_step(StepEvent(len(s.generated) - 1, tok, s.stop.text, s.finish, lp))
             except Exception:  # a broken consumer must not stall the other sequences
                 s.on_step = None
         if s.finish is not None:
             s.future.set_result(GenerationResult(
-                s.prompt, list(s.generated), s.text, s.finish, list(s.digests), s.params.seed,
+                s.prompt, list(s.generated), s.stop.text, s.finish, list(s.digests),
+                s.params.seed,
                 list(s.logprobs) if s.top_logprobs is not None else None, s.top_logprobs))
 
     def output_state(self, generated: Sequence[int], params: SamplingParams
@@ -346,7 +346,7 @@ class Engine:
         for i in range(n):
             digests.append(all_digests[i])
             chosen.append(policy[i])
-            finish, _ = rule.push(policy[i])
+            finish = rule.push(policy[i])
             if chosen[i] != claimed_ids[i] or finish is not None:
                 break
         mismatch = next((i for i, (a, b) in enumerate(zip(chosen, claimed_ids, strict=False))

@@ -73,38 +73,73 @@ def stop_rule(tokenizer: Tokenizer, generated: Sequence[int], params: SamplingPa
 class StopState:
     """:func:`stop_rule` one token at a time (see the module doc for why it is exact).
 
-    ``push(token_id)`` returns ``(finish, text)`` = ``stop_rule(tokenizer, pushed, params)``;
-    after a finish, ``push`` raises :class:`StopStateFinishedError`.
+    ``push(token_id)`` returns the finish reason and :attr:`text` is the text, together equal
+    to ``stop_rule(tokenizer, pushed, params)``; after a finish, ``push`` raises
+    :class:`StopStateFinishedError`. A push costs O(1) amortised: the token's bytes are decoded
+    once and only the last ``max(len(stop)) - 1`` characters before them are searched again;
+    the whole text is built only when :attr:`text` is read (a stream reads it every step, and
+    then pays one copy of it, as before).
     """
 
-    __slots__ = ("_committed", "_dec", "_eot", "_max_tokens", "_n", "_stops", "_strip", "_tail",
-                 "_tok", "finish", "text")
+    __slots__ = (
+        "_base",
+        "_chunks",
+        "_committed",
+        "_dec",
+        "_eot",
+        "_final",
+        "_keep",
+        "_max_tokens",
+        "_n",
+        "_recent",
+        "_stops",
+        "_strip",
+        "_tail",
+        "_tok",
+        "finish",
+    )
 
     def __init__(self, tokenizer: Tokenizer, params: SamplingParams) -> None:
         self._tok = tokenizer
         self._eot = frozenset(() if params.ignore_eos else tokenizer.spec.eot_ids)
         self._stops = tuple(params.stop)
+        self._keep = max((len(s) for s in self._stops), default=1) - 1
         self._max_tokens = params.max_tokens
         self._strip = tokenizer.spec.add_space_prefix  # until the first token that emits bytes
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._n = 0
-        # INVARIANT: text == _committed + _tail; _committed is a prefix of the decode of every
-        # extension of the bytes so far; _tail is the held-back bytes decoded as final (<= 3
-        # bytes, so at most a few characters); no stop string occurs in text while finish is
-        # None.
+        # INVARIANT: the text is _committed + "".join(_chunks) + _tail, and _base is the length
+        # of its committed part (all but _tail); the committed part is a prefix of the decode of
+        # every extension of the bytes so far; _tail is the held-back bytes (<= 3) decoded as
+        # final; _recent is the last _keep characters of the committed part; no stop string
+        # occurs in the text while finish is None.
         self._committed = ""
+        self._chunks: list[str] = []
+        self._base = 0
+        self._recent = ""
         self._tail = ""
-        self.text = ""
+        self._final: str | None = None  # the text once a stop string has cut it
         self.finish: FinishReason | None = None
 
-    def push(self, token_id: int) -> tuple[FinishReason | None, str]:
+    @property
+    def text(self) -> str:
+        """The output text so far (cut before a stop string once one occurred)."""
+        if self._final is not None:
+            return self._final
+        if self._chunks:
+            self._committed += "".join(self._chunks)
+            self._chunks.clear()
+        return self._committed + self._tail if self._tail else self._committed
+
+    def push(self, token_id: int) -> FinishReason | None:
         if self.finish is not None:
             raise StopStateFinishedError(
                 f"token {token_id} pushed after the stop rule finished ({self.finish!r}, "
                 f"{self._n} tokens)")
         tok = self._tok
         self._n += 1
-        before = len(self._committed)  # no stop string occurs within text[:before]
+        before = self._base  # no stop string occurs within text[:before]
+        new = ""
         ended = token_id in self._eot
         if not ended and not tok.is_special(token_id):  # is_special checks the id, as decode
             b = tok.token_bytes(token_id)
@@ -114,24 +149,29 @@ class StopState:
                 self._strip = False
             if b:
                 new = self._dec.decode(b, final=False)
-                if new:
-                    self._committed += new
                 pending = self._dec.getstate()[0]
                 self._tail = pending.decode("utf-8", errors="replace") if pending else ""
-                self.text = self._committed + self._tail if self._tail else self._committed
-        text = self.text
+        # the text from the first place a new occurrence can start: text[origin:]
+        origin = before - len(self._recent)
+        window = self._recent + new + self._tail
         for stop in self._stops:
             # a new occurrence ends past `before`; an empty stop string (refused by
             # SamplingParams.validate, kept exact anyway) occurs at 0 of the first text
             start = max(0, before - len(stop) + 1) if stop else (0 if self._n == 1 else -1)
             if start < 0:
                 continue
-            cut = text.find(stop, start)
+            cut = window.find(stop, start - origin)
             if cut >= 0:
-                self.finish, self.text = "stop", text[:cut]
-                return self.finish, self.text
+                self.finish = "stop"
+                self._final = (self.text[:origin] + window)[:origin + cut]
+                return self.finish
+        if new:
+            self._chunks.append(new)
+            self._base += len(new)
+            if self._keep:
+                self._recent = (self._recent + new)[-self._keep:]
         if ended:
             self.finish = "stop"
         elif self._n >= self._max_tokens:
             self.finish = "length"
-        return self.finish, text
+        return self.finish

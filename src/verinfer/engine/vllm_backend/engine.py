@@ -284,7 +284,8 @@ class VllmEngine(Engine):
                 req.logprobs.append(rec.logprob)
             if req.stop is None:
                 req.stop = self.stop_state(req.params)
-            req.finish, req.text = req.stop.push(rec.token_id)
+            req.finish = req.stop.push(rec.token_id)
+            req.text = req.stop.text
             if req.on_step is not None:
                 try:
                     req.on_step(StepEvent(i, rec.token_id, req.text, req.finish, rec.logprob))

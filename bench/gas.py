@@ -128,6 +128,9 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
             s = next(v for v in verifiers if v.address == m.account)
             as_(s).challenges.commit_vote(cid, vote_commitment(cid, m.account, out, salt))
         rv = as_(signer).challenges.reveal_vote(cid, out, salt)
+        # A declared verifier adds stake: its weight moves in every pool it is in (and in the
+        # fingerprint's coverage).
+        bond = as_(verifiers[-1]).stakes.bond(ETHER)
         # The same draw with 1,000 more verifiers registered.
         register_worst, declare_worst = _register_many(w3, d, many_verifiers,
                                                        params.min_verifier_stake, fp)
@@ -148,6 +151,7 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
         "verifiers_for_draw_1000": n_verifiers,
         "register_verifier_gas_max": register_worst,
         "declare_fingerprint_gas_max": declare_worst,
+        "bond_declared_verifier_gas": int(bond["gasUsed"]),
         "commit_vote_gas": int(cv["gasUsed"]),
         "reveal_vote_gas": int(rv["gasUsed"]),
         "gas_per_receipt_1024": round(commit_gas / LEAVES, 2),

@@ -230,9 +230,20 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         }
         // INVARIANT: membership depends only on the seed and the weights, at snapshotBlock, of
         // the verifiers declared for the receipt's fingerprint (the only ones able to judge it).
-        (address[] memory chosen, uint256[] memory weights, uint256 total) = stakes.drawCommittee(
-            c.fingerprintHash, keccak256(abi.encode(bh, id)), c.snapshotBlock, p.committeeSize, c.challenger
-        );
+        bytes32 seed = keccak256(abi.encode(bh, id));
+        (address[] memory chosen, uint256[] memory weights, uint256 total) =
+            stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, c.challenger);
+        // The lone challenger sits. Excluding the challenger is a courtesy, not a defence: a
+        // verifier can always challenge from another address and be drawn. But if the
+        // challenger is the only verifier of the pool at the snapshot, excluding it leaves the
+        // committee empty and a tampered receipt ends Inconclusive, unslashed: the one verifier
+        // able to judge the receipt is the one who caught it.
+        // INVARIANT: the committee is empty only if the pool had no weight at the snapshot; the
+        // challenger is seated only if nobody else was drawable.
+        if (chosen.length == 0) {
+            (chosen, weights, total) =
+                stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, address(0));
+        }
         if (chosen.length == 0) {
             _finishWithoutCommittee(id, c);
             return;

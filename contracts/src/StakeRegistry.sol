@@ -32,6 +32,14 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         uint208 value;
     }
 
+    /// @notice A fingerprint's coverage from time `time` on (until the next checkpoint): how many
+    ///         declarations count (declared, weight > 0, not leaving) and the sum of their weights.
+    struct CoverageCheckpoint {
+        uint48 time;
+        uint32 count;
+        uint176 weight;
+    }
+
     /// @notice Who held a draw-tree slot from the end of block `blockNumber` on.
     struct OwnerCheckpoint {
         uint48 blockNumber;
@@ -48,9 +56,16 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @inheritdoc IStakeRegistry
     uint256 public constant MAX_DECLARATIONS = 4;
     /// @inheritdoc IStakeRegistry
-    uint256 public constant MIN_COVERAGE = 1;
+    uint256 public constant BPS = 10_000;
     /// @inheritdoc IStakeRegistry
     uint64 public immutable coverageNotice;
+    /// @inheritdoc IStakeRegistry
+    /// @dev INVARIANT: immutable. Validity of a receipt is decided from checkpointed weights at
+    ///      issuedAt - coverageNotice and this fraction; a fraction governance could raise later
+    ///      would turn a receipt that was covered when an honest operator signed it into an
+    ///      "uncovered" one and slash that operator retroactively. A new fraction needs a new
+    ///      deployment.
+    uint256 public immutable minCoverageBps;
 
     /// @dev One checkpointed Fenwick tree of draw weights (see the contract notes).
     struct Pool {
@@ -86,8 +101,12 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     mapping(bytes32 => Pool) internal _pools;
     /// @dev Each verifier's declared fingerprints (at most MAX_DECLARATIONS).
     mapping(address => Declaration[]) internal _declarations;
-    /// @dev Per fingerprint, by timestamp: declared verifiers with weight > 0 and not leaving.
-    mapping(bytes32 => Checkpoint[]) internal _coverage;
+    /// @dev Per fingerprint, by timestamp: the declarations that count (declared, weight > 0,
+    ///      not leaving), how many and their summed weight.
+    mapping(bytes32 => CoverageCheckpoint[]) internal _coverage;
+    /// @dev Sum of all verifiers' draw weights by timestamp (the ALL_VERIFIERS pool's root, which
+    ///      is checkpointed by block, kept again by time for `isCoveredAt`).
+    Checkpoint[] internal _verifierWeightByTime;
 
     function _u112(uint256 x) private pure returns (uint112) {
         if (x > type(uint112).max) revert AmountTooLarge(x);
@@ -104,9 +123,17 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @param coverageNotice_ Seconds between the coverage a receipt relies on and its issuedAt
     ///        (10 minutes in production; a devnet whose operator signs right after its
     ///        verifiers declared may use 0, accepting the race described in docs/contracts.md).
-    constructor(address governance, IProtocolConfig config_, uint64 coverageNotice_) Ownable(governance) {
+    /// @param minCoverageBps_ Share of all verifier weight (basis points, at most BPS) that a
+    ///        fingerprint's declared weight must reach for its receipts to be valid (1000 = 10%
+    ///        in production: an attacker needs 5% of all verifier stake to hold a majority of
+    ///        any pool a valid receipt relies on; docs/contracts.md "Coverage in stake").
+    constructor(address governance, IProtocolConfig config_, uint64 coverageNotice_, uint256 minCoverageBps_)
+        Ownable(governance)
+    {
+        if (minCoverageBps_ > BPS) revert MinCoverageBpsTooLarge(minCoverageBps_, BPS);
         config = config_;
         coverageNotice = coverageNotice_;
+        minCoverageBps = minCoverageBps_;
         _syncParams();
     }
 
@@ -245,31 +272,49 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     // ---- draw tree ------------------------------------------------------------------------
 
     /// @dev Brings `who`'s draw weight (active stake if >= the verifier minimum, else 0) into
-    ///      every pool it belongs to: ALL_VERIFIERS and each declared fingerprint's pool.
+    ///      every pool it belongs to (ALL_VERIFIERS and each declared fingerprint's pool), into
+    ///      the total by time and into the coverage of each declaration that counts.
     function _syncWeight(address who, Account storage a) internal {
         if (a.role != Role.Verifier) return;
         uint256 active = uint256(a.stake) - a.unbonding;
         uint256 w = active >= minVerifierStake ? active : 0;
-        a.slot = uint24(_setPoolWeight(ALL_VERIFIERS, who, a.slot, w));
+        (uint256 slot, uint256 old) = _setPoolWeight(ALL_VERIFIERS, who, a.slot, w);
+        // casting to 'uint24' is safe because a slot is at most MAX_VERIFIERS = 2^14
+        // forge-lint: disable-next-line(unsafe-typecast)
+        a.slot = uint24(slot);
+        if (w != old) {
+            uint256 total = _latest(_verifierWeightByTime);
+            // casting to 'uint208' is safe because the total is at most totalStake (see above)
+            // forge-lint: disable-next-line(unsafe-typecast)
+            _verifierWeightByTime.push(
+                Checkpoint(uint48(block.timestamp), uint208(w > old ? total + (w - old) : total - (old - w)))
+            );
+        }
         Declaration[] storage ds = _declarations[who];
         for (uint256 i = 0; i < ds.length; i++) {
             Declaration storage d = ds[i];
-            bool had = d.slot != 0;
-            d.slot = uint24(_setPoolWeight(d.fingerprint, who, d.slot, w));
+            (slot, old) = _setPoolWeight(d.fingerprint, who, d.slot, w);
+            // casting to 'uint24' is safe because a slot is at most MAX_VERIFIERS = 2^14
+            // forge-lint: disable-next-line(unsafe-typecast)
+            d.slot = uint24(slot);
             // A leaving declaration no longer counts for coverage (it was removed at the request).
-            if (d.leaveAt == 0 && had != (d.slot != 0)) _addCoverage(d.fingerprint, d.slot != 0);
+            if (d.leaveAt == 0) _moveCoverage(d.fingerprint, old, w);
         }
     }
 
     /// @dev Sets `who`'s weight in pool `key` (current slot `slot`, 0 = none), taking a slot when
-    ///      it becomes > 0 and releasing it when it becomes 0; returns the slot now held (0 = none).
-    function _setPoolWeight(bytes32 key, address who, uint256 slot, uint256 w) internal returns (uint256) {
+    ///      it becomes > 0 and releasing it when it becomes 0; returns the slot now held (0 = none)
+    ///      and the weight it had before.
+    function _setPoolWeight(bytes32 key, address who, uint256 slot, uint256 w)
+        internal
+        returns (uint256, uint256 old)
+    {
         Pool storage p = _pools[key];
         if (slot == 0) {
-            if (w == 0) return 0;
+            if (w == 0) return (0, 0);
             slot = _takeSlot(p, who);
         }
-        uint256 old = _latest(p.leaf[slot]);
+        old = _latest(p.leaf[slot]);
         if (w != old) {
             _write(p.leaf[slot], w);
             for (uint256 i = slot; i <= MAX_VERIFIERS; i += i & (~i + 1)) {
@@ -279,10 +324,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
             if (key == ALL_VERIFIERS) emit WeightChanged(who, slot, w);
             else emit DeclaredWeightChanged(key, who, slot, w);
         }
-        if (w != 0) return slot;
+        if (w != 0) return (slot, old);
         p.freeSlots.push(slot);
         p.count -= 1;
-        return 0;
+        return (0, old);
     }
 
     function _takeSlot(Pool storage p, address who) internal returns (uint256 slot) {
@@ -299,13 +344,23 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         p.owners[slot].push(OwnerCheckpoint(uint48(block.number), who));
     }
 
-    /// @dev Coverage of `fp` +1 or -1 from now on (a timestamp checkpoint, compared with issuedAt).
-    function _addCoverage(bytes32 fp, bool up) internal {
-        Checkpoint[] storage h = _coverage[fp];
-        uint256 n = _latest(h);
-        n = up ? n + 1 : n - 1;
-        h.push(Checkpoint(uint48(block.timestamp), uint208(n)));
-        emit CoverageChanged(fp, n);
+    /// @dev The one home of coverage bookkeeping: a declaration of `fp` that counted with weight
+    ///      `oldW` (0 = did not count) counts with `newW` (0 = no longer counts) from now on (a
+    ///      timestamp checkpoint, compared with issuedAt - coverageNotice). A counting declaration
+    ///      always has weight > 0, so the count moves exactly when a weight crosses 0.
+    function _moveCoverage(bytes32 fp, uint256 oldW, uint256 newW) internal {
+        if (oldW == newW) return;
+        CoverageCheckpoint[] storage h = _coverage[fp];
+        uint256 n = h.length;
+        (uint256 count, uint256 weight) = n == 0 ? (0, 0) : (uint256(h[n - 1].count), uint256(h[n - 1].weight));
+        if (oldW == 0) count += 1;
+        else if (newW == 0) count -= 1;
+        weight = weight + newW - oldW;
+        // casting is safe because count <= MAX_VERIFIERS and weight <= totalStake, a sum of
+        // uint112 stakes held in this contract's balance
+        // forge-lint: disable-next-line(unsafe-typecast)
+        h.push(CoverageCheckpoint(uint48(block.timestamp), uint32(count), uint176(weight)));
+        emit CoverageChanged(fp, count, weight);
     }
 
     // ---- fingerprint declarations ---------------------------------------------------------
@@ -322,7 +377,7 @@ contract StakeRegistry is Ownable, IStakeRegistry {
             if (d.leaveAt == 0) revert AlreadyDeclared(msg.sender, fingerprint);
             // Cancels a pending undeclaration: the verifier never left the pool, it counts again.
             d.leaveAt = 0;
-            if (d.slot != 0) _addCoverage(fingerprint, true);
+            if (d.slot != 0) _moveCoverage(fingerprint, 0, _latest(_pools[fingerprint].leaf[d.slot]));
             emit FingerprintDeclared(msg.sender, fingerprint);
             return;
         }
@@ -331,9 +386,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         }
         if (ds.length >= MAX_DECLARATIONS) revert TooManyDeclarations(msg.sender, MAX_DECLARATIONS);
         uint256 active = uint256(a.stake) - a.unbonding;
-        uint256 slot = _setPoolWeight(fingerprint, msg.sender, 0, active >= minVerifierStake ? active : 0);
+        uint256 w = active >= minVerifierStake ? active : 0;
+        (uint256 slot,) = _setPoolWeight(fingerprint, msg.sender, 0, w);
         ds.push(Declaration(fingerprint, uint24(slot), 0));
-        if (slot != 0) _addCoverage(fingerprint, true);
+        _moveCoverage(fingerprint, 0, w);
         emit FingerprintDeclared(msg.sender, fingerprint);
     }
 
@@ -351,7 +407,7 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         // not rely on it, and an operator sees that coverageNotice ahead.
         leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + coverageNotice);
         d.leaveAt = leaveAt;
-        if (d.slot != 0) _addCoverage(fingerprint, false);
+        if (d.slot != 0) _moveCoverage(fingerprint, _latest(_pools[fingerprint].leaf[d.slot]), 0);
         emit FingerprintUndeclareRequested(msg.sender, fingerprint, leaveAt);
     }
 
@@ -380,7 +436,8 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @dev Always appends, even within one block (lookups take the last checkpoint at or
     ///      before a block): a transaction's gas then does not depend on whether an earlier
     ///      transaction of the same block touched the node, so eth_estimateGas, run against
-    ///      another block number, stays exact.
+    ///      another block number, stays exact. (The timestamp-keyed histories, coverage and
+    ///      total weight by time, append for the same reason.)
     function _write(Checkpoint[] storage h, uint256 v) internal {
         h.push(Checkpoint(uint48(block.number), uint208(v)));
     }
@@ -559,16 +616,53 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         return _pools[pool].slotsUsed;
     }
 
+    /// @dev The coverage checkpoint in force at `time` (zeros before the first).
+    function _coverageAt(bytes32 fp, uint256 time) internal view returns (uint256 count, uint256 weight) {
+        CoverageCheckpoint[] storage h = _coverage[fp];
+        uint256 n = h.length;
+        if (n == 0) return (0, 0);
+        if (h[n - 1].time > time) {
+            uint256 lo = 0;
+            uint256 hi = n - 1; // h[hi] is after time
+            while (lo < hi) {
+                uint256 mid = (lo + hi) / 2;
+                if (h[mid].time <= time) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo == 0) return (0, 0);
+            n = lo;
+        }
+        CoverageCheckpoint storage c = h[n - 1];
+        return (c.count, c.weight);
+    }
+
     /// @inheritdoc IStakeRegistry
-    function coverageAt(bytes32 fingerprint, uint64 time) public view returns (uint256) {
-        return _at(_coverage[fingerprint], time);
+    function coverageAt(bytes32 fingerprint, uint64 time) external view returns (uint256 count) {
+        (count,) = _coverageAt(fingerprint, time);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function coverageWeightAt(bytes32 fingerprint, uint64 time) public view returns (uint256 weight) {
+        (, weight) = _coverageAt(fingerprint, time);
+    }
+
+    /// @inheritdoc IStakeRegistry
+    function verifierWeightAtTime(uint64 time) public view returns (uint256) {
+        return _at(_verifierWeightByTime, time);
     }
 
     /// @inheritdoc IStakeRegistry
     function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool) {
         // INVARIANT: validity reads coverage coverageNotice before issuedAt, a past and final
-        // value when the operator signs: a verifier leaving cannot race the operator's check.
-        return issuedAt >= coverageNotice && coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE;
+        // value when the operator signs: a verifier leaving (or a large bond raising the total)
+        // cannot race the operator's check, and nothing later changes the answer.
+        if (issuedAt < coverageNotice) return false;
+        uint64 t = issuedAt - coverageNotice;
+        uint256 covered = coverageWeightAt(fingerprint, t);
+        // INVARIANT: covered * BPS >= minCoverageBps * total, where the total includes any
+        // attacker's own stake: an attacker with less than minCoverageBps / 2 of all verifier
+        // weight at t holds less than half of the declared weight this receipt relies on.
+        return covered != 0 && covered * BPS >= minCoverageBps * verifierWeightAtTime(t);
     }
 
     /// @inheritdoc IStakeRegistry

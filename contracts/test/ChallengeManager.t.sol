@@ -595,24 +595,49 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(id2, id + 1);
     }
 
-    /// The only verifier covering the fingerprint opens the challenge itself: it is excluded,
-    /// nobody else is eligible, the challenge ends inconclusive.
-    function test_resolve_noEligibleVerifiers_inconclusive_succeeds() public {
-        for (uint256 i = 1; i < verifiers.length; i++) {
-            vm.prank(verifiers[i]);
-            stakes.undeclareFingerprint(FINGERPRINT);
-        }
-        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.coverageNotice());
-        for (uint256 i = 1; i < verifiers.length; i++) {
-            stakes.completeUndeclare(verifiers[i], FINGERPRINT);
-        }
-        vm.roll(block.number + 1);
+    /// The only verifier of the fingerprint's pool opens the challenge itself: nobody else is
+    /// drawable, so it sits (the lone challenger; without that the committee was empty and the
+    /// challenge Inconclusive).
+    function test_drawCommittee_loneChallengerSits_succeeds() public {
+        _leaveAllBut(verifiers[0]);
         challenger = verifiers[0];
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
+        IChallengeManagerTypes.Member[] memory ms = draw(id);
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Voting));
+        vm.assertEq(ms.length, 1);
+        vm.assertEq(ms[0].account, verifiers[0]);
+    }
+
+    /// The fingerprint was covered at issuedAt but its only verifier was penalised below the
+    /// minimum before the open: nobody is drawable at the snapshot, the challenge ends
+    /// inconclusive and the challenger gets its bond back.
+    function test_resolve_noEligibleVerifiers_inconclusive_succeeds() public {
+        _leaveAllBut(verifiers[0]);
+        Posted memory p = postBatch(HONEST_OUT, 2, 0);
+        vm.startPrank(address(cm));
+        stakes.lock(verifiers[0], 4.5 ether);
+        stakes.slashLocked(verifiers[0], 4.5 ether);
+        vm.stopPrank();
+        vm.roll(block.number + 1);
+        uint256 id = open(p);
         vm.roll(cm.challenge(id).targetBlock + 1);
         cm.drawCommittee(id);
         vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
         vm.assertEq(cm.credits(challenger), 1 ether);
+    }
+
+    /// Every verifier but `stay` leaves FINGERPRINT's pool.
+    function _leaveAllBut(address stay) internal {
+        for (uint256 i = 0; i < verifiers.length; i++) {
+            if (verifiers[i] == stay) continue;
+            vm.prank(verifiers[i]);
+            stakes.undeclareFingerprint(FINGERPRINT);
+        }
+        vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.coverageNotice());
+        for (uint256 i = 0; i < verifiers.length; i++) {
+            if (verifiers[i] != stay) stakes.completeUndeclare(verifiers[i], FINGERPRINT);
+        }
+        vm.roll(block.number + 1);
     }
 
     // ---- withholding claims -------------------------------------------------------------

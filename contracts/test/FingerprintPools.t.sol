@@ -2,7 +2,6 @@
 pragma solidity ^0.8.24;
 
 import {Fixture} from "./utils/Fixture.sol";
-import {ReceiptLib} from "../src/lib/ReceiptLib.sol";
 import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
 import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
@@ -26,26 +25,10 @@ contract FingerprintPoolsTest is Fixture {
         return config.maxDisputeSpan(config.params()) + stakes.coverageNotice();
     }
 
-    /// A batch of receipts under `fp` (all with `outHash`); returns receipt `index`.
-    function postUnder(bytes32 fp, bytes32 outHash, uint256 n, uint256 index) internal returns (Posted memory p) {
-        bytes32[] memory digests = new bytes32[](n);
-        for (uint256 i = 0; i < n; i++) {
-            ReceiptLib.Receipt memory r = makeReceipt(outHash, i + uint256(outHash) + uint256(fp));
-            r.engineFingerprintHash = fp;
-            digests[i] = digestOf(r);
-            if (i == index) p.receipt = r;
-        }
-        p.signature = signReceipt(OPERATOR_KEY, p.receipt);
-        p.root = merkleRoot(digests);
-        p.index = index;
-        p.proof = merkleProof(digests, index);
-        vm.prank(operator);
-        batches.commitBatch(p.root, uint32(n), "da://local/0x00");
-    }
-
+    /// 3 ether: 13% of all verifier weight (23 ether), over the fixture's 10% coverage share.
     function _registerFp2Verifier() internal {
         vm.prank(fp2Verifier);
-        stakes.register{value: 2 ether}(IStakeRegistryTypes.Role.Verifier);
+        stakes.register{value: 3 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(fp2Verifier);
         stakes.declareFingerprint(FP2);
     }
@@ -63,7 +46,7 @@ contract FingerprintPoolsTest is Fixture {
         vm.assertEq(stakes.coverageAt(FP2, uint64(block.timestamp)), 1);
         vm.assertEq(stakes.coverageAt(FP2, uint64(block.timestamp - 1)), 0, "checkpointed by time");
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.poolWeightAt(FP2, block.number - 1), 2 ether);
+        vm.assertEq(stakes.poolWeightAt(FP2, block.number - 1), 3 ether);
         vm.assertEq(stakes.poolWeightAt(FINGERPRINT, block.number - 1), 20 ether);
         (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(fp2Verifier);
         vm.assertEq(fps.length, 1);

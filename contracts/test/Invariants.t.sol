@@ -376,8 +376,9 @@ contract ProtocolHandler is Fixture {
         }
     }
 
-    /// @dev Recomputes the draw from the weights recorded at open (slot order, same seat rule)
-    ///      and compares it with the members the contract chose.
+    /// @dev Recomputes the draw from the weights recorded at open (slot order, same seat rule,
+    ///      the challenger excluded unless nobody else is drawable) and compares it with the
+    ///      members the contract chose.
     function _checkDraw(uint256 id, uint40 target, address excluded) internal {
         IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) return; // re-armed
@@ -388,14 +389,30 @@ contract ProtocolHandler is Fixture {
                 (seats[j - 1], seats[j]) = (seats[j], seats[j - 1]);
             }
         }
+        bytes32 seed = keccak256(abi.encode(blockhash(target), id));
+        (address[] memory expected, uint256 filled) = _referenceDraw(seats, seed, excluded);
+        if (filled == 0) (expected, filled) = _referenceDraw(seats, seed, address(0)); // the lone challenger
+        drawsChecked++;
+        if (filled != ms.length) committeeMoved = true;
+        for (uint256 i = 0; i < ms.length && i < filled; i++) {
+            if (ms[i].account != expected[i]) committeeMoved = true;
+        }
+    }
+
+    /// @dev Seats drawn without replacement from `seats` (sorted by slot), skipping `excluded`.
+    function _referenceDraw(Seat[] memory seatsIn, bytes32 seed, address excluded)
+        internal
+        pure
+        returns (address[] memory expected, uint256 filled)
+    {
+        Seat[] memory seats = new Seat[](seatsIn.length);
         uint256 pool = 0;
-        for (uint256 i = 0; i < seats.length; i++) {
+        for (uint256 i = 0; i < seatsIn.length; i++) {
+            seats[i] = Seat(seatsIn[i].slot, seatsIn[i].who, seatsIn[i].weight);
             pool += seats[i].weight;
         }
-        bytes32 seed = keccak256(abi.encode(blockhash(target), id));
         uint256 size = 3; // committeeSize
-        uint256 filled = 0;
-        address[] memory expected = new address[](size);
+        expected = new address[](size);
         for (uint256 nonce = 0; filled < size && pool != 0; nonce++) {
             uint256 x = uint256(keccak256(abi.encode(seed, nonce))) % pool;
             for (uint256 j = 0; j < seats.length; j++) {
@@ -408,11 +425,6 @@ contract ProtocolHandler is Fixture {
                 if (seats[j].who != excluded) expected[filled++] = seats[j].who;
                 break;
             }
-        }
-        drawsChecked++;
-        if (filled != ms.length) committeeMoved = true;
-        for (uint256 i = 0; i < ms.length && i < filled; i++) {
-            if (ms[i].account != expected[i]) committeeMoved = true;
         }
     }
 

@@ -7,7 +7,14 @@ One test per attack, on a real anvil through the Python bindings (docs/contracts
 * the low-coverage cheat: sign a tampered receipt under the fingerprint fewest verifiers run;
 * declare after the seed: join the pool once blockhash(target) is public;
 * undeclare to dodge: leave the pool (or unbond) after the open to escape the vote;
-* verifiers leave after an honest operator signed: the operator must not be slashed.
+* verifiers leave after an honest operator signed: the operator must not be slashed;
+* a sybil alone in a small pool: the operator's own minimum-stake verifier is the only one
+  declared for a fingerprint, so it would judge the operator's receipts (coverage is measured
+  in stake: such a receipt is uncovered, slashed at open);
+* the lone challenger: the only declared verifier of a fingerprint catches a cheat and
+  challenges; excluding it would leave no committee (it sits);
+* a large bond after an honest operator signed: later receipts become uncovered, the earlier
+  one must not be slashed.
 
 Each test also shows what the pre-fix rule (a draw over every verifier, live state, no delay)
 would have given, so it fails without the fix.
@@ -29,7 +36,15 @@ from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.signing import sign_receipt_typed
 from verinfer.chain.stake import ensure_declared
-from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Role, Status, default_params
+from verinfer.chain.structs import (
+    COVERAGE_NOTICE,
+    ETHER,
+    MIN_COVERAGE_BPS,
+    Kind,
+    Role,
+    Status,
+    default_params,
+)
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
 
@@ -64,26 +79,31 @@ class Net:
         return int(self.w3.eth.get_block("latest")["timestamp"])
 
 
+def _deploy_net(w3: Web3, min_coverage_bps: int = MIN_COVERAGE_BPS) -> Net:
+    """A deployment with 4 FP_OLD verifiers (1 ETH each) and ``new`` registered (1 ETH)."""
+    a = dev_accounts(10)
+    d = deploy_all(w3, a[0], P, min_coverage_bps=min_coverage_bps)
+    n = Net(w3, d, a[0], a[1], a[2], a[3:7], a[7], a[8:10])
+    gov = n.as_(n.gov)
+    gov.config.approve(Kind.MODEL, MODEL)
+    gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_OLD)
+    gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_NEW)
+    gov.config.register_key_epoch(1, b"\x04" * 32, b"\x11" * 32, 2, 3)
+    n.as_(n.operator).stakes.register(Role.OPERATOR, 5 * ETHER)
+    for v in n.old:
+        n.as_(v).stakes.register(Role.VERIFIER, ETHER)
+        assert ensure_declared(n.as_(v), v.address, [FP_OLD]).declared == (FP_OLD,)
+    n.as_(n.new).stakes.register(Role.VERIFIER, ETHER)
+    assert n.view.stakes.coverage_notice() == COVERAGE_NOTICE
+    assert n.view.stakes.min_coverage_bps() == min_coverage_bps
+    increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
+    return n
+
+
 @pytest.fixture
 def net() -> Iterator[Net]:
     with Anvil() as node:
-        w3 = node.web3()
-        a = dev_accounts(10)
-        d = deploy_all(w3, a[0], P)
-        n = Net(w3, d, a[0], a[1], a[2], a[3:7], a[7], a[8:10])
-        gov = n.as_(n.gov)
-        gov.config.approve(Kind.MODEL, MODEL)
-        gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_OLD)
-        gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_NEW)
-        gov.config.register_key_epoch(1, b"\x04" * 32, b"\x11" * 32, 2, 3)
-        n.as_(n.operator).stakes.register(Role.OPERATOR, 5 * ETHER)
-        for v in n.old:
-            n.as_(v).stakes.register(Role.VERIFIER, ETHER)
-            assert ensure_declared(n.as_(v), v.address, [FP_OLD]).declared == (FP_OLD,)
-        n.as_(n.new).stakes.register(Role.VERIFIER, ETHER)
-        assert n.view.stakes.coverage_notice() == COVERAGE_NOTICE
-        increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
-        yield n
+        yield _deploy_net(node.web3())
 
 
 @dataclass
@@ -106,16 +126,19 @@ def _post(net: Net, fp: bytes, out: bytes, tag: bytes) -> tuple[Receipt, bytes, 
     return rs[0], tree.root, tree, domain
 
 
-def _open(net: Net, receipt: Receipt, root: bytes, tree: object, domain: Domain) -> int:
+def _open(net: Net, receipt: Receipt, root: bytes, tree: object, domain: Domain,
+          by: LocalAccount | None = None) -> int:
+    """Opens a challenge of ``receipt`` (leaf 0) from ``by`` (default: the challenger)."""
     proof = tree.proof(0)  # type: ignore[attr-defined]
-    return net.as_(net.challenger).challenges.open_challenge(
+    return net.as_(by or net.challenger).challenges.open_challenge(
         receipt, sign_receipt_typed(receipt, domain, net.operator), root, proof.index,
         proof.siblings, P.challenge_bond)
 
 
-def _post_and_open(net: Net, fp: bytes, out: bytes, tag: bytes) -> Opened:
+def _post_and_open(net: Net, fp: bytes, out: bytes, tag: bytes,
+                   by: LocalAccount | None = None) -> Opened:
     receipt, root, tree, domain = _post(net, fp, out, tag)
-    return Opened(_open(net, receipt, root, tree, domain), receipt)
+    return Opened(_open(net, receipt, root, tree, domain, by), receipt)
 
 
 def _vote(net: Net, cid: int, votes: dict[str, bytes | None]) -> None:
@@ -140,10 +163,12 @@ def _seed_and_snapshot(net: Net, cid: int) -> tuple[bytes, int]:
     return Web3.keccak(bh + cid.to_bytes(32, "big")), info.snapshot_block
 
 
-def _draw_from(net: Net, pool: bytes, seed: bytes, snapshot: int) -> list[str]:
-    """StakeRegistry.drawCommittee over ``pool`` (ALL_VERIFIERS: the pre-fix draw)."""
+def _draw_from(net: Net, pool: bytes, seed: bytes, snapshot: int,
+               exclude: str | None = None) -> list[str]:
+    """StakeRegistry.drawCommittee over ``pool`` (ALL_VERIFIERS: the pre-fix draw), skipping
+    ``exclude`` (default: the challenger)."""
     members, _, _ = net.view.stakes.contract.functions.drawCommittee(
-        pool, seed, snapshot, P.committee_size, net.challenger.address).call()
+        pool, seed, snapshot, P.committee_size, exclude or net.challenger.address).call()
     return [str(m) for m in members]
 
 
@@ -256,4 +281,84 @@ def test_honest_operator_not_slashed_after_verifiers_leave(net: Net) -> None:
     assert net.view.stakes.account_of(net.operator.address).stake == before
 
     late = _post_and_open(net, FP_OLD, HONEST, b"late")
+    assert net.view.challenges.challenge(late.cid).status is Status.SLASHED
+
+
+def _draw(net: Net, cid: int) -> list[str]:
+    mine(net.w3, P.draw_delay_blocks + 1)
+    net.as_(net.challenger).challenges.draw_committee(cid)
+    return [m.account for m in net.view.challenges.committee(cid)]
+
+
+def test_sybil_alone_in_a_small_pool_is_slashed_at_open(net: Net) -> None:
+    """The operator registers a sybil verifier with the minimum stake, declares FP_NEW (which
+    nobody else declared) and signs a tampered receipt under it. The sybil holds 2% of all
+    verifier weight, under the 10% coverage share: the receipt is invalid on its face, slashed at
+    open. With the pre-fix rule (any declared weight covers: the same contracts deployed with
+    minCoverageBps = 0, on the same chain) the sybil is the whole committee and dismisses it."""
+    sybil = net.spare[0]
+    net.as_(sybil).stakes.register(Role.VERIFIER, P.min_verifier_stake)
+    ensure_declared(net.as_(sybil), sybil.address, [FP_NEW])
+    increase_time(net.w3, COVERAGE_NOTICE)
+    assert net.view.stakes.coverage_at(FP_NEW, net.now()) == 1  # one declared verifier
+    assert not net.view.stakes.is_covered_at(FP_NEW, net.now())
+    before = net.view.stakes.account_of(net.operator.address).stake
+    opened = _post_and_open(net, FP_NEW, TAMPERED, b"sybil")
+    info = net.view.challenges.challenge(opened.cid)
+    assert info.status is Status.SLASHED and info.members == 0
+    assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
+
+    old = _deploy_net(net.w3, min_coverage_bps=0)
+    old.as_(sybil).stakes.register(Role.VERIFIER, P.min_verifier_stake)
+    ensure_declared(old.as_(sybil), sybil.address, [FP_NEW])
+    increase_time(old.w3, COVERAGE_NOTICE)
+    captured = _post_and_open(old, FP_NEW, TAMPERED, b"sybil")
+    assert old.view.challenges.challenge(captured.cid).status is Status.AWAITING_DRAW
+    assert _draw(old, captured.cid) == [sybil.address]
+    _vote(old, captured.cid, {sybil.address: TAMPERED})  # the sybil votes for its operator
+    assert old.view.challenges.challenge(captured.cid).status is Status.DISMISSED
+
+
+def test_lone_declared_verifier_challenges_and_sits(net: Net) -> None:
+    """``net.new`` is FP_NEW's only declared verifier (1 of 5 ETH: covered). It catches a
+    tampered FP_NEW receipt and challenges it itself. Excluding the challenger (the pre-fix
+    draw) leaves nobody: Inconclusive, the cheat free. Now nobody else being drawable, it sits,
+    and its vote slashes."""
+    ensure_declared(net.as_(net.new), net.new.address, [FP_NEW])
+    increase_time(net.w3, COVERAGE_NOTICE)
+    before = net.view.stakes.account_of(net.operator.address).stake
+    opened = _post_and_open(net, FP_NEW, TAMPERED, b"lone", by=net.new)
+    assert net.view.challenges.challenge(opened.cid).challenger == net.new.address
+    assert _draw(net, opened.cid) == [net.new.address]
+    seed, snapshot = _seed_and_snapshot(net, opened.cid)
+    assert _draw_from(net, FP_NEW, seed, snapshot, exclude=net.new.address) == []
+    _vote(net, opened.cid, {net.new.address: HONEST})  # FP_NEW really gives HONEST
+    assert net.view.challenges.challenge(opened.cid).status is Status.SLASHED
+    assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
+
+
+def test_honest_receipt_survives_a_later_large_bond(net: Net) -> None:
+    """FP_NEW is covered (1 of 5 ETH) when the operator signs. Then someone bonds 50 ETH as a
+    verifier without declaring FP_NEW: FP_NEW falls under 10% of all weight, so receipts from
+    coverageNotice on are uncovered (the operator sees it that long ahead and stops serving
+    FP_NEW: the liveness cost). The earlier receipt is judged on the weights at its issuedAt:
+    not an invalid receipt, dismissed by its committee, the operator keeps its stake."""
+    ensure_declared(net.as_(net.new), net.new.address, [FP_NEW])
+    increase_time(net.w3, COVERAGE_NOTICE)
+    receipt, root, tree, domain = _post(net, FP_NEW, HONEST, b"before-bond")
+    assert net.view.stakes.is_covered_at(FP_NEW, receipt.issued_at)
+    increase_time(net.w3, 1)
+    net.as_(net.spare[1]).stakes.register(Role.VERIFIER, 50 * ETHER)
+    assert not net.view.stakes.is_covered_at(FP_NEW, net.now() + COVERAGE_NOTICE)
+    assert net.view.stakes.is_covered_at(FP_NEW, receipt.issued_at)  # final
+    increase_time(net.w3, P.challenge_window // 2)  # a challenge later in the window
+    before = net.view.stakes.account_of(net.operator.address).stake
+    cid = _open(net, receipt, root, tree, domain)
+    assert net.view.challenges.challenge(cid).status is Status.AWAITING_DRAW
+    assert _draw(net, cid) == [net.new.address]
+    _vote(net, cid, {net.new.address: HONEST})
+    assert net.view.challenges.challenge(cid).status is Status.DISMISSED
+    assert net.view.stakes.account_of(net.operator.address).stake == before
+
+    late = _post_and_open(net, FP_NEW, HONEST, b"after-bond")  # what the operator must refuse
     assert net.view.challenges.challenge(late.cid).status is Status.SLASHED

@@ -50,6 +50,8 @@ interface IStakeRegistryErrors {
     error UndeclareNotReady(address account, bytes32 fingerprint, uint64 leaveAt, uint256 nowTs);
     /// @notice A verifier with declarations would go below the verifier minimum.
     error DeclaredVerifierBelowMinimum(address account, uint256 declarations, uint256 activeAfter, uint256 minimum);
+    /// @notice The constructor's minimum coverage share exceeds 100% (`max` basis points).
+    error MinCoverageBpsTooLarge(uint256 bps, uint256 max);
     /// @notice An ETH transfer failed.
     error TransferFailed(address to, uint256 amount);
 }

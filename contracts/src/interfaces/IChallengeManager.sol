@@ -146,7 +146,9 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
     ///         weights as of the end of the challenge's open block (fixed before the randomness
     ///         existed: stake changes after the open cannot move the committee). Callable by
     ///         anyone once targetBlock is mined. If that hash is out of reach (older than 256
-    ///         blocks) the target moves to a new future block instead.
+    ///         blocks) the target moves to a new future block instead. The challenger is not
+    ///         drawn unless nobody else in the pool had weight at the snapshot: then it is the
+    ///         committee (a lone declared verifier that challenges still judges).
     /// @param id The challenge.
     function drawCommittee(uint256 id) external;
 

@@ -25,8 +25,10 @@ import {IProtocolConfig} from "./IProtocolConfig.sol";
 ///         from the end of this block and to its coverage from now. `undeclareFingerprint` takes
 ///         it out of the coverage at once but keeps it drawable (and liable) until
 ///         now + maxDisputeSpan, when `completeUndeclare` (anyone) removes it. While declared a
-///         verifier cannot unbond below the minimum. A receipt issued when its fingerprint's
-///         coverage was below MIN_COVERAGE is invalid on its face (ChallengeManager).
+///         verifier cannot unbond below the minimum. A fingerprint is covered at a time when the
+///         weight of its counting declarations (declared, weight > 0, not leaving) is > 0 and
+///         at least `minCoverageBps` of all verifier weight then; a receipt whose fingerprint was
+///         not covered at issuedAt - coverageNotice is invalid on its face (ChallengeManager).
 interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice `account` registered as `role` with an initial bond.
     event Registered(address indexed account, Role role, uint256 amount);
@@ -58,8 +60,9 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     event FingerprintUndeclareRequested(address indexed account, bytes32 indexed fingerprint, uint64 leaveAt);
     /// @notice `account` left `fingerprint`'s pool.
     event FingerprintUndeclared(address indexed account, bytes32 indexed fingerprint);
-    /// @notice Number of verifiers covering `fingerprint` from now on.
-    event CoverageChanged(bytes32 indexed fingerprint, uint256 coverage);
+    /// @notice `fingerprint`'s coverage from now on: `count` counting declarations (declared,
+    ///         weight > 0, not leaving) with summed weight `weight`.
+    event CoverageChanged(bytes32 indexed fingerprint, uint256 count, uint256 weight);
 
     /// @notice Source of the minimum stakes and the unbonding period.
     function config() external view returns (IProtocolConfig);
@@ -169,11 +172,16 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice Most fingerprints one verifier may declare (bounds the gas of a stake change).
     function MAX_DECLARATIONS() external view returns (uint256);
 
-    /// @notice Verifiers a fingerprint's coverage must reach at a receipt's issuedAt for the
-    ///         receipt to be valid: enough for a committee of one besides a challenger from
-    ///         another address. Stake-weighted capture of a small pool is a separate limit
-    ///         (docs/contracts.md).
-    function MIN_COVERAGE() external view returns (uint256);
+    /// @notice The basis-point denominator of `minCoverageBps` (10,000).
+    function BPS() external view returns (uint256);
+
+    /// @notice Share of all verifier weight, in basis points, that a fingerprint's counting
+    ///         declarations must hold (and > 0) at issuedAt - coverageNotice for a receipt to be
+    ///         valid. Immutable (a constructor argument): a later change would decide the
+    ///         validity of receipts already signed. An attacker with less than half of it (of all
+    ///         verifier weight) never holds a majority of the declared weight a valid receipt
+    ///         relies on (docs/contracts.md "Coverage in stake").
+    function minCoverageBps() external view returns (uint256);
 
     /// @notice Highest ALL_VERIFIERS slot ever assigned.
     function slotsUsed() external view returns (uint256);
@@ -190,14 +198,25 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice Highest slot of `pool` ever assigned.
     function poolSlotsUsed(bytes32 pool) external view returns (uint256);
 
-    /// @notice Verifiers declared for `fingerprint`, with weight > 0 and not leaving, at `time`
-    ///         (unix seconds; the latest value for a future time).
-    function coverageAt(bytes32 fingerprint, uint64 time) external view returns (uint256);
+    /// @notice How many verifiers are declared for `fingerprint`, with weight > 0 and not
+    ///         leaving, at `time` (unix seconds; the latest value for a future time). Informative:
+    ///         validity is decided by weight (`isCoveredAt`).
+    function coverageAt(bytes32 fingerprint, uint64 time) external view returns (uint256 count);
 
-    /// @notice coverageAt(fingerprint, issuedAt - coverageNotice) >= MIN_COVERAGE: a receipt
-    ///         of this fingerprint issued at `issuedAt` can be judged by a committee (else it is
-    ///         invalid on its face). Reads a time coverageNotice in the past, so the operator's
-    ///         check before signing sees a final value.
+    /// @notice Sum of the draw weights of the verifiers declared for `fingerprint`, with weight
+    ///         > 0 and not leaving, at `time` (unix seconds; the latest value for a future time).
+    function coverageWeightAt(bytes32 fingerprint, uint64 time) external view returns (uint256 weight);
+
+    /// @notice Sum of all verifiers' draw weights at `time` (unix seconds; the latest value for
+    ///         a future time): the denominator of the coverage rule.
+    function verifierWeightAtTime(uint64 time) external view returns (uint256);
+
+    /// @notice With t = issuedAt - coverageNotice: coverageWeightAt(fingerprint, t) > 0 and
+    ///         coverageWeightAt(fingerprint, t) * BPS >= minCoverageBps * verifierWeightAtTime(t).
+    ///         A receipt of this fingerprint issued at `issuedAt` can be judged by a committee
+    ///         no minority of the stake controls (else it is invalid on its face). Reads a time
+    ///         coverageNotice in the past, so the operator's check before signing sees a final
+    ///         value; false when issuedAt < coverageNotice.
     function isCoveredAt(bytes32 fingerprint, uint64 issuedAt) external view returns (bool);
 
     /// @notice How long before a receipt's issuedAt its fingerprint's coverage is read (and how

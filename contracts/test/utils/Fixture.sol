@@ -35,6 +35,8 @@ abstract contract Fixture is Test {
     bytes32 internal constant OTHER_OUT = keccak256("different output");
 
     uint256 internal constant T0 = 1_767_225_600;
+    /// @dev StakeRegistry.minCoverageBps of the fixture: the production default (10%).
+    uint256 internal constant MIN_COVERAGE_BPS = 1000;
 
     function defaultParams() internal pure returns (IProtocolConfigTypes.Params memory p) {
         p.challengeWindow = 1 days;
@@ -60,7 +62,7 @@ abstract contract Fixture is Test {
         vm.warp(T0);
         vm.roll(100);
         config = new ProtocolConfig(address(this), defaultParams());
-        stakes = new StakeRegistry(address(this), config, 10 minutes);
+        stakes = new StakeRegistry(address(this), config, 10 minutes, MIN_COVERAGE_BPS);
         batches = new BatchRegistry(stakes);
         cm = new ChallengeManager(config, stakes, batches);
         audits = new AuditLog(stakes);
@@ -164,9 +166,24 @@ abstract contract Fixture is Test {
 
     /// @dev Commits a batch of `n` receipts (all with `outHash`) and returns receipt `index`.
     function postBatch(bytes32 outHash, uint256 n, uint256 index) internal returns (Posted memory p) {
+        return _post(FINGERPRINT, outHash, n, index, uint256(outHash));
+    }
+
+    /// @dev The same under engine fingerprint `fp` (salted by it too, so the receipts differ).
+    function postUnder(bytes32 fp, bytes32 outHash, uint256 n, uint256 index) internal returns (Posted memory p) {
+        unchecked {
+            return _post(fp, outHash, n, index, uint256(outHash) + uint256(fp));
+        }
+    }
+
+    function _post(bytes32 fp, bytes32 outHash, uint256 n, uint256 index, uint256 salt)
+        private
+        returns (Posted memory p)
+    {
         bytes32[] memory digests = new bytes32[](n);
         for (uint256 i = 0; i < n; i++) {
-            ReceiptLib.Receipt memory r = makeReceipt(outHash, i + uint256(outHash));
+            ReceiptLib.Receipt memory r = makeReceipt(outHash, i + salt);
+            r.engineFingerprintHash = fp;
             digests[i] = digestOf(r);
             if (i == index) p.receipt = r;
         }

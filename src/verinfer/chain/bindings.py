@@ -225,10 +225,24 @@ class StakeRegistryContract(_Bound):
         """Verifiers declared for `fingerprint_hash`, with weight, not leaving, at time `at`."""
         return int(self._call(self.contract.functions.coverageAt(fingerprint_hash, at)))
 
+    def coverage_weight_at(self, fingerprint_hash: bytes, at: int) -> int:
+        """Summed draw weight of the verifiers counted by `coverage_at` at time `at`."""
+        return int(self._call(self.contract.functions.coverageWeightAt(fingerprint_hash, at)))
+
+    def verifier_weight_at_time(self, at: int) -> int:
+        """Summed draw weight of all verifiers at time `at` (the coverage rule's denominator)."""
+        return int(self._call(self.contract.functions.verifierWeightAtTime(at)))
+
+    def min_coverage_bps(self) -> int:
+        """Share of all verifier weight (basis points) a fingerprint's declared weight must
+        reach for its receipts to be valid; immutable."""
+        return int(self._call(self.contract.functions.minCoverageBps()))
+
     def is_covered_at(self, fingerprint_hash: bytes, issued_at: int) -> bool:
         """A receipt of `fingerprint_hash` issued at `issued_at` can be judged (else it is
-        invalid on its face and slashed at open): reads the coverage `coverage_notice()` before
-        it, so what an operator checks before signing is already final."""
+        invalid on its face and slashed at open): the declared weight `coverage_notice()` before
+        it was > 0 and at least `min_coverage_bps()` of all verifier weight then, so what an
+        operator checks before signing is already final."""
         return bool(self._call(self.contract.functions.isCoveredAt(fingerprint_hash, issued_at)))
 
     def coverage_notice(self) -> int:

@@ -19,9 +19,16 @@ INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1
 MAX_CLOCK_SKEW = 300
 
 #: StakeRegistry.coverageNotice of a production deployment (seconds): a receipt issued at t is
-#: valid only if its engine fingerprint had a declared verifier at t - this (read the value of
-#: a deployment with StakeRegistryContract.coverage_notice()).
+#: valid only if its engine fingerprint was covered (MIN_COVERAGE_BPS) at t - this (read the
+#: value of a deployment with StakeRegistryContract.coverage_notice()).
 COVERAGE_NOTICE = 600
+
+#: StakeRegistry.minCoverageBps of a production deployment (immutable, a constructor argument):
+#: a receipt is valid only if the verifiers declared for its engine fingerprint held at least
+#: this share (basis points) of all verifier weight at issuedAt - coverageNotice. 10%: an
+#: attacker needs 5% of all verifier stake to hold a majority of a pool a valid receipt relies
+#: on (docs/contracts.md "Coverage in stake").
+MIN_COVERAGE_BPS = 1000
 
 
 def is_future_dated(issued_at: int, chain_time: int) -> bool:

@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +36,8 @@ from verinfer.engine.stop_rule import FinishReason, StopState, stop_rule
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 from verinfer.receipts.canonical import MAX_TOP_LOGPROBS  # the ExecRequest's bound, one place
 
-__all__ = ["MAX_TOP_LOGPROBS", "Engine", "FinishReason", "GenerationResult", "ReplayResult",
-           "StepEvent", "TokenLogprob", "token_logprob"]
+__all__ = ["MAX_TOP_LOGPROBS", "CancelledError", "Engine", "FinishReason", "GenerationResult",
+           "ReplayResult", "StepEvent", "TokenLogprob", "token_logprob"]
 
 # Engines whose worker thread may still run. The worker is a daemon thread: one still inside a
 # torch or kernel call (the GIL released) when the interpreter finalizes is ended by
@@ -52,6 +52,20 @@ _LIVE_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
 def _close_live_engines() -> None:
     for engine in list(_LIVE_ENGINES):
         engine.close()
+
+
+def _settle(fut: Future[GenerationResult], result: GenerationResult | None = None, *,
+            error: BaseException | None = None) -> None:
+    """Completes ``fut`` unless it is already done. A future may be cancelled from another
+    thread at any moment (``Engine.cancel``); completing it then raises InvalidStateError,
+    which inside a step would fail every other request of that step."""
+    try:
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)  # type: ignore[arg-type]
+    except InvalidStateError:
+        pass  # INVARIANT: only a cancelled (or already failed) future is left as it is
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,7 @@ class Engine:
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
+        self.steps = 0  # forward passes run by the scheduler (tests, metrics)
         self._closed = False
         self._worker = threading.Thread(target=self._loop, name="verinfer-engine", daemon=True)
         self._worker.start()
@@ -207,6 +222,25 @@ class Engine:
                  top_logprobs: int | None = None) -> GenerationResult:
         return self.submit(prompt_ids, params, top_logprobs=top_logprobs).result()
 
+    def cancel(self, fut: Future[GenerationResult]) -> bool:
+        """Cancels the request ``submit`` returned ``fut`` for: its ``result()`` raises
+        ``concurrent.futures.CancelledError`` at once, and the scheduler drops the sequence
+        (and its KV cache) before its next step, no further token and no ``on_step``. False
+        when it had already finished. ``fut.cancel()`` (e.g. an ``asyncio.wrap_future`` of it
+        cancelled) does the same. For a client that went away: the operator issues no receipt
+        for an unfinished generation, so nothing is owed (docs/engine.md)."""
+        if not fut.cancel():
+            return False
+        with self._cv:
+            self._cv.notify()
+        return True
+
+    @property
+    def in_flight(self) -> int:
+        """Requests waiting or running (a cancelled one counts until the scheduler drops it)."""
+        with self._cv:
+            return len(self._waiting) + len(self._running)
+
     def _close_at_exit(self) -> None:
         """Have this engine closed (its worker joined) when the interpreter exits."""
         _LIVE_ENGINES.add(self)
@@ -225,21 +259,29 @@ class Engine:
                     self._cv.wait()
                 if self._closed:
                     break
+                self._drop_cancelled()
                 while self._waiting and len(self._running) < self.max_seqs:
                     self._running.append(self._waiting.popleft())
                 running = list(self._running)
-            try:
-                self._step(running)
-            except BaseException as e:  # fail the requests in flight, keep serving others
-                for s in running:
-                    if not s.future.done():
-                        s.future.set_exception(e)
-                    s.finish = s.finish or "stop"
+            if running:
+                try:
+                    self._step(running)
+                except BaseException as e:  # fail the requests in flight, keep serving others
+                    for s in running:
+                        _settle(s.future, error=e)
+                        s.finish = s.finish or "stop"
+                self.steps += 1
             with self._cv:
                 self._running = [s for s in self._running if s.finish is None]
         for s in itertools.chain(self._running, self._waiting):
-            if not s.future.done():
-                s.future.set_exception(RuntimeError("engine closed"))
+            _settle(s.future, error=RuntimeError("engine closed"))
+
+    def _drop_cancelled(self) -> None:
+        """Forget cancelled requests (``cancel``): waiting ones never start, running ones get
+        no further step. Called with ``_cv`` held, between steps."""
+        if any(s.future.cancelled() for s in self._waiting):
+            self._waiting = deque(s for s in self._waiting if not s.future.cancelled())
+        self._running = [s for s in self._running if not s.future.cancelled()]
 
     def _step(self, running: list[_Seq]) -> None:
         toks: list[int] = []
@@ -277,6 +319,8 @@ class Engine:
             self._advance(s, logits[i], digests[i])
 
     def _advance(self, s: _Seq, row: torch.Tensor, digest: bytes) -> None:
+        if s.future.cancelled():  # cancelled during this step: dropped before the next one
+            return
         position = len(s.prompt) + len(s.generated)
         logits = row.numpy()
         tok = sample(logits, s.params, position)
@@ -292,7 +336,7 @@ class Engine:
             except Exception:  # a broken consumer must not stall the other sequences
                 s.on_step = None
         if s.finish is not None:
-            s.future.set_result(GenerationResult(
+            _settle(s.future, GenerationResult(
                 s.prompt, list(s.generated), s.stop.text, s.finish, list(s.digests),
                 s.params.seed,
                 list(s.logprobs) if s.top_logprobs is not None else None, s.top_logprobs))

@@ -96,13 +96,21 @@ class ServingBase:
             fut.add_done_callback(on_done)
             futs.append(fut)
         pending = len(jobs)
-        while pending:
-            k, ev = await queue.get()
-            if ev is not None:
-                yield jobs[k], ev
-            else:
-                pending -= 1
-                yield jobs[k], futs[k].result()  # raises the engine's error, if any
+        try:
+            while pending:
+                k, ev = await queue.get()
+                if ev is not None:
+                    yield jobs[k], ev
+                else:
+                    pending -= 1
+                    yield jobs[k], futs[k].result()  # raises the engine's error, if any
+        finally:
+            # The client went away (the response task cancelled, this generator closed) or
+            # the stream failed: the engine drops the unfinished jobs at its next step. No
+            # receipt is issued for a stream that does not reach its final chunk, so nothing
+            # is owed for them (docs/engine.md, "Cancellation").
+            for fut in futs:
+                self.engine.cancel(fut)
 
     async def final_fields(self, options: StreamOptions | None, jobs: Sequence[Job],
                            results: dict[int, GenerationResult], finalize: Finalizer | None

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -264,6 +264,10 @@ class VllmEngine(Engine):
             req.future.set_exception(e)
 
     def _take(self, req: _Req, token_ids: list[int], vllm_finished: bool) -> None:
+        if req.future.cancelled():  # Engine.cancel: abort it in vLLM too, no further token
+            self._stop(req)
+            self._fail(req, RuntimeError("cancelled"))  # only forgets it: the future is done
+            return
         if req.track.error is not None:
             self._stop(req)
             self._fail(req, req.track.error)
@@ -301,10 +305,12 @@ class VllmEngine(Engine):
                 self._stop(req)
             TRACKS.pop(req.key)
             self._live.pop(req.vllm_id or "", None)
-            req.future.set_result(GenerationResult(
-                req.prompt, list(req.generated), req.text, req.finish, list(req.digests),
-                req.params.seed, list(req.logprobs) if req.top_logprobs is not None else None,
-                req.top_logprobs))
+            with contextlib.suppress(InvalidStateError):  # cancelled meanwhile (cancel)
+                req.future.set_result(GenerationResult(
+                    req.prompt, list(req.generated), req.text, req.finish, list(req.digests),
+                    req.params.seed,
+                    list(req.logprobs) if req.top_logprobs is not None else None,
+                    req.top_logprobs))
 
     def _stop(self, req: _Req) -> None:
         if req.vllm_id is not None:

@@ -40,6 +40,21 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         uint176 weight;
     }
 
+    /// @dev A fingerprint's coverage by time. The newest checkpoint has a slot of its own, so the
+    ///      read of every challenge open (nothing changed since issuedAt - coverageNotice) is one
+    ///      storage read; `older` holds the ones it replaced, oldest first.
+    struct CoverageHistory {
+        CoverageCheckpoint latest;
+        CoverageCheckpoint[] older;
+    }
+
+    /// @dev A value by time, laid out like CoverageHistory (`Checkpoint.blockNumber` holds a
+    ///      timestamp here).
+    struct TimeHistory {
+        Checkpoint latest;
+        Checkpoint[] older;
+    }
+
     /// @notice Who held a draw-tree slot from the end of block `blockNumber` on.
     struct OwnerCheckpoint {
         uint48 blockNumber;
@@ -103,10 +118,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     mapping(address => Declaration[]) internal _declarations;
     /// @dev Per fingerprint, by timestamp: the declarations that count (declared, weight > 0,
     ///      not leaving), how many and their summed weight.
-    mapping(bytes32 => CoverageCheckpoint[]) internal _coverage;
+    mapping(bytes32 => CoverageHistory) internal _coverage;
     /// @dev Sum of all verifiers' draw weights by timestamp (the ALL_VERIFIERS pool's root, which
     ///      is checkpointed by block, kept again by time for `isCoveredAt`).
-    Checkpoint[] internal _verifierWeightByTime;
+    TimeHistory internal _verifierWeightByTime;
 
     function _u112(uint256 x) private pure returns (uint112) {
         if (x > type(uint112).max) revert AmountTooLarge(x);
@@ -283,12 +298,14 @@ contract StakeRegistry is Ownable, IStakeRegistry {
         // forge-lint: disable-next-line(unsafe-typecast)
         a.slot = uint24(slot);
         if (w != old) {
-            uint256 total = _latest(_verifierWeightByTime);
-            // casting to 'uint208' is safe because the total is at most totalStake (see above)
+            TimeHistory storage h = _verifierWeightByTime;
+            Checkpoint memory last = h.latest;
+            if (last.blockNumber != 0) h.older.push(last);
+            uint256 total = last.value;
+            // casting to 'uint208' is safe because the total is at most totalStake, a sum of
+            // uint112 stakes held in this contract's balance
             // forge-lint: disable-next-line(unsafe-typecast)
-            _verifierWeightByTime.push(
-                Checkpoint(uint48(block.timestamp), uint208(w > old ? total + (w - old) : total - (old - w)))
-            );
+            h.latest = Checkpoint(uint48(block.timestamp), uint208(w > old ? total + (w - old) : total - (old - w)));
         }
         Declaration[] storage ds = _declarations[who];
         for (uint256 i = 0; i < ds.length; i++) {
@@ -350,16 +367,18 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     ///      always has weight > 0, so the count moves exactly when a weight crosses 0.
     function _moveCoverage(bytes32 fp, uint256 oldW, uint256 newW) internal {
         if (oldW == newW) return;
-        CoverageCheckpoint[] storage h = _coverage[fp];
-        uint256 n = h.length;
-        (uint256 count, uint256 weight) = n == 0 ? (0, 0) : (uint256(h[n - 1].count), uint256(h[n - 1].weight));
+        CoverageHistory storage h = _coverage[fp];
+        CoverageCheckpoint memory last = h.latest;
+        if (last.time != 0) h.older.push(last); // always, even within one block (see _write)
+        uint256 count = last.count;
+        uint256 weight = last.weight;
         if (oldW == 0) count += 1;
         else if (newW == 0) count -= 1;
         weight = weight + newW - oldW;
         // casting is safe because count <= MAX_VERIFIERS and weight <= totalStake, a sum of
         // uint112 stakes held in this contract's balance
         // forge-lint: disable-next-line(unsafe-typecast)
-        h.push(CoverageCheckpoint(uint48(block.timestamp), uint32(count), uint176(weight)));
+        h.latest = CoverageCheckpoint(uint48(block.timestamp), uint32(count), uint176(weight));
         emit CoverageChanged(fp, count, weight);
     }
 
@@ -618,21 +637,20 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @dev The coverage checkpoint in force at `time` (zeros before the first).
     function _coverageAt(bytes32 fp, uint256 time) internal view returns (uint256 count, uint256 weight) {
-        CoverageCheckpoint[] storage h = _coverage[fp];
-        uint256 n = h.length;
-        if (n == 0) return (0, 0);
-        if (h[n - 1].time > time) {
-            uint256 lo = 0;
-            uint256 hi = n - 1; // h[hi] is after time
-            while (lo < hi) {
-                uint256 mid = (lo + hi) / 2;
-                if (h[mid].time <= time) lo = mid + 1;
-                else hi = mid;
-            }
-            if (lo == 0) return (0, 0);
-            n = lo;
+        CoverageHistory storage h = _coverage[fp];
+        CoverageCheckpoint memory c = h.latest;
+        if (c.time <= time) return (c.count, c.weight); // the common case (zeros if never written)
+        CoverageCheckpoint[] storage older = h.older;
+        // The last of `older` at or before `time`: older[lo - 1] after the search, none if lo == 0.
+        uint256 lo = 0;
+        uint256 hi = older.length;
+        while (lo < hi) {
+            uint256 mid = (lo + hi) / 2;
+            if (older[mid].time <= time) lo = mid + 1;
+            else hi = mid;
         }
-        CoverageCheckpoint storage c = h[n - 1];
+        if (lo == 0) return (0, 0);
+        c = older[lo - 1];
         return (c.count, c.weight);
     }
 
@@ -648,7 +666,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @inheritdoc IStakeRegistry
     function verifierWeightAtTime(uint64 time) public view returns (uint256) {
-        return _at(_verifierWeightByTime, time);
+        TimeHistory storage h = _verifierWeightByTime;
+        Checkpoint memory c = h.latest;
+        if (c.blockNumber <= time) return c.value; // the common case (0 if never written)
+        return _at(h.older, time);
     }
 
     /// @inheritdoc IStakeRegistry

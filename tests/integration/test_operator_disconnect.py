@@ -35,7 +35,7 @@ from verinfer.receipts import Domain, ReceiptSigner, derive_epoch_keypair
 
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
 _, EPOCH_PK = derive_epoch_keypair(hashlib.sha256(b"disconnect epoch").digest())
-LONG = 400  # max_tokens of the requests: long enough that the tiny model runs them all out
+LONG = 1800  # max_tokens of the requests: long enough that the tiny model runs them all out
 
 
 @dataclass
@@ -98,12 +98,12 @@ def test_hang_up_mid_stream_frees_the_engine(operator: Operator) -> None:
     published_before = operator.outbox.pending_count()
     # the request that stays: a long stream read to its end by another client
     other: dict[str, object] = {}
-    t = threading.Thread(target=_full_stream, args=(operator.base, _body(2, stream=True), other))
+    t = threading.Thread(target=_full_stream, args=(operator.base, _body(8, stream=True), other))
     t.start()
     _wait(lambda: eng.in_flight == 1, 30, "the other request did not start")
     # the one that hangs up after a few chunks
     with httpx.Client(base_url=operator.base, timeout=60) as c, \
-            c.stream("POST", "/v1/chat/completions", json=_body(1, stream=True)) as r:
+            c.stream("POST", "/v1/chat/completions", json=_body(3, stream=True)) as r:
         assert r.status_code == 200
         seen = 0
         for line in r.iter_lines():
@@ -133,7 +133,31 @@ def test_hang_up_mid_stream_frees_the_engine(operator: Operator) -> None:
     # the other's tokens are those of the same request run alone (the cancellation touched
     # no bit of it), and the abandoned request, run to its end, would have taken LONG tokens
     with httpx.Client(base_url=operator.base, timeout=120) as c:
-        alone = c.post("/v1/chat/completions", json=_body(2, stream=False)).json()
+        alone = c.post("/v1/chat/completions", json=_body(8, stream=False)).json()
         assert alone["choices"][0]["verinfer"]["output_token_ids"] == ids
-        whole = c.post("/v1/chat/completions", json=_body(1, stream=False)).json()
+        whole = c.post("/v1/chat/completions", json=_body(3, stream=False)).json()
         assert len(whole["choices"][0]["verinfer"]["output_token_ids"]) == LONG
+
+
+def test_hang_up_before_a_whole_answer_frees_the_engine(operator: Operator) -> None:
+    """The same for a non-streamed request: the client gives up (read timeout) while the answer
+    is generated; its job is dropped and no receipt is issued (it used to run on to LONG tokens
+    and publish a receipt nobody would receive)."""
+    eng = operator.engine
+    _wait(lambda: eng.in_flight == 0, 30, "the engine is not idle")
+    published_before = operator.outbox.pending_count()
+    steps_before = eng.steps
+    with httpx.Client(base_url=operator.base, timeout=httpx.Timeout(60, read=0.3)) as c, \
+            pytest.raises(httpx.ReadTimeout):
+        c.post("/v1/chat/completions", json=_body(3, stream=False))
+    steps_at_hang_up = eng.steps
+    assert steps_at_hang_up > steps_before  # it was running when the client left
+    _wait(lambda: eng.in_flight == 0, 30, "the abandoned job was never dropped")
+    assert eng.steps - steps_before < LONG // 2, eng.steps - steps_before
+    time.sleep(0.2)  # a receipt, if any, would be written right after the job
+    assert operator.outbox.pending_count() == published_before
+    # the server still answers, and a whole answer still gets its receipt
+    with httpx.Client(base_url=operator.base, timeout=120) as c:
+        r = c.post("/v1/chat/completions", json={**_body(5, stream=False), "max_tokens": 8})
+        assert r.status_code == 200 and "verification" in r.json()
+    assert operator.outbox.pending_count() == published_before + 1

@@ -32,7 +32,7 @@ from verinfer.operator.completions.protocol import Completion, CompletionRequest
 from verinfer.operator.completions.serving import ServingCompletions
 from verinfer.operator.errors import error_payload, error_response, install_error_handlers
 from verinfer.operator.evidence import EvidencePipeline, Execution
-from verinfer.operator.generation import Finalizer, Job
+from verinfer.operator.generation import Finalizer, Job, unless_client_leaves
 from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelList
 from verinfer.operator.readiness import Readiness
@@ -388,7 +388,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         if req.stream:
             return stream(lambda fin: chat.create_stream(req, jobs, fin), jobs,
                           req.prompt_commitments, body, owner)
-        resp, results = await chat.create(req, jobs)
+        resp, results = await unless_client_leaves(request.receive, chat.create(req, jobs))
         return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
@@ -402,7 +402,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         if req.stream:
             return stream(lambda fin: completions.create_stream(req, jobs, fin), jobs,
                           req.prompt_commitments, body, owner)
-        resp, results = await completions.create(req, jobs)
+        resp, results = await unless_client_leaves(request.receive, completions.create(req, jobs))
         return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.get("/receipts/{receipt_id}")

@@ -9,14 +9,15 @@ every choice replays on its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent
 from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.served import prompt_tokenizer, served_model
-from verinfer.errors import ModelNotFoundError
+from verinfer.errors import BadInputError, ModelNotFoundError
 from verinfer.operator.protocol import (
     EngineEvidence,
     ModelCard,
@@ -27,6 +28,8 @@ from verinfer.operator.protocol import (
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import Endpoint, plan_request
 from verinfer.receipts.canonical import ExecRequest
+
+T = TypeVar("T")
 
 # Called by a stream after its last content/usage chunk with every choice's result; returns
 # the verification object for the final chunk.
@@ -73,10 +76,15 @@ class ServingBase:
         return out
 
     async def run(self, jobs: Sequence[Job]) -> list[GenerationResult]:
-        futs = [asyncio.wrap_future(self.engine.submit(j.prompt_ids, j.params,
-                                                       top_logprobs=j.top_logprobs))
+        futs = [self.engine.submit(j.prompt_ids, j.params, top_logprobs=j.top_logprobs)
                 for j in jobs]
-        return list(await asyncio.gather(*futs))
+        try:
+            return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
+        finally:
+            # Cancelled (the client went away: ``unless_client_leaves``) or one job failed:
+            # the engine drops the unfinished jobs; no receipt is issued for this response.
+            for fut in futs:
+                self.engine.cancel(fut)
 
     async def stream(self, jobs: Sequence[Job]
                      ) -> AsyncIterator[tuple[Job, StepEvent | GenerationResult]]:
@@ -138,6 +146,43 @@ class ServingBase:
         prompt = sum(len(p) for p in {tuple(j.prompt_ids): j.prompt_ids for j in jobs}.values())
         out = sum(len(r.token_ids) for r in results)
         return Usage(prompt_tokens=prompt, completion_tokens=out, total_tokens=prompt + out)
+
+
+class ClientGoneError(BadInputError):
+    """The client disconnected before its answer was ready: its jobs were cancelled and no
+    receipt was issued (the answer, with its receipt, had nobody to go to)."""
+
+    code = "client_disconnected"
+
+
+async def unless_client_leaves(receive: Callable[[], Awaitable[Mapping[str, Any]]],
+                               work: Awaitable[T]) -> T:
+    """Awaits ``work`` (a non-streamed answer being generated) unless the client disconnects
+    first (``receive``: the request's ASGI receive, its body already read, so the next message
+    is ``http.disconnect``); then ``work`` is cancelled (``ServingBase.run`` cancels the engine
+    jobs) and ClientGoneError raised. Streams need no watcher: Starlette cancels a streaming
+    response's task when its client leaves (``ServingBase.stream``)."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        try:
+            while (await receive()).get("type") != "http.disconnect":
+                pass
+        except Exception:  # cannot tell: serve the answer as before rather than guess
+            await asyncio.get_running_loop().create_future()
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+    if task.done() and not task.cancelled():
+        return task.result()  # the answer won the race: served (and receipted) as before
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    raise ClientGoneError("the client disconnected before the answer was ready")
 
 
 class TextDeltas:

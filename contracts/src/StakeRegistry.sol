@@ -23,6 +23,11 @@ import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
 ///         fingerprint hash holding the verifiers declared for it: a challenge's committee is
 ///         drawn from the pool of its receipt's fingerprint. A stake change writes the path of the
 ///         account in every pool it is in (at most 1 + MAX_DECLARATIONS pools).
+///
+///         Coverage is kept by timestamp (receipts carry an issuedAt, not a block): per
+///         fingerprint the count and summed weight of its counting declarations, and the sum of
+///         all verifier weights. A fingerprint is covered at t iff its declared weight is > 0 and
+///         at least minCoverageBps of the total at t (`isCoveredAt`).
 contract StakeRegistry is Ownable, IStakeRegistry {
     using SafeCast for uint256;
 

@@ -21,7 +21,7 @@ from verinfer.chain.anvil import dev_accounts
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.stake import ensure_declared
-from verinfer.chain.structs import ETHER, Kind, Params, Role, default_params
+from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Kind, Params, Role, default_params
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.engine.engine import Engine
@@ -74,8 +74,11 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
     engine fingerprints to approve instead of the engine's (another backend's, one per model
     where it names the weights, as vLLM's does), each with its enclave measurement."""
     # No coverage notice: the devnet's operator signs (on its wall clock) right after its
-    # verifiers declared; production deployments read coverage COVERAGE_NOTICE earlier.
-    d = deploy_all(w3, r.governance, params, coverage_notice_s=0)
+    # verifiers declared; production deployments read coverage COVERAGE_NOTICE earlier. The
+    # production coverage share: every devnet verifier declares every approved fingerprint
+    # (register_verifiers), so each fingerprint holds all of the verifier stake.
+    d = deploy_all(w3, r.governance, params, coverage_notice_s=0,
+                   min_coverage_bps=MIN_COVERAGE_BPS)
     gov = bind(w3, d, r.governance)
     for mid in dict.fromkeys([engine.model_id, *more_model_ids]):  # once each, in order
         gov.config.approve(Kind.MODEL, mid)

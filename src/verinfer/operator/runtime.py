@@ -11,8 +11,9 @@ Before the server signs anything it must know that every receipt it signs can be
   or domain differs.
 * identity (issue 13.5): the model id and the *approved* engine fingerprint hash are on
   ProtocolConfig's allowlists; re-checked every ``identity_interval_s``.
-* coverage (fingerprint pools, docs/contracts.md): a receipt whose engine fingerprint had no
-  declared verifier ``coverageNotice`` before its issuedAt is invalid on its face and slashed at
+* coverage (fingerprint pools, docs/contracts.md): a receipt whose engine fingerprint was not
+  covered ``coverageNotice`` before its issuedAt (declared verifiers holding less than
+  ``minCoverageBps`` of all verifier stake, or none) is invalid on its face and slashed at
   open. :class:`ChainIdentity` blocks signing while the fingerprint is uncovered now, and
   :class:`CoverageGuard` checks each receipt's own issuedAt before it is signed (exact: the
   coverage it reads lies ``coverageNotice`` in the past, so it is final).
@@ -115,8 +116,9 @@ class ChainIdentity:
         elif self.stakes is not None and not self.stakes.is_covered_at(
                 self.fingerprint_hash, int(self.wall_clock())):
             problems.append(f"no verifier is declared for engine fingerprint "
-                            f"{to_hex(self.fingerprint_hash)} (coverage read coverageNotice "
-                            "before now)")
+                            f"{to_hex(self.fingerprint_hash)} with enough stake (under "
+                            "minCoverageBps of all verifier stake; coverage read "
+                            "coverageNotice before now)")
         if problems:
             self.readiness.block(self.NAME, "; ".join(problems) + " (receipts would be "
                                  "slashable at challenge open)", self.retry_after_s)
@@ -125,8 +127,9 @@ class ChainIdentity:
 
 
 class CoverageGuard:
-    """Refuses (503, :class:`NotReadyError`) to sign a receipt whose engine fingerprint had no
-    declared verifier at ``issuedAt - coverageNotice`` (``StakeRegistry.isCoveredAt``): the
+    """Refuses (503, :class:`NotReadyError`) to sign a receipt whose engine fingerprint was not
+    covered at ``issuedAt - coverageNotice`` (``StakeRegistry.isCoveredAt``: no declared
+    verifier, or declared stake under ``minCoverageBps`` of all verifier stake): the
     contract would find it invalid on its face and slash it at open, so signing it hands a
     challenger the stake. Exact per receipt, where the readiness monitor only samples: a
     verifier set that dips to zero for a few seconds (the last verifier undeclaring and

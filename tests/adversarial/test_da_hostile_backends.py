@@ -32,6 +32,7 @@ import pytest
 from verinfer.da_client.eigenda import EigenDAProxyClient
 from verinfer.da_client.errors import DAError, DAProtocolError, DAUnavailableError
 from verinfer.da_client.pointer import Pointer
+from verinfer.testing.drip import outcome_within
 
 BIG = 64 * 1024 * 1024  # what the hostile server offers to send
 
@@ -100,20 +101,7 @@ def _client(url: str, *, timeout_s: float, deadline_s: float | None = None
 
 def _finishes(fn: Callable[[], object], within_s: float) -> BaseException | None:
     """Runs ``fn`` in a thread; fails the test if it has not finished in ``within_s``."""
-    out: list[BaseException | None] = []
-
-    def run() -> None:
-        try:
-            fn()
-            out.append(None)
-        except BaseException as e:  # handed back to the test
-            out.append(e)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(within_s)
-    assert not t.is_alive(), f"the DA call was still running after {within_s} s"
-    return out[0]
+    return outcome_within(fn, within_s)[0]
 
 
 POINTER = Pointer("eigenda", hashlib.sha256(b"blob").digest() + b"\x01cert")

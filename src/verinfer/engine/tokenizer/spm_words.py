@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from typing import Any
 
+from verinfer.engine.tokenizer import word_batches
 from verinfer.engine.tokenizer.spec import SPACE
-from verinfer.engine.tokenizer.word_batches import encode_distinct
 from verinfer.errors import TokenizerError
 
 __all__ = [
@@ -280,11 +280,9 @@ class SpmWordEncoder:
         self._words = words
         self._cut = cut
 
-    def split(self, text: str) -> tuple[list[list[str]], set[str]]:
-        """The words of ``text``, per chunk (added-token matches and the text between them),
-        and the distinct words the coarse pattern found (chunks holding a non-ASCII
-        character)."""
-        chunks = self._cut(text) if self._cut is not None else [text]
+    def split(self, chunks: Sequence[str]) -> tuple[list[list[str]], set[str]]:
+        """The words of each chunk (added-token matches and the text between them), and the
+        distinct words the coarse pattern found (chunks holding a non-ASCII character)."""
         found, coarse = [], []
         for c in chunks:
             if c.isascii():
@@ -306,28 +304,37 @@ class SpmWordEncoder:
         if paused:
             gc.disable()
         try:
-            return self._encode(text)
+            return self._encode(self._cut(text) if self._cut is not None else [text])
         finally:
             if paused:
                 gc.enable()
 
-    def _encode(self, text: str) -> list[int] | None:
-        found, coarse = self.split(text)
-        distinct: set[str] = set().union(*found)
-        if not self._as_text.isdisjoint(distinct):
-            return None
-        # an all-ASCII coarse word is cut further by the fine pattern (its cuts are as safe
-        # inside a coarse word as anywhere): fewer, shorter words to BPE
-        refine = {w: self._fine.findall(w) for w in coarse if w.isascii()} if self.fine else {}
-        todo = distinct.difference(refine, self._split).union(*refine.values())
-        table = self._encode_distinct(todo)
+    def _encode(self, chunks: list[str]) -> list[int] | None:
+        """Cut each group of chunks into words, hand the words not seen before to HF (which BPEs
+        them beside the cutting of the next group: ``word_batches.Pipeline``), then compose and
+        look the ids up."""
+        found: list[list[str]] = []
+        seen: set[str] = set(self._split)  # words with an entry to come
+        refine: dict[str, list[str]] = {}
+        parts = word_batches.groups(chunks, word_batches.GROUP_CHARS)
+        with word_batches.Pipeline(self._words, _spell, self._split,
+                                   threaded=len(parts) > 1) as bpe:
+            for group in parts:
+                words, coarse = self.split(group)
+                found.extend(words)
+                new = set().union(*words).difference(seen)
+                if not self._as_text.isdisjoint(new):
+                    return None
+                seen.update(new)
+                # an all-ASCII coarse word is cut further by the fine pattern (its cuts are as
+                # safe inside a coarse word as anywhere): fewer, shorter words to BPE
+                more = {w: self._fine.findall(w) for w in coarse.intersection(new)
+                        if w.isascii()} if self.fine else {}
+                refine.update(more)
+                bpe.add(new.difference(more).union(*more.values()))
+            table = bpe.table()
         table.update(self._split)
         for word, pieces in refine.items():
             if word not in self._split:
                 table[word] = tuple(chain.from_iterable(map(table.__getitem__, pieces)))
         return list(chain.from_iterable(map(table.__getitem__, chain.from_iterable(found))))
-
-    def _encode_distinct(self, distinct: set[str]) -> dict[str, Sequence[int]]:
-        """Each distinct word's ids, from HF, on every core (``word_batches``); the backend
-        sees spaces as SentencePiece's ``SPACE``."""
-        return encode_distinct(self._words, distinct, _spell)

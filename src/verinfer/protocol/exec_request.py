@@ -53,6 +53,144 @@ def encode_canonical(obj: object) -> bytes:
 #: Deepest nesting any canonical structure has: ExecResult map > logprobs > entry > top > pair
 #: is 5, the envelope plaintext map 1 (the structures sit in it as byte strings).
 MAX_CBOR_DEPTH = 8
+MAX_CONTEXT_TOKENS = _limits.MAX_CONTEXT_TOKENS
+
+
+@dataclass(frozen=True)
+class CborBound:
+    """The most CBOR data items (every head: integer, float, simple value, string, array, map,
+    tag), containers (arrays, maps) and strings (text and bytes, map keys included) one valid
+    structure holds, from its schema.
+
+    Why: decoding builds one Python object per item, ~80 bytes for an empty array that costs one
+    byte (``0x80``), so 32 MiB of honest-looking CBOR (the DA blob cap) took 2.4 GB and 17.6 s
+    (measured) before the schema check could refuse it — every verifier of a committee at once.
+    :func:`decode_cbor` counts the heads first (no object built) and refuses more than the
+    structure's bound, so what a decode builds is at most what the largest valid structure
+    builds. Containers and strings are the costly items (an empty array is ~80 bytes of
+    objects, a two-byte string ~60; a number ~32), so they have bounds of their own."""
+
+    items: int
+    containers: int
+    strings: int
+
+    def __post_init__(self) -> None:
+        if self.items < 1 or self.containers < 0 or self.strings < 0:  # one item at least
+            raise ValueError(f"a CBOR bound needs items >= 1, containers and strings >= 0: "
+                             f"{self}")
+
+
+#: An ExecResult (receipts.canonical), the largest valid structure: its map (6 keys, 6 values),
+#: up to MAX_CONTEXT_TOKENS output ids and, per output token, a logprobs entry ``[lp, top]``
+#: (3 items: the array, lp, top) whose ``top`` holds up to MAX_TOP_LOGPROBS pairs ``[id, lp]``
+#: (3 items each); containers: the map, the two arrays, and per token 2 + MAX_TOP_LOGPROBS;
+#: strings: the 6 keys, ``finish_reason`` and the two hashes (+ 8 spare).
+#: 8.4 M items / 2.9 M containers: a valid one that large peaks at ~670 MB to decode and check
+#: (measured; it cannot even be published: 40 MB of CBOR, over the 32 MiB blob cap), and the
+#: worst input the count lets through measured the same (docs/receipts.md).
+EXEC_RESULT_CBOR = CborBound(
+    items=1 + 2 * 6 + MAX_CONTEXT_TOKENS * (1 + 3 + 3 * MAX_TOP_LOGPROBS),
+    containers=3 + MAX_CONTEXT_TOKENS * (2 + MAX_TOP_LOGPROBS), strings=6 + 3 + 8)
+#: What :func:`decode_cbor` allows when its caller names no narrower bound: the largest valid
+#: structure's.
+MAX_CBOR = EXEC_RESULT_CBOR
+
+# One-byte items: integers -24..23, empty strings/arrays/maps, simple values 0..23 (false, true,
+# null, ...). A container whose children are all such is counted at C speed (an honest-looking
+# bomb is mostly these).
+_ONE_BYTE_ITEMS = bytes([*range(0x00, 0x18), *range(0x20, 0x38), 0x40, 0x60, 0x80, 0xa0,
+                         *range(0xe0, 0xf8)])
+# Below this many children a container's children are walked one by one (slicing costs more).
+_BULK_MIN = 16
+
+
+def _leaf_size(head: int) -> int:
+    """Bytes of the whole item that starts with ``head`` when it is a number or a simple value
+    (its size is in the head); 0 for the rest (strings, containers, tags, malformed heads)."""
+    major, ai = head >> 5, head & 31
+    if major in (0, 1, 7) and ai < 28:
+        return 1 if ai < 24 else 1 + (1 << (ai - 24))
+    return 0
+
+
+_LEAF_SIZE = bytes(_leaf_size(h) for h in range(256))
+
+
+def check_cbor_size(data: bytes, bound: CborBound, what: str) -> None:
+    """Refuses ``data`` (:class:`ReceiptFormatError`) when its first CBOR item holds more items,
+    containers or strings than ``bound``, or announces more items than it has bytes left,
+    before any is decoded. Linear in ``len(data)``; memory: one slice of it at most. It walks
+    the heads in order (a container's head only adds its children to the count still to read),
+    skips string payloads, and counts a container whose children are all one-byte items with
+    ``bytes.translate`` on their slice. Not a validator: malformed heads
+    that the decoder refuses anyway (indefinite lengths, reserved values) are refused here too,
+    everything else is left to it."""
+    n = len(data)
+    if n <= min(bound.items, bound.containers, bound.strings):
+        return  # every item takes at least one byte
+    max_items, max_containers, max_strings = bound.items, bound.containers, bound.strings
+    leaf_size, single = _LEAF_SIZE, _ONE_BYTE_ITEMS
+    i = containers = strings = 0
+    announced = remaining = 1  # items announced in all (the first, then children), not yet read
+    try:
+        while remaining:
+            b = data[i]
+            step = leaf_size[b]
+            if step:  # the common case: a number, its size in its head
+                i += step
+                remaining -= 1
+                continue
+            ai = b & 31
+            if ai < 24:
+                val = ai
+                i += 1
+            elif ai < 28:
+                w = 1 << (ai - 24)
+                val = int.from_bytes(data[i + 1:i + 1 + w], "big")
+                i += 1 + w
+            else:
+                raise ReceiptFormatError(f"{what}: not acceptable CBOR (indefinite length or "
+                                         f"reserved head 0x{b:02x} at byte {i})")
+            remaining -= 1
+            major = b >> 5
+            if major == 2 or major == 3:
+                i += val
+                strings += 1
+                if strings > max_strings:
+                    raise ReceiptFormatError(
+                        f"{what}: more than {max_strings} CBOR strings (at byte {i}), more "
+                        "than any valid one holds")
+                continue
+            if major == 6:  # a tag: one item follows (the decoder refuses all but bignums)
+                val = 1
+            else:  # an array or a map
+                containers += 1
+                if major == 5:
+                    val += val  # keys and values
+                seg = data[i:i + val] if val >= _BULK_MIN else b""
+                if seg and len(seg) == val and not seg.translate(None, single):
+                    containers += seg.count(0x80) + seg.count(0xa0)  # all one-byte items
+                    strings += seg.count(0x40) + seg.count(0x60)
+                    announced += val
+                    i += val
+                    val = 0
+                if containers > max_containers or strings > max_strings:
+                    raise ReceiptFormatError(
+                        f"{what}: more than {max_containers} CBOR arrays/maps or "
+                        f"{max_strings} strings (at byte {i}), more than any valid one holds")
+            announced += val
+            remaining += val
+            if announced > max_items:
+                raise ReceiptFormatError(f"{what}: more than {max_items} CBOR items (at byte "
+                                         f"{i}), more than any valid one holds")
+            if remaining > n - i:  # each takes a byte at least: refused now, not at the end
+                raise IndexError
+    except IndexError:  # data[i] past the end, or the announced items cannot fit
+        raise ReceiptFormatError(f"{what}: truncated CBOR ({remaining} more items announced, "
+                                 f"{max(n - i, 0)} bytes left)") from None
+    if i > n:
+        raise ReceiptFormatError(f"{what}: truncated CBOR (its last item runs {i - n} bytes "
+                                 "past the end)")
 
 
 class _RefuseTags(dict[int, Any]):
@@ -87,15 +225,19 @@ def _refuse_tag(_decoder: object, tag: Any) -> Any:
     raise cbor2.CBORDecodeError(f"CBOR tag {getattr(tag, 'tag', '?')} is not allowed")
 
 
-def decode_cbor(data: bytes, what: str) -> Any:
+def decode_cbor(data: bytes, what: str, bound: CborBound = MAX_CBOR) -> Any:
     """The one decoder of CBOR from another party (the operator's envelope plaintext and the
     ExecRequest/ExecResult in it): what core deterministic CBOR of our maps can hold and
     nothing more — no tags but bignums, no indefinite lengths, no repeated or non-text/bytes
-    map keys, nesting at most :data:`MAX_CBOR_DEPTH`. Decoding time and memory are then linear in
-    ``len(data)``. Raises :class:`ReceiptFormatError`. Callers still compare the canonical
-    re-encoding (this decoder accepts e.g. long-form heads, which that check refuses)."""
+    map keys, nesting at most :data:`MAX_CBOR_DEPTH`, and no more items or containers than
+    ``bound`` (the caller's schema; by default the largest valid structure's), counted before
+    anything is built (:func:`check_cbor_size`). Decoding time is then linear in ``len(data)``
+    and memory at most what a valid structure of that size needs. Raises
+    :class:`ReceiptFormatError`. Callers still compare the canonical re-encoding (this decoder
+    accepts e.g. long-form heads, which that check refuses)."""
     if not isinstance(data, bytes):
         raise ReceiptFormatError(f"{what} bytes expected, got {type(data).__name__}")
+    check_cbor_size(data, bound, what)
     try:
         return cbor2.loads(data, semantic_decoders=_RefuseTags(), tag_hook=_refuse_tag,
                            allow_indefinite=False, allow_duplicate_keys=False,
@@ -151,6 +293,9 @@ class _Canonical:
     BYTES32: ClassVar[tuple[str, ...]] = ()
     TUPLES: ClassVar[tuple[str, ...]] = ()
     FLOATS: ClassVar[tuple[str, ...]] = ()
+    #: What a valid encoding holds at most (:func:`decode_cbor`); the ExecResult keeps the
+    #: default, the largest (:data:`MAX_CBOR`).
+    CBOR_BOUND: ClassVar[CborBound] = MAX_CBOR
 
     def as_map(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.KEYS}
@@ -186,7 +331,7 @@ class _Canonical:
     def from_canonical(cls: type[_T], data: bytes) -> _T:
         """Strict decode: the bytes must be exactly what :attr:`canonical` would produce."""
         what = cls.__name__
-        obj = cls._from_map(decode_cbor(data, what), what)
+        obj = cls._from_map(decode_cbor(data, what, cls.CBOR_BOUND), what)
         if obj.canonical != data:
             raise NonCanonicalEncodingError(
                 f"{what}: bytes are not the canonical encoding (got {len(data)} bytes "
@@ -251,6 +396,13 @@ class ExecRequest(_Canonical):
     BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments")
     TUPLES: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "stop")
     FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p")
+    #: Its map, the prompt's ids (fewer than MAX_CONTEXT_TOKENS: the rule leaves room for one
+    #: output token), up to MAX_STOP stop strings; 3 containers (the map, the prompt, the stop
+    #: list); strings: the keys, the fingerprint, the stops, the hashes. Margins: 64 items, 8
+    #: strings (a bignum ``seed`` is a tag and a byte string, refused by its field check by name).
+    CBOR_BOUND: ClassVar[CborBound] = CborBound(
+        items=1 + 2 * len(KEYS) + MAX_CONTEXT_TOKENS + MAX_STOP + 64, containers=3,
+        strings=len(KEYS) + 1 + MAX_STOP + len(BYTES32) + 8)
 
     def __post_init__(self) -> None:
         _check_version(self.version, "ExecRequest")

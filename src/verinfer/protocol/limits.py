@@ -30,6 +30,13 @@ MAX_MESSAGES = 256
 #: Characters of prompt text (all messages or prompts together) tokenized for one request:
 #: bounds the tokenizer's work before it starts (it is pure Python, ~4 us per character).
 MAX_PROMPT_CHARS = 256 * 1024
+#: Longest prompt + output (tokens) the protocol carries: the rule reads a model's context as
+#: ``min(its own, this)`` (``resolve_max_tokens``), so no valid ExecRequest or ExecResult holds
+#: more token ids, and the one CBOR decoder of another party's bytes
+#: (``verinfer.protocol.exec_request.decode_cbor``) bounds what it builds by it. 128 Ki: the
+#: context of the largest models served (Llama 3.1, Gemma 3, Phi-3.5); a longer one is refused
+#: the same way on both sides (400 ``context_length_exceeded``), never served and then refused.
+MAX_CONTEXT_TOKENS = 128 * 1024
 #: Stop strings, and the longest one (characters).
 MAX_STOP = 4
 MAX_STOP_CHARS = 256

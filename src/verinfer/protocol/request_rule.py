@@ -395,7 +395,9 @@ class ServedModel:
 
 def resolve_max_tokens(policy: DecodePolicy, prompt_len: int, context_length: int) -> int:
     """Step 5: the output limit, from the body or — when omitted — from the model's context
-    and the prompt length alone."""
+    and the prompt length alone. The context is the model's, but never more than the protocol
+    carries (``MAX_CONTEXT_TOKENS``: what the CBOR decoder lets an ExecRequest/ExecResult hold)."""
+    context_length = min(context_length, L.MAX_CONTEXT_TOKENS)
     room = context_length - prompt_len
     param = "messages" if policy.endpoint == "chat" else "prompt"
     if room < 1:

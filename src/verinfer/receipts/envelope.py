@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from verinfer.protocol.exec_request import CborBound
 from verinfer.receipts.canonical import ExecRequest, ExecResult, decode_cbor, encode_canonical
 from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
 from verinfer.receipts.epoch_keys import (
@@ -65,6 +66,9 @@ __all__ = [
 # versions inside it. 2: the Padmé ``padding`` entry is required (version 1, without it, never
 # shipped and is not read: a format change bumps this number instead of growing a second parser).
 ENVELOPE_VERSION = 2
+#: The plaintext map's 6 keys and 6 values (the structures sit in it as byte strings): what
+#: the one CBOR decoder lets it hold, so a bomb in it is refused at its 14th item.
+ENVELOPE_CBOR = CborBound(items=13, containers=1, strings=11)
 LABEL = b"verinfer/envelope/v1"
 MAGIC = b"VIE\x01"
 SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2, EnvelopeSuite.P256: 3}
@@ -146,7 +150,7 @@ class EnvelopeContents:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EnvelopeContents:
-        m: Any = decode_cbor(data, "envelope plaintext")
+        m: Any = decode_cbor(data, "envelope plaintext", ENVELOPE_CBOR)
         keys = {"version", "exec_request", "exec_result", "request_body", "response_body",
                 "padding"}
         if (isinstance(m, dict) and type(m.get("version")) is int

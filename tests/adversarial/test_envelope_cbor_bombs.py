@@ -33,6 +33,7 @@ import pytest
 
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.engine.engine import Engine
+from verinfer.errors import ContextLengthExceededError
 from verinfer.protocol.exec_request import (
     MAX_CBOR,
     MAX_CONTEXT_TOKENS,
@@ -40,6 +41,7 @@ from verinfer.protocol.exec_request import (
     CborBound,
     check_cbor_size,
 )
+from verinfer.protocol.request_rule import ServedModel, parse_body, resolve_max_tokens
 from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
 from verinfer.receipts.canonical import ExecRequest
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, envelope_header
@@ -380,3 +382,25 @@ def _small_request() -> ExecRequest:
 def test_truncated_or_indefinite_heads_are_refused_by_the_count(data: bytes) -> None:
     with pytest.raises(ReceiptFormatError, match=r"truncated|indefinite"):
         check_cbor_size(data, CborBound(2**50, 1, 1), "probe")
+
+
+@pytest.mark.parametrize("max_tokens", [None, 1, 2])
+def test_the_rule_never_plans_more_tokens_than_the_decoder_admits(max_tokens: int | None) -> None:
+    """The bound is only safe if no honest operator exceeds it: a model with a 1 M context
+    would otherwise plan a request the committee refuses as malformed (an honest operator
+    voted against). The rule reads the context as min(model's, MAX_CONTEXT_TOKENS)."""
+    ids = [5] * (MAX_CONTEXT_TOKENS - 1)
+    body = {"model": "m", "prompt": ids, "max_tokens": max_tokens} if max_tokens else {
+        "model": "m", "prompt": ids}
+    model = ServedModel(model_id=bytes(32), tokenizer_hash=bytes(32), engine_fingerprint="{}",
+                        context_length=1_000_000, vocab_size=16)
+    policy = parse_body(body, "completions").policy
+    if max_tokens == 2:  # one more than the protocol's context holds: refused on both sides
+        with pytest.raises(ContextLengthExceededError, match=str(MAX_CONTEXT_TOKENS)):
+            resolve_max_tokens(policy, len(ids), model.context_length)
+        return
+    planned = resolve_max_tokens(policy, len(ids), model.context_length)
+    assert planned == 1
+    result = ExecResult(output_token_ids=(5,) * planned, finish_reason="length",
+                        logit_digest=bytes(32), text_sha256=bytes(32))
+    assert ExecResult.from_canonical(result.canonical) == result

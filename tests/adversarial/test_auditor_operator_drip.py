@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from support.drip import dripping_server, outcome_within
 from verinfer.auditor import sources
-from verinfer.testing.drip import dripping_server, outcome_within
 from verinfer.verifier.errors import ReceiptRefError
 
 

@@ -29,10 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from support.drip import outcome_within
 from verinfer.da_client.eigenda import EigenDAProxyClient
 from verinfer.da_client.errors import DAError, DAProtocolError, DAUnavailableError
 from verinfer.da_client.pointer import Pointer
-from verinfer.testing.drip import outcome_within
 
 BIG = 64 * 1024 * 1024  # what the hostile server offers to send
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from support.drip import dripping_server, outcome_within
 from verinfer.kms import log_publish
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.log_publish import ShardHeadError, fetch_head
-from verinfer.testing.drip import dripping_server, outcome_within
 
 
 def test_a_dripping_shard_is_failed_within_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:

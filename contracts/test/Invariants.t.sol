@@ -553,6 +553,33 @@ abstract contract ProtocolInvariants is Test {
         vm.assertEq(a.locked, reserved, "operator lock == live liabilities");
         vs; // verifiers: withdrawAction checks that no withdrawal touches stake held by liabilities
     }
+
+    /// Whatever bonds, unbonds, slashes, penalties and declaration toggles ran: FINGERPRINT's
+    /// coverage now is the weight (and number) of its counting declarations, recomputed from
+    /// the accounts, and the total by time is the draw tree's total.
+    function invariant_coverageIsSumOfCountingDeclarations() public view {
+        (StakeRegistry stakes,,, address[] memory vs) = handler.systems();
+        bytes32 fp = keccak256("fingerprint"); // the fixture's FINGERPRINT
+        uint256 sum = 0;
+        uint256 count = 0;
+        uint256 total = 0;
+        for (uint256 i = 0; i < vs.length; i++) {
+            uint256 w = stakes.weightOf(vs[i]);
+            total += w;
+            (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(vs[i]);
+            for (uint256 j = 0; j < fps.length; j++) {
+                if (fps[j] == fp && leaveAt[j] == 0 && w != 0) {
+                    sum += w;
+                    count++;
+                }
+            }
+        }
+        uint64 t = uint64(block.timestamp);
+        vm.assertEq(stakes.coverageWeightAt(fp, t), sum, "coverage weight == counting declarations");
+        vm.assertEq(stakes.coverageAt(fp, t), count, "coverage count == counting declarations");
+        vm.assertEq(stakes.verifierWeightAtTime(t), total, "total by time == all weights");
+        vm.assertEq(stakes.verifierWeightAtTime(t), stakes.totalWeightAt(block.number), "== the draw tree's");
+    }
 }
 
 contract MixedProtocolInvariantTest is ProtocolInvariants {

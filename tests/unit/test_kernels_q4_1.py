@@ -74,7 +74,9 @@ def test_pack_q4_1_layout() -> None:
             blk, i = p[r // 32, b], r % 32
             assert torch.equal(blk[2 * i:2 * i + 2], rows[r, b, :2])
             assert torch.equal(blk[64 + 2 * i:64 + 2 * i + 2], rows[r, b, 2:4])
-            assert torch.equal(blk[128 + i::32][:16], rows[r, b, 4:])
+            # nibble byte of (kp, row i) at (kp // 2) * 64 + 4 * (i % 16) + 2 * (kp % 2) + i // 16
+            at = [128 + (kp // 2) * 64 + 4 * (i % 16) + 2 * (kp % 2) + i // 16 for kp in range(16)]
+            assert torch.equal(blk[at], rows[r, b, 4:])
     assert not p[1, :, 16:64].any()  # padding rows 40..63: d = m = q = 0
 
 

@@ -18,7 +18,7 @@ from verinfer.chain.cli import app
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.stake import StakeAction, stake_action
-from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Role, default_params
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,26 @@ def test_stake_action_withdraws_only_after_the_unbonding_period(node: Anvil) -> 
     assert (r.account.stake, r.account.unbonding) == (ETHER, 0)
     assert w3.eth.get_transaction_receipt(r.tx_hash)["status"] == 1
     assert w3.eth.get_balance(op.address) > balance
+
+
+def test_chain_cli_deploy_min_coverage_bps(node: Anvil, tmp_path: Path) -> None:
+    """--min-coverage-bps reaches StakeRegistry.minCoverageBps (the default is the production
+    share); a share above 100% or below 0 is refused before anything is sent."""
+    runner = CliRunner()
+    gov = dev_accounts(1)[0]
+    env = {"VERINFER_CHAIN_RPC": node.url, "VERINFER_CHAIN_PRIVATE_KEY": gov.key.hex()}
+    view = Web3(Web3.HTTPProvider(node.url))
+    for args, want in (([], MIN_COVERAGE_BPS), (["--min-coverage-bps", "2500"], 2500),
+                       (["--min-coverage-bps", "0"], 0)):
+        dep = tmp_path / f"deployment-{want}.json"
+        r = runner.invoke(app, ["deploy", "--out", str(dep), *args], env=env)
+        assert r.exit_code == 0, r.output
+        assert Deployment.load(dep).bind(view).stakes.min_coverage_bps() == want
+    nonce = view.eth.get_transaction_count(gov.address)
+    for bad in ("10001", "-1"):
+        r = runner.invoke(app, ["deploy", "--out", str(tmp_path / "bad.json"),
+                                "--min-coverage-bps", bad], env=env)
+        assert r.exit_code == 2, r.output
+        assert "--min-coverage-bps" in r.output
+        assert not (tmp_path / "bad.json").exists()
+    assert view.eth.get_transaction_count(gov.address) == nonce

@@ -16,7 +16,7 @@ from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import StakeActionError
 from verinfer.chain.keys import load_account
 from verinfer.chain.stake import StakeAction, StakeResult, ensure_declared, stake_action
-from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Role, default_params
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import to_hex
@@ -32,6 +32,9 @@ RpcOpt = Annotated[str, typer.Option(
 KeystoreOpt = Annotated[Path | None, typer.Option(
     "--keystore", help="Keystore JSON; password in $VERINFER_KEYSTORE_PASSWORD. "
     "Without it the key comes from $VERINFER_CHAIN_PRIVATE_KEY.")]
+#: StakeRegistry.BPS: the constructor refuses a larger minCoverageBps (MinCoverageBpsTooLarge);
+#: checked here too so that the CLI says so before sending anything.
+_BPS = 10_000
 DeploymentOpt = Annotated[Path, typer.Option("--deployment", help="Deployment JSON file.")]
 
 
@@ -61,11 +64,17 @@ def deploy(
     rpc: RpcOpt = "",
     keystore: KeystoreOpt = None,
     governance: Annotated[str | None, typer.Option(help="Owner of config/registry.")] = None,
+    min_coverage_bps: Annotated[int, typer.Option(
+        "--min-coverage-bps", min=0, max=_BPS,
+        help="StakeRegistry.minCoverageBps: the share of all verifier weight (basis points) "
+        "a fingerprint's declared verifiers must hold for its receipts to be valid. "
+        "Immutable once deployed.")] = MIN_COVERAGE_BPS,
 ) -> None:
     """Deploy all contracts with the devnet default parameters."""
     try:
         s = _sender(rpc, keystore)
-        d = deploy_all(s.w3, s.account, default_params(), governance)
+        d = deploy_all(s.w3, s.account, default_params(), governance,
+                       min_coverage_bps=min_coverage_bps)
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
     d.save(out)

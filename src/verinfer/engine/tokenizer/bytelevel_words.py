@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import Any
 
-from verinfer.engine.tokenizer import word_batches
+from verinfer.engine.tokenizer.word_batches import encode_distinct
 from verinfer.errors import TokenizerError
 
 __all__ = [
@@ -284,22 +284,18 @@ class WordEncoder:
                 layout.extend(self._cut(part, step=CHUNK_CHARS))
             else:
                 layout.append(part)
-        # one thread cuts: the regex package's concurrent mode gained nothing here (measured),
-        # and re holds the GIL; HF BPEs each group's new pre-tokens beside it (Pipeline)
-        found: list[list[str]] = []
-        parts = word_batches.groups([p for p in layout if isinstance(p, str)],
-                                    word_batches.GROUP_CHARS)
-        with word_batches.Pipeline(self._words, None, (), threaded=len(parts) > 1) as bpe:
-            for group in parts:
-                cut = [(self._ascii_pieces if part.isascii() else self._pieces).findall(part)
-                       for part in group]
-                found.extend(cut)
-                distinct: set[str] = set().union(*cut)
-                # (str.isascii is O(1): ASCII pieces are skipped without a scan)
-                if self._disagreeing.search("".join(w for w in distinct if not w.isascii())):
-                    return None
-                bpe.add(distinct)
-            table = bpe.table()
+        # one thread: the regex package's concurrent mode gained nothing here (measured), and
+        # re holds the GIL
+        found = [
+            (self._ascii_pieces if part.isascii() else self._pieces).findall(part)
+            for part in layout
+            if isinstance(part, str)
+        ]
+        distinct: set[str] = set().union(*found)
+        # (str.isascii is O(1): ASCII pieces are skipped without a scan)
+        if self._disagreeing.search("".join(w for w in distinct if not w.isascii())):
+            return None
+        table = self._encode_distinct(distinct)
         for token_id in self._split.values():
             table[token_id] = (token_id,)
         words = iter(found)
@@ -322,3 +318,7 @@ class WordEncoder:
         if start < len(text):
             parts.append(text[start:])
         return parts
+
+    def _encode_distinct(self, distinct: set[str]) -> dict[Any, Sequence[int]]:
+        """Each distinct pre-token's ids, from HF, on every core (``word_batches``)."""
+        return encode_distinct(self._words, distinct)

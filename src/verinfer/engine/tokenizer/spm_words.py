@@ -6,7 +6,9 @@ a third in malloc/free (a ``NormalizedString`` with an alignment vector per pre-
 ``String`` per token), a fifth in BPE merging of ~430k words of which only ~85k are distinct
 (the BPE cache holds 10,000), the rest in the added-token matcher, the normalizer and the
 pre-tokenizer's regex. Here the text is cut into words by one Python regex per ~8k-character
-chunk, each distinct word is BPE'd once by HF, and the ids are looked up.
+chunk, each distinct word is BPE'd once by HF, and the ids are looked up. Long texts are cut a
+group of chunks at a time, HF BPE-ing each group's new words in a worker thread while the next
+group is cut (``word_batches.Pipeline``); the ids are looked up only after every batch is back.
 
 Why the ids are the backend's. A cut between two adjacent characters ``x`` and ``y`` of the
 raw text (nothing else is cut) keeps the ids when both hold:

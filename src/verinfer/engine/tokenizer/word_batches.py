@@ -1,8 +1,9 @@
 """Distinct words BPE'd once each by HF, spread over the cores: the one home of the batching
 both word paths (``bytelevel_words``, ``spm_words``) use, and of the pipeline that hands HF
 each group's new words while the next group is cut (:class:`Pipeline`; ``spm_words`` only: on
-the shared AMD 2-core it cost SmolLM2's path 2-17% wall in three same-process runs, where
-Gemma's gained 2-5%, so ``bytelevel_words`` keeps one batch after the whole cut)."""
+the shared AMD 2-core SmolLM2's path measured 2-17% slower with it in three same-process runs,
+never faster -- within that machine's noise, an A/A spread of ~13% -- so ``bytelevel_words``
+keeps one batch after the whole cut; docs/tokenizer.md, "The pipeline")."""
 
 from __future__ import annotations
 

@@ -289,10 +289,13 @@ class VllmEngine(Engine):
             if req.stop is None:
                 req.stop = self.stop_state(req.params)
             req.finish = req.stop.push(rec.token_id)
-            req.text = req.stop.text
+            # The whole text is built only for a consumer (a stream) and at the finish, as in
+            # the own engine: reading it every step copies the whole output every step (O(n^2)
+            # per request; StopState.text).
             if req.on_step is not None:
                 try:
-                    req.on_step(StepEvent(i, rec.token_id, req.text, req.finish, rec.logprob))
+                    req.on_step(StepEvent(i, rec.token_id, req.stop.text, req.finish,
+                                          rec.logprob))
                 except Exception:  # a broken consumer must not stall the others
                     req.on_step = None
         if req.finish is None and vllm_finished:
@@ -301,6 +304,8 @@ class VllmEngine(Engine):
             self._fail(req, VllmBackendError("vLLM finished a request before the stop rule"))
             return
         if req.finish is not None:
+            assert req.stop is not None  # a finish comes only from the stop rule
+            req.text = req.stop.text
             if not vllm_finished:
                 self._stop(req)
             TRACKS.pop(req.key)

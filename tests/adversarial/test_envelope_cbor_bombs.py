@@ -296,6 +296,32 @@ def test_honest_shaped_bomb_is_voted_against_without_building_it(
     assert time.perf_counter() - t < 10  # unfixed: ~15 s and ~2.5 GB in this process
 
 
+@pytest.mark.parametrize("chain", [b"\xc2", b"\xc3", b"\xc2\xc3"])
+def test_a_chain_of_bignum_tags_is_refused_at_its_first_head(chain: bytes) -> None:
+    """The attack: tags had no bound of their own in the head count, only the item bound, and
+    each tag head takes the count's slow path. A cheat seals 32 MiB of bignum tag heads (each
+    tagging the next; cbor2 refuses that only at depth 8, after the count): the count walked
+    8.4 M heads before refusing (2.3 s in every verifier, against 0.05-0.32 s for the other
+    blob-cap shapes). Fixed: a tag but a bignum over a byte string is refused on sight, as the
+    decoder would. Measured as where the refusal happens, not as time."""
+    pre = cbor2.dumps({**_RESULT, "logprobs": 0}, canonical=True)
+    at = pre.index(cbor2.dumps("logprobs")) + len(cbor2.dumps("logprobs"))
+    room = BLOB_CAP - 256
+    blob = pre[:at] + chain * (room // len(chain)) + b"\x40" + pre[at + 1:]
+    with pytest.raises(ReceiptFormatError, match=r"must hold a byte string \(at byte (\d+)\)"
+                       ) as e:
+        ExecResult.from_canonical(blob)
+    where = int(str(e.value).rsplit("at byte ", 1)[1].rstrip(")"))
+    assert where <= at + 1, where  # unfixed: refused at byte 8,388,628 by the item bound
+
+
+def test_a_bignum_over_a_byte_string_still_counts() -> None:
+    """What the tag check keeps: a bignum (tag 2 or 3 over a byte string) is two items."""
+    data = cbor2.dumps([1 << 70, -(1 << 70)])
+    assert data.count(b"\xc2") == data.count(b"\xc3") == 1
+    _assert_exact(data, items=5, containers=1, strings=2)
+
+
 # ---- the bounds are the schema's: what is valid still decodes ----------------------------------
 
 def _counts_refused(data: bytes, bound: CborBound) -> bool:

@@ -227,6 +227,9 @@ class VllmEngine(Engine):
                     break
                 incoming, self._incoming = self._incoming, []
             for req in incoming:
+                if req.future.cancelled():  # Engine.cancel before it reached vLLM: not added
+                    self._fail(req, RuntimeError("cancelled"))
+                    continue
                 try:
                     # outputs and aborts name the request by the id we give (vLLM adds a
                     # suffix for its own internal id)
@@ -236,6 +239,12 @@ class VllmEngine(Engine):
                     self._live[req.key] = req
                 except BaseException as e:
                     self._fail(req, e)
+            # Cancelled ones are aborted before every step, not only at their next output: a
+            # prompt still being prefilled gives none until its first token, so a client that
+            # left right after sending a long prompt still cost its whole prefill.
+            for req in [r for r in self._live.values() if r.future.cancelled()]:
+                self._stop(req)
+                self._fail(req, RuntimeError("cancelled"))
             try:
                 outputs = self._llm.step()
             except BaseException as e:  # fail what is in flight, keep serving
@@ -253,7 +262,9 @@ class VllmEngine(Engine):
                 elif live is not None:
                     self._take(live, list(out.outputs[0].token_ids) if out.outputs else [],
                                bool(out.finished))
-        for req in itertools.chain(self._live.values(), self._incoming):
+        # a copy: _fail takes each out of _live (iterating the dict itself raised at the
+        # first, and every other request in flight was left waiting for ever)
+        for req in [*self._live.values(), *self._incoming]:
             self._fail(req, RuntimeError("engine closed"))
 
     def _fail(self, req: _Req, e: BaseException) -> None:

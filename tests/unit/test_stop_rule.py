@@ -211,3 +211,24 @@ def test_eos_first_and_ignore_eos() -> None:
     state = StopState(tok, SamplingParams(max_tokens=2, ignore_eos=True))
     assert (state.push(eos), state.text) == (None, "")
     assert (state.push(eos), state.text) == ("length", "")
+
+
+@pytest.mark.parametrize("raw, stops", [
+    (b"ab\xe2\x82", ("\ufffd",)),  # a stop on the held-back tail's U+FFFD: ends at once
+    (b"ab\xe2\x82\xac", ("b\u20ac",)),  # a byte token completes a char the window searched
+    (b"a\xe2\x82z\xe2", ("\ufffdz",)),  # an invalid continuation, then text after it
+    (b"x\r\ny\r\n", ("\r\n",)),  # CRLF across tokens
+    (b"x\ry\n", ("\r\n",)),  # ... and one that never forms
+    (b"abc", ("abcd", "zzzzzzzzzzzzzzzz")),  # stop strings longer than the whole text
+    (b"\xff\xfe\xef\xbf\xbd", ("\ufffd\ufffd\ufffd",)),  # invalid bytes, then a real U+FFFD
+    (b"\xf0\x9f\x98", ("\ufffd", "\U0001f600")),  # a 4-byte char cut short
+])
+def test_byte_level_edges_equal_the_definition(raw: bytes, stops: tuple[str, ...]) -> None:
+    """Byte-fallback sequences the random runs reach only by chance (audit of the incremental
+    rule): every prefix equals the definition, each byte its own token."""
+    for space_prefix in (False, True):
+        tok = _tiny(space_prefix)
+        by_byte = {tok.token_bytes(i): i for i in range(tok.vocab_size)
+                   if not tok.is_special(i) and len(tok.token_bytes(i)) == 1}
+        seq = [by_byte[bytes([b])] for b in raw]
+        _check_sequence(tok, seq, SamplingParams(max_tokens=len(seq) + 1, stop=stops))

@@ -219,12 +219,20 @@ def gemma_ab(old_so: str, tokens: int, rounds: int) -> dict[str, Any]:
     # one thread: the process's CPU time (the engine's worker computes, the caller waits), so
     # that being descheduled on a shared machine is not counted; more threads: wall time
     clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
-    layouts = {"old": {**vk.PANEL_LAYOUTS, "Q5_0": "q8"}, "new": dict(vk.PANEL_LAYOUTS)}
+    # a build before panel_format packed every type into its own layout (session 7's panels)
+    legacy = {"Q8_0": "q8", "Q5_0": "q5_0", "Q4_1": "q4_1", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+    panel_layout = vk.panel_layout
+
+    def layout_of(ext: Any) -> Any:
+        if hasattr(ext, "panel_format"):
+            return panel_layout
+        return lambda q: "f32" if q is None else legacy[q]
+
+    layouts = {name: layout_of(ext) for name, ext in exts.items()}
 
     def use(name: str) -> None:
         vk._ext = exts[name]
-        vk.PANEL_LAYOUTS.clear()
-        vk.PANEL_LAYOUTS.update(layouts[name])
+        vk.panel_layout = layouts[name]
 
     engines = {}
     for name in ("old", "new"):

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -780,6 +781,19 @@ static void pack_q5_0_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t
     if (!((qh >> kk) & 1)) bits[4 * kk + i / 8] |= static_cast<uint8_t>(1u << (i % 8));
   for (int64_t kp = 0; kp < 16; ++kp) blk[2 * kPNR + 4 * 32 + nib_index(kp, i)] = src[6 + kp];  // GGUF's order
 }
+// Q5_0 rows into kQ8 panels: int8 q5 - 16 and the file's d, so w = float(q5 - 16) * d as gguf
+// computes it (1.06 B/weight instead of 0.69; see q5_0_panels for when that pays).
+static void pack_q5_0_int8_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
+  const uint8_t* src = row + j * 22;
+  uint32_t qh;
+  std::memcpy(&qh, src + 2, 4);
+  std::memcpy(blk + 2 * i, src, 2);
+  for (int64_t kk = 0; kk < 32; ++kk) {
+    const int nib = kk < 16 ? src[6 + kk] & 15 : src[6 + kk - 16] >> 4;
+    const int q5 = nib | static_cast<int>((qh >> kk) & 1) << 4;
+    blk[2 * kPNR + kk * kPNR + i] = static_cast<uint8_t>(static_cast<int8_t>(q5 - 16));
+  }
+}
 static void pack_q4_1_block(const uint8_t* row, int64_t j, uint8_t* blk, int64_t i) {
   const uint8_t* src = row + j * 20;  // fp16 d, fp16 m, 16 B: byte kp = q[kp] | q[kp + 16] << 4
   std::memcpy(blk + 2 * i, src, 2);
@@ -832,14 +846,38 @@ struct GgufType {
   void (*pack)(const uint8_t* row, int64_t j, uint8_t* unit, int64_t i);
 };
 static const GgufType kGgufTypes[] = {
-    {"Q8_0", 32, 34, kQ8, pack_q8_0_block},    {"Q5_0", 32, 22, kQ5, pack_q5_0_block},
+    {"Q8_0", 32, 34, kQ8, pack_q8_0_block},    {"Q5_0:5bit", 32, 22, kQ5, pack_q5_0_block},
+    {"Q5_0:int8", 32, 22, kQ8, pack_q5_0_int8_block},
     {"Q4_1", 32, 20, kQ41, pack_q4_1_block},   {"Q4_K", 256, 144, kQ4K, pack_q4_k_block},
     {"Q6_K", 256, 210, kQ6K, pack_q6_k_block},
 };
+// Which panels plain "Q5_0" packs into, fixed for the process (packed tensors outlive any
+// switch): 5-bit panels (the file's size) where AVX-512 merges the 5th bit with one masked
+// subtract; int8 panels where that merge costs several AVX2 instructions per 8 weights. Measured
+// on a 2-core AMD EPYC (Zen 3, AVX2), Gemma 3 270M decode at 2 threads: the 5-bit merge made
+// Q5_0 the slowest format per weight (12 G weights/s vs 15.6 for int8 panels). Both decode to
+// the same bits; VERINFER_Q5_PANELS=5bit|int8 overrides the choice.
+static const char* q5_0_panels() {
+  static const char* const choice = [] {
+    const char* env = std::getenv("VERINFER_Q5_PANELS");
+    const std::string e = env ? env : "";
+    if (e == "5bit") return "Q5_0:5bit";
+    if (e == "int8") return "Q5_0:int8";
+    TORCH_CHECK(e.empty() || e == "auto", "VERINFER_Q5_PANELS must be 5bit, int8 or auto, got '", e, "'");
+    return __builtin_cpu_supports("avx512f") ? "Q5_0:5bit" : "Q5_0:int8";
+  }();
+  return choice;
+}
+// A panel type: a GGUF block type, or for Q5_0 one of its two panel forms by name.
 static const GgufType& gguf_type(const std::string& name) {
+  const std::string n = name == "Q5_0" ? q5_0_panels() : name;
   for (const GgufType& t : kGgufTypes)
-    if (name == t.name) return t;
-  TORCH_CHECK(false, "unsupported GGUF block type '", name, "' (Q8_0, Q5_0, Q4_1, Q4_K, Q6_K)");
+    if (n == t.name) return t;
+  TORCH_CHECK(false, "unsupported GGUF block type '", name, "' (Q8_0, Q5_0, Q5_0:5bit, Q5_0:int8, Q4_1, Q4_K, Q6_K)");
+}
+std::string panel_format(const std::string& qtype) {
+  static const char* const kNames[kNumFmts] = {"q8", "q4_1", "q4_k", "q6_k", "q5_0"};
+  return kNames[gguf_type(qtype).fmt];
 }
 
 at::Tensor pack_quant(const at::Tensor& wq, const std::string& qtype, int64_t K) {
@@ -1110,6 +1148,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_q4_1", &vi::pack_q4_1, rel());
   m.def("linear_q4_1_packed", &vi::linear_q4_1_packed, rel());
   m.def("pack_quant", &vi::pack_quant, rel());
+  m.def("panel_format", &vi::panel_format, rel());
   m.def("linear_quant_packed", &vi::linear_quant_packed, rel());
   m.def("linear_quant_packed_multi", &vi::linear_quant_packed_multi, rel());
   m.def("set_spin_pool", &vi::set_spin_pool, rel());

@@ -30,10 +30,18 @@ from verinfer.engine import kernels as vk
 from verinfer.errors import KernelError
 
 ISAS = vk.supported_isas()
-FORMATS = list(vk.QUANT_BLOCKS)
+# panel types: the GGUF block types, plain Q5_0 packing into this CPU's choice of its two forms
+FORMATS = [*vk.QUANT_BLOCKS, *vk.Q5_0_PANEL_FORMS]
+Q5_CHOICE = "Q5_0:5bit" if vk.panel_layout("Q5_0") == "q5_0" else "Q5_0:int8"
 # (unit k, unit bytes) of each packed layout, per 32 rows
-UNITS = {"Q8_0": (32, 1088), "Q5_0": (32, 704), "Q4_1": (32, 640), "Q4_K": (256, 4736),
-         "Q6_K": (256, 8768)}
+UNITS = {"Q8_0": (32, 1088), "Q5_0:5bit": (32, 704), "Q5_0:int8": (32, 1088), "Q4_1": (32, 640),
+         "Q4_K": (256, 4736), "Q6_K": (256, 8768)}
+UNITS["Q5_0"] = UNITS[Q5_CHOICE]
+
+
+def gguf_of(qtype: str) -> str:
+    """The GGUF block type a panel type reads ("Q5_0:int8" -> "Q5_0")."""
+    return qtype.split(":")[0]
 
 
 def weights_back(wqp: torch.Tensor, qtype: str, n: int, k: int, rows: range) -> torch.Tensor:
@@ -50,8 +58,8 @@ def plus_zero(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_one_hot_rows_read_back_gguf_values(qtype: str) -> None:
     n, k = 70, 512
-    raw = random_rows(qtype, n, k, seed=21)
-    want = plus_zero(gguf_dense(qtype, raw)).T.contiguous()  # [k, n]
+    raw = random_rows(gguf_of(qtype), n, k, seed=21)
+    want = plus_zero(gguf_dense(gguf_of(qtype), raw)).T.contiguous()  # [k, n]
     wqp = vk.pack_quant(torch.from_numpy(raw), qtype, k)
     for isa in ISAS:
         with vk.forced_isa(isa):
@@ -80,12 +88,14 @@ def test_q5_0_every_fifth_bit_lane_and_value() -> None:
     dense = gguf_dense("Q5_0", rows)
     assert (bits(dense) == bits(torch.tensor(-0.0))).any()  # d < 0, q5 = 16
     want = plus_zero(dense).T.contiguous()
-    wqp = vk.pack_quant(torch.from_numpy(rows), "Q5_0", k)
-    for isa in ISAS:
-        with vk.forced_isa(isa):
-            assert same(weights_back(wqp, "Q5_0", n, k, range(k)), want), isa
-            for kk in range(k):
-                assert same(weights_back(wqp, "Q5_0", n, k, range(kk, kk + 1)), want[kk:kk + 1])
+    for form in vk.Q5_0_PANEL_FORMS:
+        wqp = vk.pack_quant(torch.from_numpy(rows), form, k)
+        for isa in ISAS:
+            with vk.forced_isa(isa):
+                assert same(weights_back(wqp, form, n, k, range(k)), want), (form, isa)
+                for kk in range(k):
+                    assert same(weights_back(wqp, form, n, k, range(kk, kk + 1)),
+                                want[kk:kk + 1]), (form, isa, kk)
 
 
 def test_k_quant_every_scale_index() -> None:
@@ -116,9 +126,10 @@ sys.path.insert(0, sys.argv[1])
 from test_kernels_quant import rand_x, random_rows
 from verinfer.engine import kernels as vk
 out = {"isa": vk.isa()}
-for qtype in vk.QUANT_BLOCKS:
+for qtype in [*vk.QUANT_BLOCKS, *vk.Q5_0_PANEL_FORMS]:
     n, k = 70, 512
-    wqp = vk.pack_quant(torch.from_numpy(random_rows(qtype, n, k, seed=3)), qtype, k)
+    raw = random_rows(qtype.split(":")[0], n, k, seed=3)
+    wqp = vk.pack_quant(torch.from_numpy(raw), qtype, k)
     h = hashlib.sha256()
     for m in (1, 2, 3, 4, 9):
         h.update(vk.linear_quant_packed(rand_x(m, k, seed=m), wqp, qtype, n, k).numpy().tobytes())
@@ -141,7 +152,8 @@ def test_forced_isa_in_a_fresh_process_gives_the_same_bytes() -> None:
     assert len({json.dumps(r, sort_keys=True) for r in res.values()}) == 1, res
     here = {}
     for qtype in FORMATS:  # and the in-process (auto) path agrees
-        wqp = vk.pack_quant(torch.from_numpy(random_rows(qtype, 70, 512, seed=3)), qtype, 512)
+        raw = random_rows(gguf_of(qtype), 70, 512, seed=3)
+        wqp = vk.pack_quant(torch.from_numpy(raw), qtype, 512)
         h = hashlib.sha256()
         for m in (1, 2, 3, 4, 9):
             y = vk.linear_quant_packed(rand_x(m, 512, seed=m), wqp, qtype, 70, 512)
@@ -153,26 +165,33 @@ def test_forced_isa_in_a_fresh_process_gives_the_same_bytes() -> None:
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_panels_are_about_the_file_size(qtype: str) -> None:
     n, k = 64, 1024
-    wqp = vk.pack_quant(torch.from_numpy(random_rows(qtype, n, k, seed=1)), qtype, k)
+    wqp = vk.pack_quant(torch.from_numpy(random_rows(gguf_of(qtype), n, k, seed=1)), qtype, k)
     uk, ub = UNITS[qtype]
     assert tuple(wqp.shape) == (n // 32, k // uk, ub)
-    file_bytes = n * vk.quant_row_bytes(qtype, k)
-    # Q8_0, Q5_0, Q4_1: the file's bytes exactly (Q4_1: fp16 m kept); the K-quants keep their
-    # 6-bit scales as bytes: +3% (Q4_K); Q6_K keeps its 6-bit q as int8: +30%
-    limit = {"Q8_0": 1.0, "Q5_0": 1.0, "Q4_1": 1.0, "Q4_K": 1.03, "Q6_K": 1.31}[qtype]
-    assert wqp.numel() <= file_bytes * limit, (wqp.numel(), file_bytes)
+    file_bytes = n * vk.quant_row_bytes(gguf_of(qtype), k)
+    # Q8_0, Q5_0's 5-bit form, Q4_1: the file's bytes exactly (Q4_1: fp16 m kept); the K-quants
+    # keep their 6-bit scales as bytes: +3% (Q4_K); Q6_K keeps its 6-bit q as int8: +30%; Q5_0's
+    # int8 form (CPUs without AVX-512) +55%
+    limit = {"Q8_0": 1.0, "Q5_0:5bit": 1.0, "Q5_0:int8": 1.55, "Q4_1": 1.0, "Q4_K": 1.03,
+             "Q6_K": 1.31}
+    limit["Q5_0"] = limit[Q5_CHOICE]
+    assert wqp.numel() <= file_bytes * limit[qtype], (wqp.numel(), file_bytes)
 
 
 def test_bad_panels_and_shapes_are_kernel_errors() -> None:
     raw5 = torch.from_numpy(random_rows("Q5_0", 40, 256, seed=2))
-    q5 = vk.pack_quant(raw5, "Q5_0", 256)
+    q5 = vk.pack_quant(raw5, "Q5_0:5bit", 256)
     x = rand_x(1, 256, 0)
     with pytest.raises(KernelError, match=r"\[P, K/32, 1088\].*from pack_quant"):
-        vk.linear_quant_packed(x, q5, "Q8_0", 40, 256)  # Q5_0 panels read as Q8_0
-    with pytest.raises(KernelError, match="Q5_0 needs K % 32 == 0"):
-        vk.linear_quant_packed(rand_x(1, 40, 0), q5, "Q5_0", 40, 40)
+        vk.linear_quant_packed(x, q5, "Q8_0", 40, 256)  # 5-bit Q5_0 panels read as Q8_0
+    with pytest.raises(KernelError, match=r"\[P, K/32, 1088\].*Q5_0:int8"):
+        vk.linear_quant_packed(x, q5, "Q5_0:int8", 40, 256)  # ... or as Q5_0's int8 form
+    with pytest.raises(KernelError, match="unsupported GGUF block type 'Q5_0:int4'"):
+        vk.pack_quant(raw5, "Q5_0:int4", 256)
+    with pytest.raises(KernelError, match="Q5_0:5bit needs K % 32 == 0"):
+        vk.linear_quant_packed(rand_x(1, 40, 0), q5, "Q5_0:5bit", 40, 40)
     with pytest.raises(KernelError, match="contiguous"):
-        vk.linear_quant_packed(x, q5.transpose(0, 1), "Q5_0", 40, 256)
+        vk.linear_quant_packed(x, q5.transpose(0, 1), "Q5_0:5bit", 40, 256)
     raw6 = torch.from_numpy(random_rows("Q6_K", 40, 512, seed=2))
     q6 = vk.pack_quant(raw6, "Q6_K", 512)
     with pytest.raises(KernelError, match=r"\[P, K/256, 4736\].*Q4_K"):
@@ -185,15 +204,16 @@ def test_bad_panels_and_shapes_are_kernel_errors() -> None:
         vk.pack_quant(raw6[:, :105].contiguous(), "Q6_K", 128)
     with pytest.raises(KernelError, match="rows must be 22 bytes"):
         vk.pack_quant(raw5, "Q5_0", 32)
-    assert bits(vk.linear_quant_packed(x, q5, "Q5_0", 40, 256)).shape == (1, 40)
+    assert bits(vk.linear_quant_packed(x, q5, "Q5_0:5bit", 40, 256)).shape == (1, 40)
 
 
 @pytest.mark.parametrize("qtypes,ns,k", [
     (("Q5_0", "Q5_0", "Q8_0"), (1024, 256, 256), 640),  # Gemma 3 270M's q, k, v
     (("Q4_K", "Q6_K", "Q8_0", "Q4_1", "Q5_0"), (64, 37, 96, 33, 250), 512),  # ragged n
+    (("Q5_0:5bit", "Q5_0:int8", "Q8_0"), (96, 64, 40), 256),  # both Q5_0 forms in one call
 ])
 def test_multi_format_group_equals_the_separate_calls(qtypes: tuple, ns: tuple, k: int) -> None:
-    parts = [vk.pack_quant(torch.from_numpy(random_rows(q, n, k, seed=i)), q, k)
+    parts = [vk.pack_quant(torch.from_numpy(random_rows(gguf_of(q), n, k, seed=i)), q, k)
              for i, (q, n) in enumerate(zip(qtypes, ns, strict=True))]
     threads = torch.get_num_threads()
     try:
@@ -214,16 +234,49 @@ def test_multi_format_group_equals_the_separate_calls(qtypes: tuple, ns: tuple, 
 
 
 def test_multi_format_group_bad_inputs() -> None:
-    q5 = vk.pack_quant(torch.from_numpy(random_rows("Q5_0", 64, 256, seed=1)), "Q5_0", 256)
+    q5 = vk.pack_quant(torch.from_numpy(random_rows("Q5_0", 64, 256, seed=1)), "Q5_0:5bit", 256)
     q8 = vk.pack_quant(torch.from_numpy(random_rows("Q8_0", 32, 256, seed=2)), "Q8_0", 256)
     x = rand_x(1, 256, 0)
     with pytest.raises(KernelError, match="one length"):
-        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0"], [64, 32], 256)
+        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0:5bit"], [64, 32], 256)
     with pytest.raises(KernelError, match=r"wqps\[1\] must be .*1088"):
-        vk.linear_quant_packed_multi(x, [q5, q5], ["Q5_0", "Q8_0"], [64, 64], 256)
+        vk.linear_quant_packed_multi(x, [q5, q5], ["Q5_0:5bit", "Q8_0"], [64, 64], 256)
     with pytest.raises(KernelError, match="does not match"):
-        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0", "Q8_0"], [64, 33], 256)
+        vk.linear_quant_packed_multi(x, [q5, q8], ["Q5_0:5bit", "Q8_0"], [64, 33], 256)
     with pytest.raises(KernelError, match="M <= 4"):
-        vk.linear_quant_packed_multi(rand_x(5, 256, 0), [q5, q8], ["Q5_0", "Q8_0"], [64, 32], 256)
+        vk.linear_quant_packed_multi(rand_x(5, 256, 0), [q5, q8], ["Q5_0:5bit", "Q8_0"], [64, 32],
+                                     256)
     with pytest.raises(KernelError, match="unsupported GGUF block type"):
         vk.linear_quant_packed_multi(x, [q5], ["Q3_K"], [64], 256)
+
+
+_Q5_CHILD = """
+import json, torch
+from verinfer.engine import kernels as vk
+print(json.dumps({"layout": vk.panel_layout("Q5_0"), "avx512": "avx512" in vk.supported_isas()}))
+"""
+
+
+@pytest.mark.parametrize("env,want", [(None, None), ("auto", None), ("5bit", "q5_0"),
+                                      ("int8", "q8")])
+def test_plain_q5_0_packs_into_the_cpus_form(env: str | None, want: str | None) -> None:
+    """Plain Q5_0 packs into 5-bit panels on AVX-512 CPUs and int8 panels elsewhere (where the
+    5th-bit merge costs more than the extra bytes), fixed per process; VERINFER_Q5_PANELS
+    overrides it. Both forms decode to the same bits (the tests above)."""
+    env_base = {k: v for k, v in os.environ.items() if k != "VERINFER_Q5_PANELS"}
+    env_base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if env is not None:
+        env_base["VERINFER_Q5_PANELS"] = env
+    proc = subprocess.run([sys.executable, "-c", _Q5_CHILD], capture_output=True, text=True,
+                          timeout=120, env=env_base)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["layout"] == (want or ("q5_0" if got["avx512"] else "q8"))
+
+
+def test_a_bad_q5_panels_setting_is_refused() -> None:
+    env = {**os.environ, "VERINFER_Q5_PANELS": "4bit",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-c", _Q5_CHILD], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode != 0 and "VERINFER_Q5_PANELS must be 5bit, int8 or auto" in proc.stderr

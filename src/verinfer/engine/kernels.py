@@ -229,14 +229,17 @@ QUANT_BLOCKS = {"Q8_0": (32, 34), "Q5_0": (32, 22), "Q4_1": (32, 20), "Q4_K": (2
                 "Q6_K": (256, 210)}
 
 
-# The panel layout (csrc PanelFmt) each block type packs into: types of one layout can share a
-# kernel call; None = fp32 panels. Every type has its own layout, read at about its file size.
-PANEL_LAYOUTS = {"Q8_0": "q8", "Q5_0": "q5_0", "Q4_1": "q4_1", "Q4_K": "q4_k", "Q6_K": "q6_k"}
+# Q5_0's two panel forms, by name (plain "Q5_0" packs into the one this CPU decodes fastest:
+# csrc q5_0_panels, overridable with VERINFER_Q5_PANELS=5bit|int8). Both decode to the same bits.
+Q5_0_PANEL_FORMS = ("Q5_0:5bit", "Q5_0:int8")
 
 
 def panel_layout(qtype: str | None) -> str:
-    """The packed layout of a matrix of GGUF type ``qtype`` (None: fp32 panels)."""
-    return "f32" if qtype is None else PANEL_LAYOUTS[qtype]
+    """The packed layout (csrc PanelFmt: q8, q5_0, q4_1, q4_k, q6_k) a matrix of GGUF type
+    ``qtype`` packs into; None: fp32 panels ("f32"). Types of one layout can share a kernel call.
+    Every layout reads about the file's bytes, except Q5_0 packed as int8 panels ("q8") on CPUs
+    without AVX-512, where that is faster."""
+    return "f32" if qtype is None else str(_call("panel_format", qtype))
 
 
 def set_spin_pool(on: bool) -> None:

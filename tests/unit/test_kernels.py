@@ -225,6 +225,24 @@ def test_gelu_tanh_mul() -> None:
     assert same(vk.gelu_tanh_mul(g[3:4], u[3:4]), ref[3:4])
 
 
+@pytest.mark.parametrize("fn", ["gelu_tanh_mul", "silu_mul"])
+def test_glu_simd_lanes_equal_the_scalar_formula_at_the_extremes(fn: str) -> None:
+    """The 8-lane GELU/SiLU (every ISA path but scalar) must be the scalar code's bits: exp's
+    clamps on both sides, NaN and infinities, signed zeros and denormals, and lengths that leave
+    every tail size (chunk and vector tails run the scalar formula)."""
+    special = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -1e-40, 1e-45,
+               87.33, -87.33, 87.34, -87.34, 88.72, -88.72, 88.73, -88.73, 100.0, -100.0,
+               1e30, -1e30, 3.4e38, -3.4e38, 0.5, -0.5, 11.2, -11.2, 44.0, -44.0, 1e-20]
+    gen = torch.Generator().manual_seed(11)
+    for n in (1, 7, 8, 9, 31, 2051):
+        g = torch.randn(3, n, generator=gen) * 30
+        flat = g.view(-1)
+        flat[: min(len(special), flat.numel())] = torch.tensor(special[: flat.numel()])
+        u = torch.randn(3, n, generator=gen)
+        u.view(-1)[:3] = torch.tensor([float("inf"), -0.0, 0.0])[: u.numel()]
+        assert_isas_agree(lambda g=g, u=u: getattr(vk, fn)(g, u))
+
+
 def test_silu_mul() -> None:
     g, u = torch.randn(5, 300) * 6, torch.randn(5, 300)
     ref = assert_isas_agree(lambda: vk.silu_mul(g, u))

@@ -266,3 +266,13 @@ def test_missing_share_is_a_server_error(env: Env) -> None:
 
     share_path(env.lay.data_dir(1), 1).unlink()
     refused(env, request(env)[0], 503, "share_unavailable")
+
+
+def test_a_clusters_ports_are_distinct() -> None:
+    """Shards provisioned together never share a port (picked one at a time, a port released
+    by the previous pick could come back: the explorer then saw one shard twice)."""
+    from verinfer.kms.local_cluster import free_ports
+
+    for _ in range(20):
+        ports = free_ports(16)
+        assert len(set(ports)) == 16 and all(0 < p < 65536 for p in ports)

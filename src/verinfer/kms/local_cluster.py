@@ -101,9 +101,23 @@ class ClusterLayout:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: every socket stays bound until all n are chosen (one at
+    a time, a port released by the previous pick could come back: a CI run once gave shards 3
+    and 5 the same port, so the explorer saw shard 5 twice)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def provision(root: Path, *, epoch: int, threshold: int, shares: int,
@@ -134,9 +148,10 @@ def provision(root: Path, *, epoch: int, threshold: int, shares: int,
     root_keygen(lay.root_key, lay.root_pub)
     keygen(epoch=epoch, threshold=threshold, shares=shares, out=root, seal_keys=keys,
            registry=FileEpochRegistry(lay.registry), now=now, suite=suite or LEGACY_SUITE)
+    ports = free_ports(shares)
     for i in range(1, shares + 1):
         acct = load_or_create_identity(lay.data_dir(i), i, keys[i])
-        upsert_shard(lay.directory, ShardInfo(i, f"http://127.0.0.1:{free_port()}",
+        upsert_shard(lay.directory, ShardInfo(i, f"http://127.0.0.1:{ports[i - 1]}",
                                               acct.address.lower()))
     write_allowlist(lay.allowlist, measurements)
     # the light-audit scheduler of this throwaway cluster (another key in the unsafe tree)

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
-import {Fixture} from "./utils/Fixture.sol";
+import {TwoFingerprints} from "./utils/TwoFingerprints.sol";
+import {CoverageRef} from "./utils/CoverageRef.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
 import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
-import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
 import {IStakeRegistryErrors} from "../src/errors/StakeRegistryErrors.sol";
 
@@ -12,13 +12,11 @@ import {IStakeRegistryErrors} from "../src/errors/StakeRegistryErrors.sol";
 ///      challenger (docs/contracts.md "Full challenge", step 3). The fixture's 4 verifiers
 ///      (5 ether each) declare FINGERPRINT; FP2 is a second approved fingerprint; the registry
 ///      requires MIN_COVERAGE_BPS = 10% of all verifier weight.
-contract CoverageStakeTest is Fixture {
-    bytes32 internal constant FP2 = keccak256("fingerprint 2 (new image)");
+contract CoverageStakeTest is TwoFingerprints {
     address internal sybil = address(0x5B11);
 
     function setUp() public override {
         super.setUp();
-        config.approve(IProtocolConfigTypes.Kind.EngineFingerprint, FP2);
         vm.deal(sybil, 1000 ether);
     }
 
@@ -32,10 +30,6 @@ contract CoverageStakeTest is Fixture {
         stakes.register{value: amount}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(v);
         stakes.declareFingerprint(FP2);
-    }
-
-    function _status(uint256 id) internal view returns (IChallengeManagerTypes.Status) {
-        return cm.challenge(id).status;
     }
 
     function _openAs(address who, Posted memory p) internal returns (uint256 id) {
@@ -159,20 +153,7 @@ contract CoverageStakeTest is Fixture {
                 else stakes.undeclareFingerprint(FP2);
             }
         }
-        uint256 sum = 0;
-        uint256 count = 0;
-        uint256 total = 0;
-        for (uint256 i = 0; i < 4; i++) {
-            uint256 w = stakes.weightOf(verifiers[i]);
-            total += w;
-            (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(verifiers[i]);
-            for (uint256 j = 0; j < fps.length; j++) {
-                if (fps[j] == FP2 && leaveAt[j] == 0 && w != 0) {
-                    sum += w;
-                    count++;
-                }
-            }
-        }
+        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, verifiers, FP2);
         vm.assertEq(stakes.coverageWeightAt(FP2, _now()), sum, "coverage weight");
         vm.assertEq(stakes.coverageAt(FP2, _now()), count, "coverage count");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), total, "total by time");

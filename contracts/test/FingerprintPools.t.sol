@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
-import {Fixture} from "./utils/Fixture.sol";
+import {TwoFingerprints} from "./utils/TwoFingerprints.sol";
 import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
 import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
 import {IStakeRegistryTypes} from "../src/types/StakeRegistryTypes.sol";
@@ -10,13 +10,11 @@ import {IStakeRegistryErrors} from "../src/errors/StakeRegistryErrors.sol";
 /// @dev Committees drawn from the verifiers declared for the receipt's engine fingerprint
 ///      (docs/contracts.md "Fingerprint pools"). The fixture's 4 verifiers declare FINGERPRINT;
 ///      FP2 is a second approved fingerprint (an image upgrade) that only `fp2Verifier` runs.
-contract FingerprintPoolsTest is Fixture {
-    bytes32 internal constant FP2 = keccak256("fingerprint 2 (new image)");
+contract FingerprintPoolsTest is TwoFingerprints {
     address internal fp2Verifier = address(0xF2F2);
 
     function setUp() public override {
         super.setUp();
-        config.approve(IProtocolConfigTypes.Kind.EngineFingerprint, FP2);
         vm.deal(fp2Verifier, 100 ether);
     }
 
@@ -31,10 +29,6 @@ contract FingerprintPoolsTest is Fixture {
         stakes.register{value: 3 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(fp2Verifier);
         stakes.declareFingerprint(FP2);
-    }
-
-    function _status(uint256 id) internal view returns (IChallengeManagerTypes.Status) {
-        return cm.challenge(id).status;
     }
 
     // ---- declarations: unit ----------------------------------------------------------------

@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {Test} from "./utils/Test.sol";
 import {Fixture} from "./utils/Fixture.sol";
+import {CoverageRef} from "./utils/CoverageRef.sol";
 import {Vm} from "./utils/Test.sol";
 import {ChallengeManager} from "../src/ChallengeManager.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
@@ -560,20 +561,7 @@ abstract contract ProtocolInvariants is Test {
     function invariant_coverageIsSumOfCountingDeclarations() public view {
         (StakeRegistry stakes,,, address[] memory vs) = handler.systems();
         bytes32 fp = keccak256("fingerprint"); // the fixture's FINGERPRINT
-        uint256 sum = 0;
-        uint256 count = 0;
-        uint256 total = 0;
-        for (uint256 i = 0; i < vs.length; i++) {
-            uint256 w = stakes.weightOf(vs[i]);
-            total += w;
-            (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(vs[i]);
-            for (uint256 j = 0; j < fps.length; j++) {
-                if (fps[j] == fp && leaveAt[j] == 0 && w != 0) {
-                    sum += w;
-                    count++;
-                }
-            }
-        }
+        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, vs, fp);
         uint64 t = uint64(block.timestamp);
         vm.assertEq(stakes.coverageWeightAt(fp, t), sum, "coverage weight == counting declarations");
         vm.assertEq(stakes.coverageAt(fp, t), count, "coverage count == counting declarations");

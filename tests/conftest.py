@@ -26,6 +26,7 @@ DIRECTORY_MARKERS = {
     "adversarial": "adversarial",
 }
 SHARED_REDIS = ("127.0.0.1", 6379)
+XDIST_FIRST = {"e2e": 0, "slow": 1, "integration": 2, "adversarial": 3, "unit": 4}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -38,6 +39,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if marker is None:
             raise pytest.UsageError(f"{rel}: tests live in one of {sorted(DIRECTORY_MARKERS)}")
         item.add_marker(getattr(pytest.mark, marker))
+    if hasattr(config, "workerinput"):
+        # Under pytest-xdist (.ci/run: `-n 3 --dist loadfile`) the controller hands out whole
+        # files in this order: the long ones (real processes, the devnet, the image builds,
+        # the real Gemma) first, so that no worker starts a ten-minute file at the end.
+        items.sort(key=_xdist_rank)
+
+
+def _xdist_rank(item: pytest.Item) -> int:
+    path = Path(str(item.path)).resolve()
+    top = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
+    return XDIST_FIRST.get(top, len(XDIST_FIRST))
 
 
 def _redis_answers() -> bool:

@@ -120,6 +120,17 @@ def test_one_changed_source_byte_changes_the_digest(builds: Builds) -> None:
     assert builds.changed != builds.a
 
 
+def test_the_image_records_the_debian_set_it_holds(builds: Builds) -> None:
+    """docs/deploy.md: the lock may drift (a warning), the image states what it holds."""
+    ref = f"{TAG}@{builds.a}"
+    recorded = podman("run", "--rm", "--entrypoint", "/bin/cat", ref,
+                      "/opt/verinfer/debian.lock").stdout
+    held = podman("run", "--rm", "--entrypoint", "/usr/bin/dpkg-query", ref, "-W",
+                  "-f=${Package}=${Version}\\n").stdout
+    assert recorded.splitlines() == sorted(held.splitlines())
+    assert any(line.startswith("python3.11=") for line in recorded.splitlines())
+
+
 @pytest.fixture(scope="session")
 def operator_container(builds: Builds, tiny_path: Path,
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

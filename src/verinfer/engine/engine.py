@@ -117,7 +117,6 @@ class _Seq:
     prompt: list[int]
     params: SamplingParams
     future: Future[GenerationResult]
-    cache: KVCache
     stop: StopState  # the stop rule, one token at a time
     prefilled: int = 0
     generated: list[int] = field(default_factory=list)
@@ -126,6 +125,15 @@ class _Seq:
     top_logprobs: int | None = None  # None: no logprobs
     logprobs: list[TokenLogprob] = field(default_factory=list)
     on_step: Callable[[StepEvent], None] | None = None
+    # allocated when the scheduler starts the sequence, never at submit: a waiting request
+    # holds its prompt ids only (issue 32.2: 128 queued jobs of one body had committed their
+    # whole KV caches up front, ~36 GiB at the default window)
+    cache: KVCache | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Positions its KV cache holds: prompt + max_tokens."""
+        return len(self.prompt) + self.params.max_tokens
 
 
 class Engine:
@@ -206,13 +214,10 @@ class Engine:
         self.check_request(prompt_ids, params)
         self.check_top_logprobs(top_logprobs)
         fut: Future[GenerationResult] = Future()
-        cfg = self.config
-        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim,
-                        len(prompt_ids) + params.max_tokens)
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
-            self._waiting.append(_Seq(list(prompt_ids), params, fut, cache,
+            self._waiting.append(_Seq(list(prompt_ids), params, fut,
                                       self.stop_state(params), top_logprobs=top_logprobs,
                                       on_step=on_step))
             self._cv.notify()
@@ -234,6 +239,18 @@ class Engine:
         with self._cv:
             self._cv.notify()
         return True
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of KV cache the scheduler holds now (running sequences only: a waiting one
+        has none yet)."""
+        with self._cv:
+            return sum(s.cache.nbytes for s in self._running if s.cache is not None)
+
+    def kv_bytes_per_token(self) -> int:
+        """KV cache bytes one position costs (keys and values, every layer, float32)."""
+        cfg = self.config
+        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4
 
     @property
     def in_flight(self) -> int:
@@ -265,6 +282,7 @@ class Engine:
                 running = list(self._running)
             if running:
                 try:
+                    self._allocate(running)  # outside the lock: submit never waits on it
                     self._step(running)
                 except BaseException as e:  # fail the requests in flight, keep serving others
                     for s in running:
@@ -275,6 +293,14 @@ class Engine:
                 self._running = [s for s in self._running if s.finish is None]
         for s in itertools.chain(self._running, self._waiting):
             _settle(s.future, error=RuntimeError("engine closed"))
+
+    def _allocate(self, running: list[_Seq]) -> None:
+        """KV caches for the sequences that start now (prompt + max_tokens positions each):
+        at most ``max_seqs`` caches exist at any time, whatever waits."""
+        cfg = self.config
+        for s in running:
+            if s.cache is None:
+                s.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, s.tokens)
 
     def _drop_cancelled(self) -> None:
         """Forget cancelled requests (``cancel``): waiting ones never start, running ones get
@@ -294,6 +320,7 @@ class Engine:
             if s.prefilled == len(s.prompt):
                 pos = len(s.prompt) + len(s.generated) - 1
                 segs.append(Segment(len(caches), pos, 1))
+                assert s.cache is not None  # INVARIANT: _allocate ran before every step
                 caches.append(s.cache)
                 toks.append(s.generated[-1])
                 rows.append(len(toks) - 1)
@@ -303,6 +330,7 @@ class Engine:
             if s.prefilled < len(s.prompt) and budget > 0:
                 n = min(budget, len(s.prompt) - s.prefilled)
                 segs.append(Segment(len(caches), s.prefilled, n))
+                assert s.cache is not None
                 caches.append(s.cache)
                 toks.extend(s.prompt[s.prefilled:s.prefilled + n])
                 s.prefilled += n

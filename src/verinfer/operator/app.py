@@ -17,15 +17,18 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.background import BackgroundTask
 
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.errors import (
+    AuthenticationError,
     EngineOverloadedError,
     InvalidRequestError,
     ModelNotFoundError,
     VerinferError,
 )
+from verinfer.httpserve import REFUSED, BodyGuard, ServeLimits
+from verinfer.operator.budget import Reservation, TokenBudget
 from verinfer.operator.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from verinfer.operator.chat.serving import ServingChat
 from verinfer.operator.completions.protocol import Completion, CompletionRequest
@@ -37,7 +40,7 @@ from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelList
 from verinfer.operator.readiness import Readiness
 from verinfer.operator.receipts_api import receipt_status
-from verinfer.operator.security import ApiKeys, RateLimiter
+from verinfer.operator.security import ApiKeys, AuthThrottle, RateLimiter
 from verinfer.protocol import limits
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import check_body_shape
@@ -62,6 +65,19 @@ class ServerConfig:
     rate_limit_per_minute: float | None = None  # None: no limit
     rate_limit_burst: int | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    # the HTTP bounds (body deadline, bodies in progress; verinfer.httpserve); None: the
+    # defaults with max_body_bytes. The connection cap and header deadline are the server's
+    # (serve_cli: httpserve.server_config with the same limits).
+    http_limits: ServeLimits | None = None
+    # Token budget (prompt + max_tokens, times every job): per request and for every request
+    # in progress; None: REQUEST_WINDOWS / TOTAL_WINDOWS windows of the largest --max-context
+    # served (verinfer.operator.budget).
+    max_request_tokens: int | None = None
+    max_queued_tokens: int | None = None
+    # Failed API-key checks per client address per minute (keys on): past it, 429 for every
+    # attempt from that address, right keys included, until its bucket refills.
+    auth_failures_per_minute: float = 30.0
+    auth_failures_burst: int = 10
     clock: Callable[[], float] = field(default=time.time)
     evidence: EvidencePipeline | None = None  # None: no receipts (unsafe_no_evidence)
     # Blockers that stop signing (identity not approved, publication backlog); None: none.
@@ -108,15 +124,15 @@ def _cap_recursion() -> None:
 
 
 class Edge:
-    """Pure ASGI middleware (no task group, so errors keep their type): the body limit —
-    Content-Length up front, and the bytes actually received for a chunked body — the body's
-    shape bound (a POST body is read here, checked by the request rule's
+    """Pure ASGI middleware (no task group, so errors keep their type), inside
+    ``verinfer.httpserve.BodyGuard`` (which bounds a body's size and how long it may take to
+    arrive): the body's shape bound (a POST body is read here, checked by the request rule's
     ``check_body_shape`` and handed on: FastAPI parses and validates it on the event loop,
-    where 4 MiB of one-element lists froze every request for seconds), plus the request
-    metrics."""
+    where 4 MiB of one-element lists froze every request for seconds, and a UTF-16 body for
+    20-58 s), plus the request metrics."""
 
-    def __init__(self, app: Any, limit: int, metrics: OperatorMetrics) -> None:
-        self.app, self.limit, self.metrics = app, limit, metrics
+    def __init__(self, app: Any, metrics: OperatorMetrics) -> None:
+        self.app, self.metrics = app, metrics
 
     @staticmethod
     def _template(scope: Any) -> str:
@@ -133,14 +149,7 @@ class Edge:
             return
         _cap_recursion()
         m = self.metrics
-        size = dict(scope["headers"]).get(b"content-length", b"")
-        if size.isdigit() and int(size) > self.limit:
-            m.count("unrouted", 413)
-            await error_response(413, f"request body of {int(size)} bytes exceeds the limit "
-                                 f"of {self.limit}", "invalid_request_error",
-                                 code="request_too_large")(scope, receive, send)
-            return
-        seen, status = 0, 500
+        status = 500
         buffered: list[Any] = []
         if scope.get("method") == "POST":
             body = bytearray()
@@ -148,37 +157,24 @@ class Edge:
                 message = await receive()
                 buffered.append(message)
                 if message["type"] != "http.request":
-                    break  # the client left: the app sees it as it would have
+                    break  # the client left (or the guard refused): the app sees it so
                 body += message.get("body", b"")
-                if len(body) > self.limit:
-                    m.count("unrouted", 413)
-                    await error_response(413, f"request body exceeds the limit of "
-                                         f"{self.limit} bytes", "invalid_request_error",
-                                         code="request_too_large")(scope, receive, send)
-                    return
                 if not message.get("more_body", False):
                     break
+            if REFUSED in scope:
+                return  # BodyGuard has answered (408/413/503) and counted it
             try:
                 check_body_shape(bytes(body))
             except InvalidRequestError as e:
                 m.count("unrouted", 400)
                 await error_response(400, e.message, "invalid_request_error",
-                                     code="request_too_complex")(scope, receive, send)
+                                     code=e.code or "request_too_complex")(scope, receive, send)
                 return
             if buffered and buffered[-1]["type"] == "http.request":
                 buffered = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
-        async def counted() -> Any:
-            nonlocal seen
-            message = buffered.pop(0) if buffered else await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    # An HTTPException: FastAPI turns any other error raised while it reads
-                    # the body into a generic 400.
-                    raise StarletteHTTPException(
-                        413, f"request body exceeds the limit of {self.limit} bytes")
-            return message
+        async def replay() -> Any:
+            return buffered.pop(0) if buffered else await receive()
 
         async def sent(message: Any) -> None:
             nonlocal status
@@ -189,20 +185,23 @@ class Edge:
         t0 = time.perf_counter()
         m.in_flight.inc()
         try:
-            await self.app(scope, counted, sent)
+            await self.app(scope, replay, sent)
         finally:
             m.in_flight.dec()
-            route = self._template(scope)
-            m.count(route, status)
-            m.latency.labels(route).observe(time.perf_counter() - t0)
+            if REFUSED not in scope:
+                route = self._template(scope)
+                m.count(route, status)
+                m.latency.labels(route).observe(time.perf_counter() - t0)
 
 
 _ERRORS = {"400": "Bad request: invalid JSON, field types, ranges or combinations",
            "401": "Missing or unknown API key", "404": "Unknown model or receipt",
+           "408": "Request body not received within the deadline",
            "413": "Request body over the size limit", "429": "Rate limit reached",
            "500": "Server error",
-           "503": "Not signing receipts now (see /health), or overloaded; retry after "
-                  "Retry-After seconds"}
+           "503": "Not signing receipts now (see /health), overloaded (token budget, "
+                  "bodies in progress, connections) or a request over the per-request token "
+                  "budget; retry after Retry-After seconds"}
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -231,6 +230,11 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                                             "content": {"application/json": {"schema": ref}}})
     app.openapi_schema = schema
     return schema
+
+
+def http_limits(cfg: ServerConfig) -> ServeLimits:
+    """The operator's HTTP bounds (the app's BodyGuard and the server's config read the same)."""
+    return cfg.http_limits or ServeLimits(max_body_bytes=cfg.max_body_bytes)
 
 
 def check_work(texts: Sequence[str], messages: int = 0) -> None:
@@ -301,6 +305,11 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     keys = ApiKeys(cfg.api_keys)
     limiter = (RateLimiter(cfg.rate_limit_per_minute, cfg.rate_limit_burst, clock=cfg.clock)
                if cfg.rate_limit_per_minute else None)
+    throttle = AuthThrottle(RateLimiter(cfg.auth_failures_per_minute, cfg.auth_failures_burst,
+                                        clock=cfg.clock))
+    budget = TokenBudget.for_window(max(e.max_context for e in routes.engines.values()),
+                                    cfg.max_request_tokens, cfg.max_queued_tokens)
+    app.state.token_budget = budget  # read by tests and benches
     metrics = OperatorMetrics()
     readiness = cfg.readiness
     metrics.unsafe.set(len(cfg.unsafe))
@@ -310,12 +319,30 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     tokenizers = ThreadPoolExecutor(max_workers=TOKENIZE_WORKERS, thread_name_prefix="tokenize")
     tokenize_slots = asyncio.Semaphore(TOKENIZE_QUEUE)
 
+    def address(request: Request) -> str:
+        return "ip-" + (request.client.host if request.client else "unknown")
+
+    def authenticate(request: Request) -> str:
+        """keys.check, with failed attempts charged to the client's address: past
+        ``auth_failures_burst`` (refilling at ``auth_failures_per_minute``) every attempt from
+        it is 429 before its key is looked at, so keys cannot be guessed at line rate (issue
+        32.8: 300 wrong keys had drawn 300 401s)."""
+        if not keys.enabled:
+            return "open"
+        ip = address(request)
+        throttle.require(ip)
+        try:
+            return keys.check(request.headers.get("authorization"))
+        except AuthenticationError:
+            throttle.failed(ip)
+            raise
+
     async def caller(request: Request) -> str:
-        who = keys.check(request.headers.get("authorization"))
+        who = authenticate(request)
         # the key that pays for a request owns its receipts (GET /v1/receipts/{id})
         request.state.key_digest = keys.digest(request.headers.get("authorization"))
         if who == "open":
-            who = "ip-" + (request.client.host if request.client else "unknown")
+            who = address(request)
         if limiter is not None:
             limiter.acquire(who)
         return who
@@ -365,16 +392,24 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
             out = resp.model_dump_json(exclude_none=True).encode()
         return Response(out, media_type="application/json")
 
+    def admit(jobs: list[Job]) -> Reservation:
+        """The request's share of the token budget, or 503 before any job reaches the engine."""
+        return budget.reserve([len(j.prompt_ids) + j.params.max_tokens for j in jobs])
+
     def stream(make: Callable[[Finalizer | None], AsyncIterator[BaseModel]], jobs: list[Job],
-               commitments: str | None, body: bytes, owner: bytes | None) -> StreamingResponse:
+               commitments: str | None, body: bytes, owner: bytes | None,
+               held: Reservation) -> StreamingResponse:
         sent = _SentBytes()
 
         async def finalize(results: list[GenerationResult]) -> dict[str, Any]:
             metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
             return await publish(jobs, results, commitments, body, bytes(sent.buf), owner)
 
+        # the jobs' shares come back as their futures finish; a stream that never started
+        # (its client gone first) submitted none: the background task gives those back
         return StreamingResponse(_sse(make(finalize if evidence is not None else None), sent),
-                                 media_type="text/event-stream")
+                                 media_type="text/event-stream",
+                                 background=BackgroundTask(held.release_rest))
 
     @v1.post("/chat/completions", response_model=ChatCompletionResponse,
              response_model_exclude_none=True)
@@ -385,10 +420,15 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: chat.prepare(r, body), req)
+        held = admit(jobs)
         if req.stream:
-            return stream(lambda fin: chat.create_stream(req, jobs, fin), jobs,
-                          req.prompt_commitments, body, owner)
-        resp, results = await unless_client_leaves(request.receive, chat.create(req, jobs))
+            return stream(lambda fin: chat.create_stream(req, jobs, fin, held), jobs,
+                          req.prompt_commitments, body, owner, held)
+        try:
+            resp, results = await unless_client_leaves(request.receive,
+                                                       chat.create(req, jobs, held))
+        finally:
+            held.release_rest()
         return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.post("/completions", response_model=Completion, response_model_exclude_none=True)
@@ -399,10 +439,15 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: completions.prepare(r, body), req)
+        held = admit(jobs)
         if req.stream:
-            return stream(lambda fin: completions.create_stream(req, jobs, fin), jobs,
-                          req.prompt_commitments, body, owner)
-        resp, results = await unless_client_leaves(request.receive, completions.create(req, jobs))
+            return stream(lambda fin: completions.create_stream(req, jobs, fin, held), jobs,
+                          req.prompt_commitments, body, owner, held)
+        try:
+            resp, results = await unless_client_leaves(request.receive,
+                                                       completions.create(req, jobs, held))
+        finally:
+            held.release_rest()
         return await respond(resp, jobs, results, req.prompt_commitments, body, owner)
 
     @v1.get("/receipts/{receipt_id}")
@@ -448,11 +493,14 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
         # Protected like the API: with keys configured, only a key holder reads it.
-        keys.check(request.headers.get("authorization"))
+        authenticate(request)
         readiness_state()
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(v1)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(Edge, limit=cfg.max_body_bytes, metrics=metrics)
+    app.add_middleware(Edge, metrics=metrics)
+    # outermost: bounds every body before anything reads it (verinfer.httpserve)
+    app.add_middleware(BodyGuard, limits=http_limits(cfg),
+                       on_refuse=lambda status: metrics.count("unrouted", status))
     return app

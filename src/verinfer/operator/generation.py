@@ -18,6 +18,7 @@ from verinfer.engine.engine import Engine, GenerationResult, StepEvent
 from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import BadInputError, ModelNotFoundError
+from verinfer.operator.budget import Reservation
 from verinfer.operator.protocol import (
     EngineEvidence,
     ModelCard,
@@ -75,10 +76,17 @@ class ServingBase:
             out.append(Job(k, req, params, plan.policy.top_logprobs))
         return out
 
-    async def run(self, jobs: Sequence[Job]) -> list[GenerationResult]:
-        futs = [self.engine.submit(j.prompt_ids, j.params, top_logprobs=j.top_logprobs)
-                for j in jobs]
+    async def run(self, jobs: Sequence[Job], reservation: Reservation | None = None
+                  ) -> list[GenerationResult]:
+        """Runs ``jobs`` to their results. ``reservation``: the request's admitted share of the
+        token budget (verinfer.operator.budget), given back job by job as each finishes."""
+        futs = []
         try:
+            for k, j in enumerate(jobs):
+                fut = self.engine.submit(j.prompt_ids, j.params, top_logprobs=j.top_logprobs)
+                if reservation is not None:
+                    reservation.attach(k, fut)
+                futs.append(fut)
             return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futs)))
         finally:
             # Cancelled (the client went away: ``unless_client_leaves``) or one job failed:
@@ -86,7 +94,7 @@ class ServingBase:
             for fut in futs:
                 self.engine.cancel(fut)
 
-    async def stream(self, jobs: Sequence[Job]
+    async def stream(self, jobs: Sequence[Job], reservation: Reservation | None = None
                      ) -> AsyncIterator[tuple[Job, StepEvent | GenerationResult]]:
         """Yields (job, step event) as tokens arrive, then (job, result) when a job is done."""
         loop = asyncio.get_running_loop()
@@ -102,6 +110,8 @@ class ServingBase:
             fut = self.engine.submit(j.prompt_ids, j.params, top_logprobs=j.top_logprobs,
                                      on_step=on_step)
             fut.add_done_callback(on_done)
+            if reservation is not None:
+                reservation.attach(k, fut)
             futs.append(fut)
         pending = len(jobs)
         try:

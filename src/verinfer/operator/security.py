@@ -7,6 +7,7 @@ address instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import math
@@ -40,7 +41,6 @@ class ApiKeys:
         if not any(hmac.compare_digest(d, known) for known in self._digests):
             raise AuthenticationError("incorrect API key provided")
         return "key-" + d[:8].hex()
-
 
     def digest(self, authorization: str | None) -> bytes | None:
         """sha256 of the presented key when keys are on and it is one of them, else None:
@@ -110,3 +110,33 @@ class RateLimiter:
                                      f"{self.rate * 60:g} requests per minute; retry in "
                                      f"{wait:.1f} s", retry_after=wait)
             b.tokens -= 1.0
+
+    def tokens(self, caller: str) -> float:
+        """``caller``'s tokens now (a full burst for one never seen), without taking any."""
+        with self._lock:
+            b = self._buckets.get(caller)
+            if b is None:
+                return self.burst
+            return min(self.burst, b.tokens + (self.clock() - b.at) * self.rate)
+
+
+class AuthThrottle:
+    """Failed API-key checks per client address, in a token bucket of their own: a failure
+    takes a token, and an address without one gets 429 for every attempt (its key is not
+    looked at, so a right guess cannot show) until the bucket refills. Without it keys could
+    be guessed at line rate (issue 32.8: 300 wrong keys, 300 answers of 401, no 429). Only
+    failures are charged: a client with a valid key never waits on this bucket unless its
+    address has been failing."""
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self.limiter = limiter
+
+    def require(self, address: str) -> None:
+        if self.limiter.tokens(address) < 1.0:
+            wait = (1.0 - self.limiter.tokens(address)) / self.limiter.rate
+            raise RateLimitError(f"too many failed API key checks from this address; retry in "
+                                 f"{wait:.1f} s", retry_after=wait)
+
+    def failed(self, address: str) -> None:
+        with contextlib.suppress(RateLimitError):  # the bucket is empty now: the next is 429
+            self.limiter.acquire(address)

@@ -99,6 +99,34 @@ def serve(
         ),
     ] = None,
     vllm_threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="A proxy (address or network) whose X-Forwarded-For is believed, repeatable. "
+            "Default: none (the client address is the TCP peer's, whatever headers say).",
+        ),
+    ] = None,
+    max_request_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Most engine tokens (prompt + max_tokens, times every prompt and choice) one "
+            "request may ask for; more: 503. Default: 4 x --max-context.",
+        ),
+    ] = None,
+    max_queued_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Most engine tokens all requests in progress may hold; more: 503 with "
+            "Retry-After. Default: 8 x --max-context.",
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option(help="Open connections; past it requests get 503.")
+    ] = 512,
+    body_deadline: Annotated[
+        float, typer.Option(help="Seconds a request body may take to arrive; past it: 408.")
+    ] = 30.0,
     selftest: Annotated[
         bool | None,
         typer.Option(
@@ -110,10 +138,19 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API."""
-    import uvicorn
+    from verinfer.httpserve import ServeLimits, serve_app
+    from verinfer.operator.app import MAX_BODY_BYTES, ServerConfig, create_app
 
-    from verinfer.operator.app import ServerConfig, create_app
-
+    try:
+        limits = ServeLimits(max_body_bytes=MAX_BODY_BYTES, body_deadline_s=body_deadline,
+                             max_connections=max_connections)
+    except ValueError as e:
+        raise fail(str(e)) from e
+    if any(t is not None and t < 1 for t in (max_request_tokens, max_queued_tokens)) or (
+        max_request_tokens and max_queued_tokens and max_request_tokens > max_queued_tokens
+    ):
+        raise fail("--max-request-tokens and --max-queued-tokens must be >= 1, the first at most "
+                   "the second")
     keys = [k.strip() for k in os.environ.get("VERINFER_API_KEYS", "").split(",") if k.strip()]
     if api_keys_file is not None:
         keys = [k.strip() for k in api_keys_file.read_text().splitlines() if k.strip()]
@@ -185,8 +222,12 @@ def serve(
             evidence=runtime.evidence if runtime else None,
             readiness=runtime.readiness if runtime else None,
             unsafe=unsafe,
+            http_limits=limits,
+            max_request_tokens=max_request_tokens,
+            max_queued_tokens=max_queued_tokens,
         )
-        uvicorn.run(create_app(engines, None, config), host=host, port=port, log_level="warning")
+        serve_app(create_app(engines, None, config), host, port, limits,
+                  trusted_proxies=trusted_proxy or ())
     finally:
         if runtime is not None:
             runtime.close()

@@ -6,6 +6,13 @@ nested brackets overflow the C stack and the process dies with SIGSEGV. A crash 
 exception: no ``try`` catches it. So every parser of untrusted bytes (HTTP bodies, shard and
 DA answers, manifests, envelope plaintexts) goes through :func:`loads_untrusted`, which bounds
 size and nesting depth *before* the decoder runs, whatever the recursion limit is.
+
+Bytes are UTF-8 (RFC 8259 section 8.1), without a byte order mark: the stdlib decoder would
+also read UTF-16 and UTF-32 (it guesses from the first bytes), but every bound here scans the
+raw bytes as UTF-8, where an ASCII byte is always that character. In UTF-16 it is not: U+5C41
+is the bytes ``41 5C``, whose ``5C`` reads as a backslash, so a quote after it looks escaped,
+the shape count passes, and a body the scan called small parsed for 20-58 s on the operator's
+event loop (issue 32.3). :func:`require_utf8` refuses any other encoding first.
 """
 
 from __future__ import annotations
@@ -42,6 +49,21 @@ class UntrustedJsonError(InvalidRequestError):
     code = "invalid_json"
 
 
+def require_utf8(data: bytes, what: str = "JSON") -> str:
+    """``data`` as text when it is UTF-8 without a byte order mark, else
+    :class:`UntrustedJsonError` (code ``invalid_json``). Strict: invalid sequences and
+    encoded surrogates are refused too. Runs at C speed (~1 ms per MiB)."""
+    if data[:3] == b"\xef\xbb\xbf":
+        raise UntrustedJsonError(f"{what}: starts with a byte order mark; JSON text is UTF-8 "
+                                 "without one (RFC 8259)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        hint = " (it looks like UTF-16 or UTF-32)" if b"\x00" in data[:4] else ""
+        raise UntrustedJsonError(f"{what}: not UTF-8 at byte {e.start}{hint}; JSON text is "
+                                 "UTF-8 (RFC 8259)") from None
+
+
 def json_shape(data: bytes, max_strings: int) -> tuple[int, int, int]:
     """(strings, containers, values) of JSON text, by C-speed byte operations only (no regex:
     ``re.sub`` over a million tiny strings takes a second, and this runs on the operator's event
@@ -51,7 +73,8 @@ def json_shape(data: bytes, max_strings: int) -> tuple[int, int, int]:
     strings it stops there (containers and values -1): splitting would cost a list item per
     string. Else containers are the ``[``/``{`` outside strings and values an upper bound on all
     values (commas outside strings + containers + 1). Invalid JSON gets some count; the parser
-    refuses it anyway."""
+    refuses it anyway. The count is right only for UTF-8 (:func:`require_utf8`): in UTF-16 a
+    character's second byte can be a backslash or a quote."""
     clean = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     strings = clean.count(b'"') // 2
     if strings > max_strings:
@@ -113,12 +136,15 @@ def loads_untrusted(
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
     if len(raw) > max_bytes:
         raise UntrustedJsonError(f"{what}: {len(raw)} bytes exceeds the limit of {max_bytes}")
+    # bytes must be UTF-8 (text handed in is already decoded: its encoding is ours, and a lone
+    # surrogate in it encodes to non-ASCII bytes, which the scan below reads correctly)
+    text = data if isinstance(data, str) else require_utf8(raw, what)
     found = max_depth(raw)
     if found > depth:
         raise UntrustedJsonError(f"{what}: nesting depth {found} exceeds the limit of {depth}")
     _cap_recursion()  # belt and braces: a decoder bug past the scan still raises, not crashes
     try:
-        return json.loads(raw, object_pairs_hook=_unique_object if unique_keys else None,
+        return json.loads(text, object_pairs_hook=_unique_object if unique_keys else None,
                           parse_int=_parse_int)
     # JSONDecodeError and UnicodeDecodeError are ValueErrors.
     except (ValueError, RecursionError) as e:

@@ -42,7 +42,7 @@ from verinfer.errors import ContextLengthExceededError, InvalidRequestError, Mod
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.jsonsafe import json_shape, loads_untrusted
+from verinfer.protocol.jsonsafe import json_shape, loads_untrusted, require_utf8
 
 Endpoint = Literal["chat", "completions"]
 ROLES = ("system", "developer", "user", "assistant")
@@ -171,7 +171,10 @@ def check_body_shape(body: bytes) -> None:
     ``MAX_BODY_STRINGS`` strings, ``MAX_BODY_CONTAINERS`` arrays/objects and
     ``MAX_BODY_VALUES`` values. The operator calls it before its web framework parses a body
     (that parse runs on the event loop), and :func:`load_body` applies it, so both sides
-    refuse the same bodies."""
+    refuse the same bodies. The body must be UTF-8 first (``require_utf8``, code
+    ``invalid_json``): the counts read bytes as UTF-8, and a UTF-16 body (which the stdlib
+    decoder would read) passed them while parsing for tens of seconds (issue 32.3)."""
+    require_utf8(body, "request body")
     strings, containers, values = json_shape(body, L.MAX_BODY_STRINGS)
     if strings > L.MAX_BODY_STRINGS:
         raise InvalidRequestError(f"the request body holds {strings} strings; the limit is "

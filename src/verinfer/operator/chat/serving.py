@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
+from verinfer.operator.budget import Reservation
 from verinfer.operator.chat.protocol import (
     ChatChoice,
     ChatCompletionChunk,
@@ -51,9 +52,10 @@ class ServingChat(ServingBase):
                                             top_logprobs=top))
         return ChoiceLogprobs(content=content)
 
-    async def create(self, req: ChatCompletionRequest, jobs: list[Job]
+    async def create(self, req: ChatCompletionRequest, jobs: list[Job],
+                     reservation: Reservation | None = None
                      ) -> tuple[ChatCompletionResponse, list[GenerationResult]]:
-        results = await self.run(jobs)
+        results = await self.run(jobs, reservation)
         return ChatCompletionResponse(
             id=self.new_id(),
             created=int(self.clock()),
@@ -68,7 +70,8 @@ class ServingChat(ServingBase):
         ), results
 
     async def create_stream(self, req: ChatCompletionRequest, jobs: list[Job],
-                            finalize: Finalizer | None = None
+                            finalize: Finalizer | None = None,
+                            reservation: Reservation | None = None
                             ) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks in OpenAI's order: a role chunk per choice, content deltas, each choice's
         finish chunk (with its engine evidence), then the usage chunk when asked for."""
@@ -84,7 +87,7 @@ class ServingChat(ServingBase):
                                                                      content=""))])
         deltas = {j.index: TextDeltas(j.params.stop) for j in jobs}
         results: dict[int, GenerationResult] = {}
-        async for job, item in self.stream(jobs):
+        async for job, item in self.stream(jobs, reservation):
             if isinstance(item, StepEvent):
                 text = deltas[job.index].delta(item.text, item.finished is not None)
                 lp = self._logprobs([item.logprob]) if item.logprob is not None else None

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
+from verinfer.operator.budget import Reservation
 from verinfer.operator.completions.protocol import (
     Completion,
     CompletionChoice,
@@ -50,9 +51,10 @@ class ServingCompletions(ServingBase):
             logprobs=self._logprobs(res.logprobs, 0) if res.logprobs is not None else None,
             verinfer=self.evidence(job, res))
 
-    async def create(self, req: CompletionRequest, jobs: list[Job]
+    async def create(self, req: CompletionRequest, jobs: list[Job],
+                     reservation: Reservation | None = None
                      ) -> tuple[Completion, list[GenerationResult]]:
-        results = await self.run(jobs)
+        results = await self.run(jobs, reservation)
         return Completion(
             id=self.new_id(), created=int(self.clock()), model=self.model_name,
             choices=[self._choice(j, r) for j, r in zip(jobs, results, strict=True)],
@@ -60,7 +62,8 @@ class ServingCompletions(ServingBase):
             usage=self.usage(jobs, results)), results
 
     async def create_stream(self, req: CompletionRequest, jobs: list[Job],
-                            finalize: Finalizer | None = None) -> AsyncIterator[Completion]:
+                            finalize: Finalizer | None = None,
+                            reservation: Reservation | None = None) -> AsyncIterator[Completion]:
         cid, created = self.new_id(), int(self.clock())
         fp = self.engine.fingerprint.system_fingerprint
 
@@ -71,7 +74,7 @@ class ServingCompletions(ServingBase):
         deltas = {j.index: TextDeltas(j.params.stop) for j in jobs}
         offsets = dict.fromkeys(deltas, 0)
         results: dict[int, GenerationResult] = {}
-        async for job, item in self.stream(jobs):
+        async for job, item in self.stream(jobs, reservation):
             if isinstance(item, StepEvent):
                 text = deltas[job.index].delta(item.text, item.finished is not None)
                 lp = (self._logprobs([item.logprob], offsets[job.index])

@@ -1,0 +1,246 @@
+"""What every verinfer HTTP service needs against hostile clients, in one place.
+
+- :class:`BodyGuard`, an ASGI middleware: a request body must arrive whole within
+  ``body_deadline_s`` of its headers (else 408), hold at most ``max_body_bytes`` (413, checked
+  on Content-Length up front and on the bytes received), and all bodies of requests in progress
+  together at most ``max_inflight_body_bytes`` (503). A refused request's connection is closed.
+  Why: a client that declares N bytes, sends N-1 and goes silent held its buffer for ever —
+  30 such connections took the operator from 307 to 565 MB (issue 32.9).
+- :func:`server_config`, the uvicorn settings: a cap on connections (``limit_concurrency``:
+  past it requests get 503), a deadline for a request's headers (uvicorn has none: a client
+  sending headers a byte at a time held its connection indefinitely), the keep-alive timeout,
+  and proxy headers (``X-Forwarded-For``) trusted only from the configured proxies — none by
+  default. uvicorn's own default trusts them from 127.0.0.1, so a client on the same host (or
+  behind any local forwarder) chose its own address and reset per-address rate limits
+  (issue 32.7).
+
+This module imports nothing of verinfer (layer 0, docs/architecture.md): the operator, the KMS
+shard and the explorer can all use it. Each service passes its own error body
+(``error_body``); the default is OpenAI's ``{"error": {...}}`` shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: Defaults (docs/budgets.md): a body must arrive within 30 s (4 MiB at >= 140 KB/s), headers
+#: within 10 s, 64 MiB of bodies in progress at once, 512 connections.
+BODY_DEADLINE_S = 30.0
+HEADER_DEADLINE_S = 10.0
+MAX_INFLIGHT_BODY_BYTES = 64 * 1024 * 1024
+MAX_CONNECTIONS = 512
+KEEP_ALIVE_S = 5
+
+#: ``scope`` key set on a request the guard answered itself (status): an inner metrics
+#: middleware can leave it to ``on_refuse``.
+REFUSED = "verinfer.httpserve.refused"
+
+ErrorBody = Callable[[int, str, str], bytes]
+
+
+def openai_error(status: int, message: str, code: str) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                 "code": code}}).encode()
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """One service's HTTP bounds (docs/budgets.md lists each service's values)."""
+
+    max_body_bytes: int
+    body_deadline_s: float = BODY_DEADLINE_S
+    header_deadline_s: float = HEADER_DEADLINE_S
+    max_inflight_body_bytes: int = MAX_INFLIGHT_BODY_BYTES
+    max_connections: int = MAX_CONNECTIONS
+    keep_alive_s: int = KEEP_ALIVE_S
+
+    def __post_init__(self) -> None:
+        if min(self.max_body_bytes, self.max_inflight_body_bytes, self.max_connections,
+               self.keep_alive_s) < 1 or min(self.body_deadline_s, self.header_deadline_s) <= 0:
+            raise ValueError(f"every HTTP limit must be positive: {self}")
+
+
+class _Inflight:
+    """Body bytes of requests in progress (one event loop: no lock needed)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.held = cap, 0
+
+    def take(self, n: int) -> bool:
+        if self.held + n > self.cap:
+            return False
+        self.held += n
+        return True
+
+
+class BodyGuard:
+    """Pure ASGI middleware (wrap the whole app with it, outside anything that reads bodies).
+    ``on_refuse(status)`` is told of each request it answers itself (metrics)."""
+
+    def __init__(self, app: Any, limits: ServeLimits, *, error_body: ErrorBody = openai_error,
+                 on_refuse: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.app, self.limits, self.error_body = app, limits, error_body
+        self.on_refuse, self.clock = on_refuse, clock
+        self.inflight = _Inflight(limits.max_inflight_body_bytes)
+
+    async def _answer(self, scope: Any, send: Any, status: int, message: str,
+                      code: str) -> None:
+        scope[REFUSED] = status
+        if self.on_refuse is not None:
+            self.on_refuse(status)
+        body = self.error_body(status, message, code)
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(body)).encode())]
+        if status == 503:
+            headers.append((b"retry-after", b"1"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lim = self.limits
+        declared: int | None = None
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+        if declared is not None and declared > lim.max_body_bytes:
+            await self._answer(scope, send, 413, f"request body of {declared} bytes exceeds "
+                               f"the limit of {lim.max_body_bytes}", "request_too_large")
+            return
+        held = declared or 0
+        if not self.inflight.take(held):
+            await self._answer(scope, send, 503, "too many request bodies in progress; retry "
+                               "shortly", "server_busy")
+            return
+        deadline = self.clock() + lim.body_deadline_s
+        received = 0
+        complete = declared == 0
+        started = refused = False
+
+        async def refuse(status: int, message: str, code: str) -> dict[str, Any]:
+            nonlocal refused
+            refused = True
+            if not started:
+                await self._answer(scope, send, status, message, code)
+            return {"type": "http.disconnect"}  # to the app: the client is gone
+
+        async def guarded_receive() -> Any:
+            nonlocal received, complete, held
+            if refused:
+                return {"type": "http.disconnect"}
+            if complete:  # the body is in: what follows is a disconnect, whenever it comes
+                return await receive()
+            remaining = deadline - self.clock()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                message = await asyncio.wait_for(receive(), remaining)
+            except TimeoutError:
+                return await refuse(408, f"the request body did not arrive within "
+                                    f"{lim.body_deadline_s:g} s", "request_timeout")
+            if message["type"] == "http.request":
+                n = len(message.get("body", b""))
+                received += n
+                if received > lim.max_body_bytes:
+                    return await refuse(413, f"request body exceeds the limit of "
+                                        f"{lim.max_body_bytes} bytes", "request_too_large")
+                if received > held:  # chunked (or short of what it declared): charged as read
+                    if not self.inflight.take(received - held):
+                        return await refuse(503, "too many request bodies in progress; "
+                                            "retry shortly", "server_busy")
+                    held = received
+                if not message.get("more_body", False):
+                    complete = True
+            return message
+
+        async def guarded_send(message: Any) -> None:
+            nonlocal started
+            if refused:
+                return  # answered already: whatever the app says after is dropped
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, guarded_receive, guarded_send)
+        finally:
+            self.inflight.held -= held
+
+
+def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers: counted from the
+    connection's start, and from the end of each response for the next request; a connection
+    whose headers are not complete by then is closed (uvicorn's keep-alive timer stops at the
+    first byte, so a byte every few seconds held a connection indefinitely)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadlineH11(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm_header_deadline(self) -> None:
+            self._cancel_header_deadline()
+            self._header_timer = self.loop.call_later(seconds, self._header_deadline_passed)
+
+        def _cancel_header_deadline(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _header_deadline_passed(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_header_deadline()
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:  # a request's headers are in
+                self._cancel_header_deadline()
+
+        def on_response_complete(self) -> None:
+            self._arm_header_deadline()  # before: a pipelined request starts inside
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_header_deadline()
+            super().connection_lost(exc)
+
+    return HeaderDeadlineH11
+
+
+def server_config(app: Any, host: str, port: int, limits: ServeLimits, *,
+                  trusted_proxies: Sequence[str] = (), log_level: str = "warning",
+                  access_log: bool = True) -> Any:
+    """The ``uvicorn.Config`` of a verinfer service: ``limits`` applied, and X-Forwarded-For /
+    X-Forwarded-Proto trusted only from ``trusted_proxies`` (addresses or networks; none by
+    default: the client address is the peer's). Run it with ``uvicorn.Server(config).run()``."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=access_log,
+        http=header_deadline_protocol(limits.header_deadline_s),
+        proxy_headers=bool(trusted_proxies), forwarded_allow_ips=list(trusted_proxies),
+        limit_concurrency=limits.max_connections, timeout_keep_alive=limits.keep_alive_s)
+
+
+def serve_app(app: Any, host: str, port: int, limits: ServeLimits, *,
+          trusted_proxies: Sequence[str] = (), log_level: str = "warning",
+          access_log: bool = True) -> None:
+    """Runs ``app`` under :func:`server_config` until interrupted (what ``uvicorn.run`` does)."""
+    import uvicorn
+
+    uvicorn.Server(server_config(app, host, port, limits, trusted_proxies=trusted_proxies,
+                                 log_level=log_level, access_log=access_log)).run()

@@ -7,6 +7,7 @@ custom error (name and arguments).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,13 +56,27 @@ def _raise_revert(exc: Exception, what: str) -> None:
                               error_args=args, data=data) from exc
 
 
+_NONCE_LOCKS: dict[str, threading.Lock] = {}
+_NONCE_LOCKS_GUARD = threading.Lock()
+
+
+def _nonce_lock(address: str) -> threading.Lock:
+    """One lock per sending account in this process: two threads sending as the same account
+    (the operator's batch sink and its claim responder) must not read the same pending nonce."""
+    with _NONCE_LOCKS_GUARD:
+        return _NONCE_LOCKS.setdefault(address.lower(), threading.Lock())
+
+
 class TxSender:
-    """Signs and sends transactions for one account; waits for them to be mined."""
+    """Signs and sends transactions for one account; waits for them to be mined. Senders of
+    the same account in one process take turns from the nonce read to the send (not while
+    waiting to be mined), so concurrent threads never reuse a nonce."""
 
     def __init__(self, w3: Web3, account: LocalAccount, *, timeout: float = 60.0) -> None:
         self.w3 = w3
         self.account = account
         self.timeout = timeout
+        self._nonce_lock = _nonce_lock(str(account.address))
 
     @property
     def address(self) -> str:
@@ -74,26 +89,32 @@ class TxSender:
             gas = fn.estimate_gas(base)  # type: ignore[arg-type]
         except (ContractCustomError, ContractLogicError) as e:
             _raise_revert(e, what)
-        tx: dict[str, Any] = fn.build_transaction({  # type: ignore[arg-type,assignment]
-            **base, "gas": gas + gas // 5 + 10_000, "chainId": self.w3.eth.chain_id,
-            "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending")})
-        return self._submit(tx, what)
+        with self._nonce_lock:
+            tx: dict[str, Any] = fn.build_transaction({  # type: ignore[arg-type,assignment]
+                **base, "gas": gas + gas // 5 + 10_000, "chainId": self.w3.eth.chain_id,
+                "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending")})
+            tx_hash = self._send_raw(tx)
+        return self._wait(tx_hash, what)
 
     def deploy(self, name: str, *args: object) -> tuple[str, TxReceipt]:
         art = load_artifact(name)
         factory = self.w3.eth.contract(abi=art.abi, bytecode=art.bytecode)
-        tx: dict[str, Any] = factory.constructor(*args).build_transaction({
-            "from": self.address, "chainId": self.w3.eth.chain_id,
-            "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending")})
-        receipt = self._submit(tx, f"deploy {name}")
+        with self._nonce_lock:
+            tx: dict[str, Any] = factory.constructor(*args).build_transaction({
+                "from": self.address, "chainId": self.w3.eth.chain_id,
+                "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending")})
+            tx_hash = self._send_raw(tx)
+        receipt = self._wait(tx_hash, f"deploy {name}")
         address = receipt["contractAddress"]
         if address is None:
             raise ChainError(f"deploy {name}: no contract address in receipt")
         return str(address), receipt
 
-    def _submit(self, tx: dict[str, Any], what: str) -> TxReceipt:
+    def _send_raw(self, tx: dict[str, Any]) -> Any:
         signed = self.account.sign_transaction(tx)
-        tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+        return self.w3.eth.send_raw_transaction(signed.raw_transaction)
+
+    def _wait(self, tx_hash: Any, what: str) -> TxReceipt:
         try:
             receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.timeout)
         except TimeExhausted as e:
@@ -265,6 +286,11 @@ class BatchRegistryContract(_Bound):
 
     def batch_of(self, operator: str, root: bytes) -> BatchInfo:
         t = self._call(self.contract.functions.batchOf(operator, root))
+        return BatchInfo(int(t[0]), int(t[1]), int(t[2]))
+
+    def batch(self, batch_id: bytes) -> BatchInfo:
+        """The stored record of the batch with id ``batch_id`` (committed_at 0 = unknown)."""
+        t = self._call(self.contract.functions.batch(batch_id))
         return BatchInfo(int(t[0]), int(t[1]), int(t[2]))
 
 

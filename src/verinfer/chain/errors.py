@@ -55,3 +55,10 @@ class StakeActionError(BadInputError):
     superfluous amount; a role other than operator or verifier)."""
 
     code = "invalid_stake_action"
+
+
+class RpcDeadlineError(ChainError):
+    """A chain call (all its RPC requests together, a transaction's wait included) did not
+    finish within its whole-call deadline: the node is stuck or too slow."""
+
+    code = "rpc_deadline"

@@ -8,7 +8,12 @@ anything else a client sent, and its size does not grow with traffic (issue 24.5
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 STATUSES = frozenset({"200", "400", "401", "403", "404", "405", "413", "422", "429", "500",
                       "503"})
@@ -41,6 +46,35 @@ class OperatorMetrics:
         self.unsafe = Gauge("verinfer_unsafe_modes", "Production-unsafe modes this server runs "
                             "in (0 in production; reasons in /health)", registry=self.registry)
 
+    def watch_claims(self, counts: Callable[[], Any]) -> None:
+        """Export the claim responder's totals (``counts()`` -> ClaimCounts) at each scrape."""
+        self.registry.register(_ClaimsCollector(counts))
+
     def count(self, route: str, status: int) -> None:
         code = str(status)
         self.requests.labels(route, code if code in STATUSES else "other").inc()
+
+
+class _ClaimsCollector(Collector):
+    """Unpublished claims against this operator (``operator/claims.py``): seen, answered and
+    failed (counted from its state file, so they survive restarts), open now, and failed
+    attempts of this process."""
+
+    def __init__(self, counts: Callable[[], Any]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Any]:
+        c = self.counts()
+        total = CounterMetricFamily("verinfer_unpublished_claims",
+                                    "Unpublished claims against this operator by outcome "
+                                    "(failed: not answered in time, stake at risk)",
+                                    labels=["outcome"])
+        for outcome in ("seen", "answered", "failed"):
+            total.add_metric([outcome], getattr(c, outcome))
+        yield total
+        yield GaugeMetricFamily("verinfer_unpublished_claims_open",
+                                "Unpublished claims waiting for this operator's answer",
+                                value=c.open)
+        yield CounterMetricFamily("verinfer_unpublished_claim_errors",
+                                  "Failed steps or answer attempts of the claim responder "
+                                  "(retried)", value=c.errors)

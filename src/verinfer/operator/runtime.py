@@ -19,6 +19,9 @@ Before the server signs anything it must know that every receipt it signs can be
   coverage it reads lies ``coverageNotice`` in the past, so it is final).
 * backlog (issue 14.7): the oldest receipt not yet committed stays well inside the publication
   deadline (on chain: ``Params.publicationDeadline``).
+* unpublished claims (issue 31): with a chain, :class:`~verinfer.operator.claims.ClaimResponder`
+  answers every ``claimUnpublished`` on this operator's receipts with the Merkle proof from the
+  outbox, before the response deadline (an unanswered claim slashes an honest operator).
 
 Production-unsafe modes (no chain, zero verifying contract, a KMS provisioned next to the
 operator key) are listed by :func:`unsafe_reasons`; `verinfer serve` refuses them without
@@ -33,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.factory import DAConfig, open_client
@@ -48,6 +51,9 @@ from verinfer.operator.readiness import BacklogMonitor, MonitorThread, NotReadyE
 from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.epoch_keys import load_public_key
+
+if TYPE_CHECKING:
+    from verinfer.operator.claims import ClaimResponder
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +181,14 @@ class OperatorRuntime:
     monitors: MonitorThread | None = None
     unsafe: list[str] = field(default_factory=list)
     selftest: SelfTestGate | None = None
+    claims: ClaimResponder | None = None  # with a chain: answers unpublished claims
 
     def close(self, drain_timeout_s: float = 10.0) -> None:
         if self.monitors is not None:
             self.monitors.stop()
         self.publisher.stop(drain_timeout_s=drain_timeout_s)
+        if self.claims is not None:
+            self.claims.stop()
         self.outbox.close()
 
 
@@ -364,6 +373,12 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
                               unsafe_reasons(cfg))
     runtime.monitors = monitors.start()
+    if isinstance(cfg.sink, ChainSink):
+        from verinfer.operator.claims import ClaimResponder
+
+        runtime.claims = ClaimResponder.connect(
+            cfg.sink.rpc_url, Path(cfg.sink.deployment), private_key=cfg.private_key(),
+            outbox=outbox, state_dir=cfg.root).start()
     if selftest:
         runtime.selftest = SelfTestGate(readiness, engines, cfg.root).start()
     return runtime

@@ -30,13 +30,13 @@ from verinfer.chain.anvil import mine
 from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.stake import Declared, ensure_declared
-from verinfer.chain.structs import Role, Status, VoteState
+from verinfer.chain.structs import MAX_CLOCK_SKEW, Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.receipts.eip712 import Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
-from verinfer.verifier.errors import CannotJudgeError, OperatorFault
+from verinfer.verifier.errors import CannotJudgeError, LocalFault, OperatorFault
 from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
 
 FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
@@ -243,12 +243,13 @@ class VerifierNode:
         """This member's verdict; OperatorFault becomes an INVALID_EVIDENCE vote here."""
         p = self.c.config.params()
         out_hash = bytes(info.receipt_out_hash)
-        issued_at = oc.signed.receipt.issued_at if oc.signed is not None else None
+        issued_at = (oc.signed.receipt.issued_at if oc.signed is not None
+                     else self._latest_issued_at(oc))
         try:
             entry = self.view.challenged_entry(
                 self.da, oc, absent_is_fault=absent_is_final(
-                    ts, issued_at if issued_at is not None else 0, p.publication_deadline,
-                    info.commit_deadline, p.commit_period))
+                    ts, issued_at, p.publication_deadline, info.commit_deadline,
+                    p.commit_period))
             receipt = entry.signed.receipt
             return self.judge(receipt, str(entry.ciphertext), purpose="full_challenge",
                               challenge_id=str(oc.challenge_id),
@@ -258,6 +259,20 @@ class VerifierNode:
         except OperatorFault as f:
             self.stats.operator_faults += 1
             return Verdict(INVALID_EVIDENCE, f.reason, out_hash, detail=f.message[:200])
+
+    def _latest_issued_at(self, oc: OpenedChallenge) -> int:
+        """The latest issuedAt the challenged receipt can have, from chain state, for a
+        challenge whose receipt the node could not read from the calldata (opened through a
+        contract). openChallenge slashes at open a receipt dated after its batch's commit +
+        MAX_CLOCK_SKEW, so a challenge that reached a committee has issuedAt <= that bound:
+        measuring the manifest's absence from it never accuses before the receipt's own
+        publication window has closed (from issuedAt 0 it would accuse at once, issue 31
+        finding 5), and the commit-deadline rule of absent_is_final still decides in time."""
+        committed_at = self.c.batches.batch(oc.batch_id).committed_at
+        if committed_at == 0:  # the chain opened a challenge on it: our RPC is behind
+            raise LocalFault(f"batch 0x{oc.batch_id.hex()} is not committed on chain "
+                             "(RPC behind?)")
+        return committed_at + MAX_CLOCK_SKEW
 
     def _reveal(self, cid: int) -> None:
         st = self._state.get(str(cid))

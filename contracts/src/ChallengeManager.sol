@@ -231,19 +231,13 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         // INVARIANT: membership depends only on the seed and the weights, at snapshotBlock, of
         // the verifiers declared for the receipt's fingerprint (the only ones able to judge it).
         bytes32 seed = keccak256(abi.encode(bh, id));
+        // The challenger is drawable like any declared verifier. Excluding it was no defence (a
+        // verifier can always challenge from another address) and it handed the committee to
+        // whoever else was in the pool: with an honest H (3 ETH) that challenges from its key
+        // and a sybil X (1 ETH), the committee was {X} and X dismissed the fraud.
+        // INVARIANT: the committee is empty only if the pool had no weight at the snapshot.
         (address[] memory chosen, uint256[] memory weights, uint256 total) =
-            stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, c.challenger);
-        // The lone challenger sits. Excluding the challenger is a courtesy, not a defence: a
-        // verifier can always challenge from another address and be drawn. But if the
-        // challenger is the only verifier of the pool at the snapshot, excluding it leaves the
-        // committee empty and a tampered receipt ends Inconclusive, unslashed: the one verifier
-        // able to judge the receipt is the one who caught it.
-        // INVARIANT: the committee is empty only if the pool had no weight at the snapshot; the
-        // challenger is seated only if nobody else was drawable.
-        if (chosen.length == 0) {
-            (chosen, weights, total) =
-                stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, address(0));
-        }
+            stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, address(0));
         if (chosen.length == 0) {
             _finishWithoutCommittee(id, c);
             return;
@@ -320,14 +314,15 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         }
         IProtocolConfigTypes.Params memory p = config.params();
         (uint256 receiptWeight, bytes32 alt, uint256 altWeight, uint256 invalidWeight) = _tally(id, c.receiptOutHash);
-        _settleMembers(id, c.memberPenalty);
 
+        // Exact integer comparison: weight·BPS >= τ·W, no rounding either way.
         uint256 quorum = uint256(p.quorumBps) * c.totalWeight;
         ReceiptState storage rs = _receipts[c.receiptDigest];
         rs.liveChallenge = 0;
         if (receiptWeight * BPS >= quorum) {
             c.status = Status.Dismissed;
             c.majorityOutHash = c.receiptOutHash;
+            _settleMembers(id, c.memberPenalty, Status.Dismissed, c.receiptOutHash);
             stakes.unlock(c.operator, c.lockedStake);
             _payMajority(id, c.receiptOutHash, bytes32(0), receiptWeight, c.bond);
             emit ChallengeResolved(id, Status.Dismissed, c.receiptOutHash, 0);
@@ -337,6 +332,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
             bytes32 verdict = altWeight >= invalidWeight ? alt : INVALID_EVIDENCE;
             c.status = Status.Slashed;
             c.majorityOutHash = verdict;
+            _settleMembers(id, c.memberPenalty, Status.Slashed, c.receiptOutHash);
             uint256 slashed = _slashOperator(c.operator, c.lockedStake, c.receiptDigest, Fault.Reexecution, id);
             // INVARIANT: a receipt is marked slashed only when stake was taken.
             if (slashed != 0) rs.slashed = true;
@@ -347,6 +343,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
             emit ChallengeResolved(id, Status.Slashed, verdict, slashed);
         } else {
             c.status = Status.Inconclusive;
+            _settleMembers(id, c.memberPenalty, Status.Inconclusive, c.receiptOutHash);
             stakes.unlock(c.operator, c.lockedStake);
             _credit(c.challenger, c.bond);
             emit ChallengeResolved(id, Status.Inconclusive, bytes32(0), 0);
@@ -385,12 +382,23 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         }
     }
 
-    /// @dev Releases revealers' penalty locks and slashes non-revealers (penalty burnt).
-    function _settleMembers(uint256 id, uint256 penalty) internal {
+    /// @dev Settles every member's penalty liability: released for a revealer on the winning
+    ///      side (or any revealer when the outcome is Inconclusive); taken (and burnt) from a
+    ///      non-revealer and from a revealer outvoted by a decided quorum: a receipt-outHash vote
+    ///      when Slashed, a vote for another output when Dismissed. INVALID_EVIDENCE outvoted by
+    ///      a dismissal is not penalized: an honest member reveals it when the operator's
+    ///      evidence did not reach it, which the operator controls.
+    function _settleMembers(uint256 id, uint256 penalty, Status outcome, bytes32 receiptOut) internal {
         Member[] storage ms = _members[id];
         for (uint256 i = 0; i < ms.length; i++) {
             address m = ms[i].account;
-            if (_votes[id][m].state == VoteState.Revealed) {
+            Vote storage v = _votes[id][m];
+            bool pays = v.state != VoteState.Revealed;
+            if (!pays && outcome == Status.Slashed) pays = v.value == receiptOut;
+            if (!pays && outcome == Status.Dismissed) pays = v.value != receiptOut && v.value != INVALID_EVIDENCE;
+            // INVARIANT: a member that revealed the decided side never pays; one that lost to a
+            // decided quorum pays like a non-revealer, so blocking a quorum is not free.
+            if (!pays) {
                 stakes.unlock(m, penalty);
             } else if (penalty != 0) {
                 uint256 taken = stakes.slashLocked(m, penalty);
@@ -451,6 +459,11 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         if (!futureDated && block.timestamp <= publishBy) {
             revert PublicationDeadlineNotPassed(digest, publishBy, block.timestamp);
         }
+        // INVARIANT: a claim opens only within claimWindow after the publication deadline, so
+        // an operator keeps inclusion proofs for a bounded time (and its stake, bonded past
+        // maxDisputeSpan, still holds every claim that can open).
+        uint256 claimBy = publishBy + p.claimWindow;
+        if (!futureDated && block.timestamp > claimBy) revert ClaimWindowClosed(digest, claimBy, block.timestamp);
         id = ++claimCount;
         Claim storage cl = _claims[id];
         cl.receiptDigest = digest;
@@ -494,7 +507,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         _receipts[cl.receiptDigest].liveClaim = 0;
         stakes.unlock(cl.operator, cl.lockedStake);
         _credit(cl.operator, cl.bond);
-        emit ClaimAnswered(id, bid);
+        // The proof goes into the log: a root whose manifest was never published still yields
+        // the receipt's position and path to anyone reading the chain.
+        emit ClaimAnswered(id, bid, batchRoot, leafIndex, siblings);
     }
 
     /// @inheritdoc IChallengeManager

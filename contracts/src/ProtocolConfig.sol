@@ -9,6 +9,13 @@ import {IProtocolConfig} from "./interfaces/IProtocolConfig.sol";
 ///         protocol's rules on every change, allowlists as approval intervals, KMS key epochs.
 contract ProtocolConfig is Ownable, IProtocolConfig {
     uint16 public constant BPS = 10_000;
+    /// @inheritdoc IProtocolConfig
+    /// @dev INVARIANT: committeeSize <= MAX_COMMITTEE_SIZE bounds `resolve`: each member that
+    ///      pays a penalty rewrites its draw weight in up to 1 + StakeRegistry.MAX_DECLARATIONS
+    ///      pools (~2.2M gas worst case, fresh checkpoints on every Fenwick node), so the worst
+    ///      resolve (every member penalized, each declared on the most fingerprints) stays under
+    ///      15M gas (bench/gas.py `resolve_gas_worst`, ChallengeManager.t.sol).
+    uint16 public constant MAX_COMMITTEE_SIZE = 6;
 
     Params internal _params;
     mapping(Kind => mapping(bytes32 => Approval)) internal _approvals;
@@ -61,15 +68,28 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
         if (p.drawDelayBlocks == 0 || p.drawDelayBlocks > 200) {
             revert InvalidParams("drawDelayBlocks not in [1, 200]");
         }
-        if (p.committeeSize == 0 || p.committeeSize > 64) revert InvalidParams("committeeSize not in [1, 64]");
+        if (p.committeeSize == 0 || p.committeeSize > MAX_COMMITTEE_SIZE) {
+            revert InvalidParams("committeeSize not in [1, MAX_COMMITTEE_SIZE]");
+        }
         // INVARIANT: τ > 1/2, so at most one value can reach quorum.
         if (p.quorumBps <= BPS / 2 || p.quorumBps > BPS) revert InvalidParams("quorumBps not in (5000, 10000]");
+        // INVARIANT: in a committee of n >= 3 equal seats, n - 1 agreeing seats are a quorum
+        // (τ·n <= (n - 1)·BPS, compared exactly in integers): one colluding seat cannot turn a
+        // decided committee Inconclusive. τ = 6667 with n = 3 failed this (2/3 = 6666.67 bps).
+        if (p.committeeSize >= 3 && uint256(p.quorumBps) * p.committeeSize > uint256(p.committeeSize - 1) * BPS) {
+            revert InvalidParams("quorumBps > (committeeSize - 1) / committeeSize");
+        }
         if (uint256(p.challengerRewardBps) + p.majorityRewardBps > BPS) {
             revert InvalidParams("alpha + beta > 10000");
         }
         // INVARIANT: stake stays bonded longer than any dispute about the last batch can take.
         if (p.unbondingPeriod <= maxDisputeSpan(p)) {
             revert InvalidParams("unbondingPeriod <= window + adjudication");
+        }
+        // INVARIANT: a claim opens by issuedAt + publicationDeadline + claimWindow and settles
+        // within responsePeriod after, inside maxDisputeSpan (so inside unbondingPeriod).
+        if (p.claimWindow == 0 || p.claimWindow > p.challengeWindow) {
+            revert InvalidParams("claimWindow not in [1, challengeWindow]");
         }
         if (p.challengeBond == 0) revert InvalidParams("challengeBond == 0");
         if (p.challengeBond > type(uint96).max) revert InvalidParams("challengeBond > uint96");

@@ -719,7 +719,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     /// @inheritdoc IStakeRegistry
     function isVerifier(address who) external view returns (bool) {
-        return _accounts[who].role == Role.Verifier;
+        Account storage a = _accounts[who];
+        // INVARIANT: only active bonded weight counts (the draw weight rule): a verifier that
+        // unbonded below the minimum (or withdrew everything) keeps its role but no voice.
+        return a.role == Role.Verifier && uint256(a.stake) - a.unbonding >= minVerifierStake;
     }
 
     /// @inheritdoc IStakeRegistry

@@ -263,14 +263,25 @@ contract ChallengeManagerTest is Fixture {
         vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Voting));
     }
 
-    function test_drawCommittee_excludesChallengerVerifier_succeeds() public {
+    /// A verifier that challenges is drawable like any other (issue 31: excluding it handed a
+    /// small pool to whoever else was in it). Pool of exactly 3 = committee size: the
+    /// challenging verifier sits (before: excluded, a committee of 2).
+    function test_drawCommittee_challengerVerifierSits_succeeds() public {
+        vm.prank(verifiers[3]);
+        stakes.undeclareFingerprint(FINGERPRINT);
+        vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.coverageNotice());
+        stakes.completeUndeclare(verifiers[3], FINGERPRINT);
+        vm.roll(block.number + 1);
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(verifiers[0]);
         uint256 id = cm.openChallenge{value: 1 ether}(p.receipt, p.signature, p.root, p.index, p.proof);
         IChallengeManagerTypes.Member[] memory ms = draw(id);
+        vm.assertEq(ms.length, 3, "the whole pool");
+        bool seated = false;
         for (uint256 i = 0; i < ms.length; i++) {
-            vm.assertTrue(ms[i].account != verifiers[0], "challenger excluded");
+            if (ms[i].account == verifiers[0]) seated = true;
         }
+        vm.assertTrue(seated, "the challenger sits");
     }
 
     function test_drawCommittee_afterDrawPeriod_reverts() public {
@@ -536,8 +547,8 @@ contract ChallengeManagerTest is Fixture {
         commitAndReveal(id, ms, outs);
         vm.warp(cm.challenge(id).revealDeadline + 1);
         cm.resolve(id);
-        // 2 of 3 equal weights = 6667 bps >= quorum 6667? 2/3*10000 = 6666.67 < 6667: inconclusive.
-        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Inconclusive));
+        // 2 of 3 equal weights: 2·10000 >= 6666·3, a quorum (issue 31; with τ = 6667 it was not).
+        vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Dismissed));
         vm.assertEq(stakes.accountOf(ms[2].account).stake, 4.5 ether, "penalty slashed");
         vm.assertEq(stakes.accountOf(ms[2].account).locked, 0);
         vm.assertEq(cm.totalBurnt(), 0.5 ether);

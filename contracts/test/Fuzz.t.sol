@@ -75,10 +75,19 @@ contract FuzzTest is Fixture {
         vm.warp(cm.challenge(id).revealDeadline + 1);
         cm.resolve(id);
         uint256 total = cm.challenge(id).totalWeight;
+        uint256 tau = config.params().quorumBps;
         IChallengeManagerTypes.Status s = cm.challenge(id).status;
-        if (honestW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Dismissed));
-        else if (otherW * 10_000 >= 6667 * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Slashed));
+        if (honestW * 10_000 >= tau * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Dismissed));
+        else if (otherW * 10_000 >= tau * total) vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Slashed));
         else vm.assertEq(uint256(s), uint256(IChallengeManagerTypes.Status.Inconclusive));
+        // Who pays the penalty: non-revealers always; revealers outvoted by a decided quorum.
+        for (uint256 i = 0; i < ms.length; i++) {
+            bool pays = outs[i] == bytes32(0)
+                || (s == IChallengeManagerTypes.Status.Slashed && outs[i] == HONEST_OUT)
+                || (s == IChallengeManagerTypes.Status.Dismissed && outs[i] != HONEST_OUT);
+            vm.assertEq(uint256(stakes.accountOf(ms[i].account).stake), pays ? 4.5 ether : 5 ether, "penalty rule");
+            vm.assertEq(uint256(stakes.accountOf(ms[i].account).locked), 0, "every member settled");
+        }
         vm.assertEq(address(stakes).balance + address(cm).balance, ethBefore, "no ETH created or lost");
         vm.assertEq(address(cm).balance, cm.totalCredits() + cm.totalBurnt(), "no bond left behind");
     }

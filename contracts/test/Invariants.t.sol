@@ -207,7 +207,7 @@ contract ProtocolHandler is Fixture {
         if (block.timestamp > c.openedAt + 1 hours) return;
         if (block.number <= c.targetBlock) vm.roll(c.targetBlock + 1); // block numbers only grow
         cm.drawCommittee(id);
-        _checkDraw(id, c.targetBlock, c.challenger);
+        _checkDraw(id, c.targetBlock);
         if (
             cm.challenge(id).status != IChallengeManagerTypes.Status.Voting
                 && cm.challenge(id).status != IChallengeManagerTypes.Status.AwaitingDraw
@@ -378,9 +378,9 @@ contract ProtocolHandler is Fixture {
     }
 
     /// @dev Recomputes the draw from the weights recorded at open (slot order, same seat rule,
-    ///      the challenger excluded unless nobody else is drawable) and compares it with the
-    ///      members the contract chose.
-    function _checkDraw(uint256 id, uint40 target, address excluded) internal {
+    ///      nobody excluded: the challenger is drawable like any verifier) and compares it with
+    ///      the members the contract chose.
+    function _checkDraw(uint256 id, uint40 target) internal {
         IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
         if (cm.challenge(id).status == IChallengeManagerTypes.Status.AwaitingDraw) return; // re-armed
         Seat[] memory seats = seatsAtOpen[id];
@@ -391,8 +391,7 @@ contract ProtocolHandler is Fixture {
             }
         }
         bytes32 seed = keccak256(abi.encode(blockhash(target), id));
-        (address[] memory expected, uint256 filled) = _referenceDraw(seats, seed, excluded);
-        if (filled == 0) (expected, filled) = _referenceDraw(seats, seed, address(0)); // the lone challenger
+        (address[] memory expected, uint256 filled) = _referenceDraw(seats, seed);
         drawsChecked++;
         if (filled != ms.length) committeeMoved = true;
         for (uint256 i = 0; i < ms.length && i < filled; i++) {
@@ -400,8 +399,8 @@ contract ProtocolHandler is Fixture {
         }
     }
 
-    /// @dev Seats drawn without replacement from `seats` (sorted by slot), skipping `excluded`.
-    function _referenceDraw(Seat[] memory seatsIn, bytes32 seed, address excluded)
+    /// @dev Seats drawn without replacement from `seats` (sorted by slot).
+    function _referenceDraw(Seat[] memory seatsIn, bytes32 seed)
         internal
         pure
         returns (address[] memory expected, uint256 filled)
@@ -423,7 +422,7 @@ contract ProtocolHandler is Fixture {
                 }
                 pool -= seats[j].weight;
                 seats[j].weight = 0;
-                if (seats[j].who != excluded) expected[filled++] = seats[j].who;
+                expected[filled++] = seats[j].who;
                 break;
             }
         }

@@ -116,6 +116,7 @@ contract SharedVectorsTest is Test {
         p.challengeBond = 1;
         p.minOperatorStake = 1;
         p.minVerifierStake = 1;
+        p.claimWindow = 1;
         ProtocolConfig config = new ProtocolConfig(address(this), p);
         StakeRegistry stakes = new StakeRegistry(address(this), config, 10 minutes, 1000);
         BatchRegistry batches = new BatchRegistry(stakes);

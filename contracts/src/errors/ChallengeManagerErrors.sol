@@ -60,6 +60,8 @@ interface IChallengeManagerErrors {
     error TooEarlyToResolve(uint256 id, uint256 deadline, uint256 nowTs);
     /// @notice The receipt's publication deadline has not passed yet.
     error PublicationDeadlineNotPassed(bytes32 receiptDigest, uint256 publishBy, uint256 nowTs);
+    /// @notice The claim window (publication deadline + claimWindow) of the receipt has passed.
+    error ClaimWindowClosed(bytes32 receiptDigest, uint256 deadline, uint256 nowTs);
     /// @notice No such claim, or not open.
     error ClaimNotOpen(uint256 id, IChallengeManagerTypes.ClaimStatus status);
     /// @notice The operator's response period is over.

@@ -16,7 +16,8 @@ interface IAuditLog is IAuditLogErrors {
     /// @notice Source of verifier status.
     function stakes() external view returns (IStakeRegistry);
 
-    /// @notice Records a light-audit result for a receipt.
+    /// @notice Records a light-audit result for a receipt. Only a verifier with active stake
+    ///         (StakeRegistry.isVerifier: stake - unbonding >= minVerifierStake) may record.
     /// @param receiptDigest The audited receipt's EIP-712 digest.
     /// @param observedOutHash The outHash the auditor obtained by re-execution.
     /// @param matches Whether it equals the receipt's outHash.

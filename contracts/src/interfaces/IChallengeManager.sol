@@ -50,7 +50,8 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
     event OperatorSlashed(
         address indexed operator, bytes32 indexed receiptDigest, Fault fault, uint256 amount, uint256 disputeId
     );
-    /// @notice A committee member did not reveal and was penalized.
+    /// @notice A committee member did not reveal, or revealed against a decided quorum, and was
+    ///         penalized.
     event MemberPenalized(uint256 indexed id, address indexed member, uint256 amount);
     /// @notice An unpublished claim was opened.
     event ClaimOpened(
@@ -61,8 +62,10 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
         uint64 publishBy,
         uint64 responseDeadline
     );
-    /// @notice The operator proved timely inclusion; the claim is dismissed.
-    event ClaimAnswered(uint256 indexed id, bytes32 batchId);
+    /// @notice The operator proved timely inclusion; the claim is dismissed. The proof is logged
+    ///         in full (root, position, siblings bottom-up), so a batch whose manifest was never
+    ///         published still shows where the receipt is.
+    event ClaimAnswered(uint256 indexed id, bytes32 batchId, bytes32 batchRoot, uint256 leafIndex, bytes32[] siblings);
     /// @notice Nobody proved timely inclusion; the operator was slashed.
     event ClaimUpheld(uint256 indexed id, uint256 slashed);
     /// @notice A payout was credited.
@@ -146,9 +149,9 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
     ///         weights as of the end of the challenge's open block (fixed before the randomness
     ///         existed: stake changes after the open cannot move the committee). Callable by
     ///         anyone once targetBlock is mined. If that hash is out of reach (older than 256
-    ///         blocks) the target moves to a new future block instead. The challenger is not
-    ///         drawn unless nobody else in the pool had weight at the snapshot: then it is the
-    ///         committee (a lone declared verifier that challenges still judges).
+    ///         blocks) the target moves to a new future block instead. The challenger is
+    ///         drawable like any verifier of the pool (excluding it could leave the committee
+    ///         to a sybil in a small pool).
     /// @param id The challenge.
     function drawCommittee(uint256 id) external;
 
@@ -175,14 +178,18 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
     ///         or, if no committee was drawn within the draw period, as inconclusive.
     ///         Stake >= τ on the receipt's outHash dismisses (bond to that majority); stake >= τ on
     ///         another value slashes (α to the challenger with the bond back, β to that majority,
-    ///         the rest burnt); otherwise inconclusive (bond back). Non-revealers lose the penalty.
+    ///         the rest burnt); otherwise inconclusive (bond back). Quorum is exact: weight·10000
+    ///         >= τ·W in integers. Non-revealers lose the penalty in every outcome; so does a
+    ///         revealer outvoted by a decided quorum (the receipt's outHash when Slashed; another
+    ///         output, not INVALID_EVIDENCE, when Dismissed).
     /// @param id The challenge.
     function resolve(uint256 id) external;
 
     // ---- unpublished claims -------------------------------------------------------------
 
     /// @notice Claims that a signed receipt is unpublished: in no batch committed by its
-    ///         publication deadline. Opens after issuedAt + publicationDeadline; msg.value must be
+    ///         publication deadline. Opens after issuedAt + publicationDeadline and until that
+    ///         + claimWindow (then ClaimWindowClosed); msg.value must be
     ///         the challenge bond. The operator then has responsePeriod to prove inclusion in a
     ///         batch committed by that deadline. A live challenge on the same receipt does not
     ///         hold a claim off (nor the reverse). A receipt dated more than MAX_CLOCK_SKEW after

@@ -24,6 +24,9 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
 
     // ---- parameters ---------------------------------------------------------------------
 
+    /// @notice The largest committeeSize setParams accepts (bounds the gas of `resolve`).
+    function MAX_COMMITTEE_SIZE() external view returns (uint16);
+
     /// @notice Replaces all parameters. Running challenges keep the deadlines they were given.
     /// @param p The new parameters.
     function setParams(Params calldata p) external;

@@ -251,7 +251,9 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice True iff `who` is registered as an operator (whatever its stake).
     function isOperator(address who) external view returns (bool);
 
-    /// @notice True iff `who` is registered as a verifier.
+    /// @notice True iff `who` is registered as a verifier with active stake (stake - unbonding)
+    ///         of at least minVerifierStake: the verifiers whose reports and audits count (a
+    ///         verifier that unbonded or withdrew is not one, though its role stays).
     function isVerifier(address who) external view returns (bool);
 
     /// @notice Every verifier holding a draw slot now, with its active and free stake (off-chain

@@ -25,10 +25,11 @@ interface IProtocolConfigTypes {
         uint128 challengeBond;
         uint128 slashAmount; // stake taken from an operator per proven fault
         // slots 3-4
-        uint128 nonRevealPenalty;
+        uint128 nonRevealPenalty; // taken from a member that does not reveal, or reveals against a decided quorum
         uint128 minOperatorStake;
         uint128 minVerifierStake;
         uint16 majorityRewardBps; // β, share of the slashed stake
+        uint64 claimWindow; // an unpublished claim opens only until issuedAt + publicationDeadline + this
     }
 
     /// @notice The parameters openChallenge needs (two storage slots).

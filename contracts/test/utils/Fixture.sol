@@ -48,7 +48,7 @@ abstract contract Fixture is Test {
         p.unbondingPeriod = 2 days;
         p.drawDelayBlocks = 2;
         p.committeeSize = 3;
-        p.quorumBps = 6667;
+        p.quorumBps = 6666; // 2 of 3 equal seats are a quorum (ProtocolConfig: τ·n <= (n - 1)·BPS)
         p.challengerRewardBps = 2000;
         p.majorityRewardBps = 3000;
         p.challengeBond = 1 ether;
@@ -56,6 +56,7 @@ abstract contract Fixture is Test {
         p.slashAmount = 10 ether;
         p.minOperatorStake = 10 ether;
         p.minVerifierStake = 1 ether;
+        p.claimWindow = 1 days;
     }
 
     function setUp() public virtual {

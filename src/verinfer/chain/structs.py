@@ -103,6 +103,9 @@ class Params:
     min_operator_stake: int
     min_verifier_stake: int
     majority_reward_bps: int
+    #: an unpublished claim opens only until issuedAt + publication_deadline + this (<= the
+    #: challenge window): an operator keeps inclusion proofs that long at most
+    claim_window: int
 
     def as_tuple(self) -> tuple[int, ...]:
         return astuple(self)
@@ -117,13 +120,15 @@ class Params:
 
 
 def default_params() -> Params:
-    """Devnet defaults: minutes-long phases, τ = 2/3, α = 20 %, β = 30 %."""
+    """Devnet defaults: minutes-long phases, τ = 6666 bps (2 of 3 equal seats are a quorum: one
+    colluding seat cannot block; ProtocolConfig refuses τ·n > (n - 1)·10000), α = 20 %,
+    β = 30 %, claims until an hour after the publication deadline."""
     return Params(
         challenge_window=3600, publication_deadline=600, response_period=600, draw_period=600,
         commit_period=600, reveal_period=600, unbonding_period=86400, draw_delay_blocks=2,
-        committee_size=3, quorum_bps=6667, challenger_reward_bps=2000, majority_reward_bps=3000,
+        committee_size=3, quorum_bps=6666, challenger_reward_bps=2000, majority_reward_bps=3000,
         challenge_bond=ETHER // 10, non_reveal_penalty=ETHER // 20, slash_amount=ETHER,
-        min_operator_stake=ETHER, min_verifier_stake=ETHER // 10)
+        min_operator_stake=ETHER, min_verifier_stake=ETHER // 10, claim_window=3600)
 
 
 @dataclass(frozen=True)

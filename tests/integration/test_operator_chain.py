@@ -10,13 +10,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
 
 from support.servers import operator_init, running_server
-from verinfer.chain.anvil import Anvil, dev_accounts
+from verinfer.chain.anvil import Anvil, dev_accounts, increase_time
 from verinfer.chain.deploy import deploy_all
 from verinfer.chain.structs import ETHER, default_params
 from verinfer.receipts.eip712 import Receipt
@@ -62,6 +63,38 @@ def approve_identity(node: Anvil, dep: Path, base: str, timeout_s: float = 30) -
         time.sleep(0.2)
 
 
+def _stranger_claim_is_answered(node: Anvil, dep: Path, base: str,
+                                v: dict[str, Any]) -> None:
+    """Issue 31: once the publication deadline has passed a stranger claims the served,
+    committed receipt unpublished; the serving operator's claim responder answers it with the
+    batch's Merkle proof (stake untouched, the bond to the operator) and counts it in
+    /metrics."""
+    from verinfer.chain.bindings import TxSender
+    from verinfer.chain.deploy import Deployment
+    from verinfer.chain.structs import ClaimStatus
+    from verinfer.protocol.hexutil import parse_hex
+
+    w3 = node.web3()
+    view = Deployment.load(dep).bind(w3)
+    p = view.config.params()
+    op = Receipt.from_json(v["receipt"]["message"]).operator
+    stake, credits = view.stakes.account_of(op), view.challenges.credits(op)
+    increase_time(w3, p.publication_deadline + 1)
+    stranger = Deployment.load(dep).bind(w3, TxSender(w3, dev_accounts(4)[3]))
+    cid = stranger.challenges.claim_unpublished(
+        Receipt.from_json(v["receipt"]["message"]), parse_hex(v["signature"], 65, "signature"),
+        p.challenge_bond)
+    deadline = time.monotonic() + 30
+    while view.challenges.claim(cid).status is ClaimStatus.OPEN:
+        assert time.monotonic() < deadline, "the operator did not answer the claim"
+        time.sleep(0.2)
+    assert view.challenges.claim(cid).status is ClaimStatus.ANSWERED
+    assert view.stakes.account_of(op) == stake
+    assert view.challenges.credits(op) == credits + p.challenge_bond
+    metrics = httpx.get(base + "/metrics").text
+    assert 'verinfer_unpublished_claims_total{outcome="answered"} 1.0' in metrics, metrics
+
+
 def _cli(*args: str) -> dict[str, int]:
     r = subprocess.run([sys.executable, "-m", "verinfer", "operator", *args],
                        capture_output=True, text=True, timeout=120)
@@ -91,7 +124,8 @@ def test_served_receipt_is_committed_on_chain(chain: tuple[Anvil, Path], tiny_pa
         while (st := httpx.get(f"{base}/v1/receipts/{v['receipt_id']}").json())["state"] \
                 != "committed" and time.monotonic() < deadline:
             time.sleep(0.3)
-    assert st["state"] == "committed", st
+        assert st["state"] == "committed", st
+        _stranger_claim_is_answered(node, dep, base, v)
     w3 = node.web3()
     from verinfer.chain.deploy import Deployment
 

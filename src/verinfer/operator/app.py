@@ -84,6 +84,9 @@ class ServerConfig:
     readiness: Readiness | None = None
     # Production-unsafe modes this server runs in (shown in /health and the metrics).
     unsafe: Sequence[str] = ()
+    # The unpublished-claim responder's totals (operator/claims.py: ClaimResponder.counts),
+    # exported in /metrics; None: no chain, no claims.
+    claim_counts: Callable[[], Any] | None = None
 
 
 class _SentBytes:
@@ -313,6 +316,8 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     metrics = OperatorMetrics()
     readiness = cfg.readiness
     metrics.unsafe.set(len(cfg.unsafe))
+    if cfg.claim_counts is not None:
+        metrics.watch_claims(cfg.claim_counts)
     install_error_handlers(app)
     _cap_recursion()
     sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_INTERVAL_S))

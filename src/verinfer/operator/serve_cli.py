@@ -225,6 +225,7 @@ def serve(
             http_limits=limits,
             max_request_tokens=max_request_tokens,
             max_queued_tokens=max_queued_tokens,
+            claim_counts=runtime.claims.counts if runtime and runtime.claims else None,
         )
         serve_app(create_app(engines, None, config), host, port, limits,
                   trusted_proxies=trusted_proxy or ())

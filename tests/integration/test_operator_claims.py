@@ -10,6 +10,7 @@ BatchRegistry sink, as `verinfer operator serve` runs them."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -243,3 +244,33 @@ def test_a_stuck_rpc_node_cannot_hold_a_step(net: Net, op: Operator) -> None:
         for s in held:
             s.close()
         silent.close()
+
+
+def test_two_senders_of_one_account_never_reuse_a_nonce(net: Net) -> None:
+    """The batch sink and the claim responder send as the operator from two threads: each
+    nonce read + send is one turn per account (before, both threads read the same pending
+    nonce and one transaction was refused or replaced)."""
+    errors: list[Exception] = []
+    start = threading.Barrier(2)
+
+    def commit(tag: bytes) -> None:
+        reg = BatchRegistryContract(net.w3, net.d.batch_registry,
+                                    TxSender(net.w3, net.operator))
+        start.wait()
+        for i in range(8):
+            try:
+                reg.commit_batch(hashlib.sha256(tag + bytes([i])).digest(), 1,
+                                 "da://local/0x" + "cd" * 32)
+            except Exception as e:  # collected: the assertion below names them
+                errors.append(e)
+
+    threads = [threading.Thread(target=commit, args=(t,)) for t in (b"sink", b"claims")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    view = net.d.bind(net.w3).batches
+    assert all(view.batch_of(net.operator.address,
+                             hashlib.sha256(tag + bytes([i])).digest()).exists
+               for tag in (b"sink", b"claims") for i in range(8))

@@ -117,6 +117,34 @@ class NotPerReceiptEpochError(BadReleaseRequest):
     code = "not_threshold_epoch"
 
 
+class EncapsulationMalformedRefusal(BadReleaseRequest):
+    """The target envelope's encapsulated key E is not a P-256 point other than the identity,
+    or its proof of knowledge of log_G(E) is not two scalars below n."""
+
+    code = "encapsulation_malformed"
+
+
+class EncapsulationProofRefusal(BadReleaseRequest):
+    """The target envelope's proof of knowledge of log_G(E) does not verify for that envelope
+    and receipt: E (with its proof) was copied from another envelope, or the proof is forged.
+    The shard never computes s_i·E for it."""
+
+    code = "encapsulation_proof_invalid"
+
+
+class EncapsulationReusedError(ReleaseRefused):
+    """This shard already decrypted another envelope (another ciphertext hash) with the same
+    encapsulated key E: a sealer reused its ephemeral key, and s·E would open both."""
+
+    code = "encapsulation_reused"
+
+
+class EncapsulationStoreError(KmsError):
+    """The shard's own set of released encapsulated keys is unreadable (the shard's failure)."""
+
+    code = "encapsulation_store_corrupt"
+
+
 class AuditNotAssignedError(ReleaseRefused):
     """A light audit of a receipt the requester was not assigned (audits are drawn, never
     chosen by the auditor)."""

@@ -22,6 +22,9 @@ Release policy, checked in this order (the first failure is the refusal reason):
     digest of the receipt in the request under the shard's own deployment domain);
     light_audit: that receipt's audit was assigned to the requester
                                               -> not_committee_member / audit_not_assigned
+    Then, before s_i·E: the sealer's proof of knowledge of log_G(E) verifies for the target
+    envelope and receipt (encapsulation_malformed / encapsulation_proof_invalid), and this
+    shard never decrypted another envelope with the same E (encapsulation_reused).
 A share release for a threshold epoch is refused (threshold_epoch, checked with 2): its
 shares never leave the shard; a target for a legacy epoch is not_threshold_epoch.
 Then the nonce is spent, bound to this request's report_data, with the signed release: the
@@ -46,10 +49,14 @@ from verinfer.errors import VerinferError
 from verinfer.kms import tdh
 from verinfer.kms.allowlist import MeasurementAllowlist
 from verinfer.kms.committee import CommitteeOracle
+from verinfer.kms.encapsulations import FILE_NAME as ENCAPSULATIONS_FILE
+from verinfer.kms.encapsulations import ReleasedEncapsulations
 from verinfer.kms.epochs import EpochRegistry, require_live
 from verinfer.kms.errors import (
     AuditNotAssignedError,
     BadReleaseRequest,
+    EncapsulationMalformedRefusal,
+    EncapsulationProofRefusal,
     NotCommitteeMemberError,
     NotPerReceiptEpochError,
     ReportDataMismatchError,
@@ -76,7 +83,11 @@ from verinfer.kms.ratelimit import TokenBucketLimiter
 from verinfer.kms.release_log import ReleaseLog
 from verinfer.kms.sealing import read_sealed
 from verinfer.receipts.envelope import EnvelopeSuite, split_envelope
-from verinfer.receipts.errors import EnvelopeDecryptionError
+from verinfer.receipts.errors import (
+    EncapsulationMalformedError,
+    EncapsulationProofError,
+    EnvelopeDecryptionError,
+)
 
 
 @dataclass
@@ -117,6 +128,8 @@ class ShardService:
         self.address = cfg.identity.address.lower()
         self.nonces = NonceBook(cfg.nonce_ttl_s, cfg.now, shard_index=cfg.index)
         self.limiter = TokenBucketLimiter(cfg.rate_capacity, cfg.rate_refill_per_s, cfg.now)
+        #: every (epoch, E) this shard decrypted for, with its envelope's hash (durable)
+        self.encapsulations = ReleasedEncapsulations(cfg.data_dir / ENCAPSULATIONS_FILE)
 
     def issue_nonce(self) -> NonceGrant:
         return self.nonces.issue()
@@ -243,12 +256,21 @@ class ShardService:
         """D_i = s_i·E with its DLEQ proof, encrypted to the enclave; E is read from the
         target's ciphertext (already checked against the receipt's ciphertextHash)."""
         assert req.target is not None
+        # split_envelope checks the sealer's proof of knowledge of log_G(E), bound to this
+        # envelope and receipt, before we touch E: a foreign E (copied from another envelope
+        # with its proof) is refused here, never multiplied by our share.
         try:
             _, enc, _ = split_envelope(req.target.ciphertext, req.target.receipt,
                                        EnvelopeSuite.P256)
+        except EncapsulationMalformedError as e:
+            raise EncapsulationMalformedRefusal(f"target: {e.message}", param="target") from e
+        except EncapsulationProofError as e:
+            raise EncapsulationProofRefusal(f"target: {e.message}", param="target") from e
         except EnvelopeDecryptionError as e:
             raise BadReleaseRequest("target ciphertext is not a P256 envelope of its receipt",
                                     param="target") from e
+        # E proven by its sealer, but the sealer could prove it again for another envelope
+        self.encapsulations.claim(req.epoch, enc, req.target.ciphertext_hash)
         buf = self._own_share(req.epoch)
         rd = req.report_data()
         try:

@@ -21,32 +21,28 @@ function that interpolates scalars: the only interpolation is of points (:func:`
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from Crypto.PublicKey import ECC
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from verinfer.kms.errors import (
     InvalidShareError,
     NotEnoughSharesError,
     ShareVerificationError,
 )
+from verinfer.receipts import encapsulation
 
 #: P-256 group order (FIPS 186-4 D.1.2.3).
 N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 CURVE = "P-256"
 MAX_SHARES = 255
-KEM_ID = 0x0010  # DHKEM(P-256, HKDF-SHA256)
-KDF_ID = 0x0001  # HKDF-SHA256
-AEAD_AES128GCM = 0x0001
-AEAD_CHACHA20POLY1305 = 0x0003
-_AEADS: dict[int, tuple[int, int]] = {AEAD_AES128GCM: (16, 12), AEAD_CHACHA20POLY1305: (32, 12)}
-ENC_LEN = 65  # uncompressed SEC1 point
+KEM_ID = encapsulation.KEM_ID
+KDF_ID = encapsulation.KDF_ID
+AEAD_AES128GCM = encapsulation.AEAD_AES128GCM
+AEAD_CHACHA20POLY1305 = encapsulation.AEAD_CHACHA20POLY1305
+ENC_LEN = encapsulation.ENC_LEN  # uncompressed SEC1 point
 PROOF_LEN = 64  # c || z
 PARTIAL_LEN = 33 + PROOF_LEN  # compressed D_i || proof
 _DLEQ_LABEL = b"verinfer/kms/dleq/p256/v1"
@@ -260,57 +256,17 @@ def combine(partials: Mapping[int, ECC.EccPoint], threshold: int) -> ECC.EccPoin
 
 
 # ---- RFC 9180: DHKEM(P-256) Decap from s·E, base-mode key schedule, single-shot open -----
+# The labelled extract/expand, key schedule and AEAD live with the sealer
+# (``verinfer.receipts.encapsulation``), so sealing and threshold opening share one copy.
 
-def _labeled_extract(suite_id: bytes, salt: bytes, label: bytes, ikm: bytes) -> bytes:
-    # HKDF-Extract(salt, ikm) = HMAC-SHA256(salt or zeros, ikm) (RFC 5869 §2.2)
-    return hmac.new(salt or bytes(32), b"HPKE-v1" + suite_id + label + ikm,
-                    hashlib.sha256).digest()
-
-
-def _labeled_expand(suite_id: bytes, prk: bytes, label: bytes, info: bytes, length: int
-                    ) -> bytes:
-    labeled = length.to_bytes(2, "big") + b"HPKE-v1" + suite_id + label + info
-    return HKDFExpand(hashes.SHA256(), length, labeled).derive(prk)
+KeySchedule = encapsulation.KeySchedule
+key_schedule = encapsulation.key_schedule
+aead_open = encapsulation.aead_open
 
 
 def kem_shared_secret(dh_point: ECC.EccPoint, enc: bytes, pk_r: bytes) -> bytes:
     """DHKEM Decap after the DH: dh = x(s·E); ExtractAndExpand with kem_context = enc || pkRm."""
-    suite = b"KEM" + KEM_ID.to_bytes(2, "big")
-    dh = int(dh_point.x).to_bytes(32, "big")
-    prk = _labeled_extract(suite, b"", b"eae_prk", dh)
-    return _labeled_expand(suite, prk, b"shared_secret", enc + pk_r, 32)
-
-
-@dataclass(frozen=True, repr=False)
-class KeySchedule:
-    key: bytes
-    base_nonce: bytes
-    exporter_secret: bytes
-
-
-def key_schedule(shared_secret: bytes, info: bytes, aead_id: int) -> KeySchedule:
-    """RFC 9180 §5.1, mode_base (no PSK)."""
-    if aead_id not in _AEADS:
-        raise InvalidShareError(f"unsupported AEAD id {aead_id}")
-    nk, nn = _AEADS[aead_id]
-    suite = (b"HPKE" + KEM_ID.to_bytes(2, "big") + KDF_ID.to_bytes(2, "big")
-             + aead_id.to_bytes(2, "big"))
-    psk_id_hash = _labeled_extract(suite, b"", b"psk_id_hash", b"")
-    info_hash = _labeled_extract(suite, b"", b"info_hash", info)
-    ctx = b"\x00" + psk_id_hash + info_hash
-    secret = _labeled_extract(suite, shared_secret, b"secret", b"")
-    return KeySchedule(key=_labeled_expand(suite, secret, b"key", ctx, nk),
-                       base_nonce=_labeled_expand(suite, secret, b"base_nonce", ctx, nn),
-                       exporter_secret=_labeled_expand(suite, secret, b"exp", ctx, 32))
-
-
-def aead_open(ks: KeySchedule, aead_id: int, seq: int, aad: bytes, ct: bytes) -> bytes:
-    """Open message number ``seq`` of the context (nonce = base_nonce XOR I2OSP(seq, Nn)).
-    Raises cryptography's InvalidTag on a wrong key or tampered ciphertext."""
-    nn = len(ks.base_nonce)
-    nonce = bytes(a ^ b for a, b in zip(ks.base_nonce, seq.to_bytes(nn, "big"), strict=True))
-    cipher = AESGCM(ks.key) if aead_id == AEAD_AES128GCM else ChaCha20Poly1305(ks.key)
-    return cipher.decrypt(nonce, ct, aad)
+    return encapsulation.kem_shared_secret(int(dh_point.x).to_bytes(32, "big"), enc, pk_r)
 
 
 def open_single_shot(dh_point: ECC.EccPoint, enc: bytes, pk_r: bytes, info: bytes,

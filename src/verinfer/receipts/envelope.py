@@ -3,9 +3,18 @@ OpenAI request body, original response body) to the app public key of a key epoc
 
 Blob (what goes to DA; ``ciphertextHash = sha256(blob)``)::
 
-    b"VIE\\x01" || suite code (1 byte: 1 = X25519, 2 = MLKEM768_X25519, 3 = P256)
-    || key_epoch (u64 BE)
-    || HPKE single-shot output (enc || AEAD ciphertext)
+    b"VIE" || format version (1 byte) || suite code (1 byte: 1 = X25519,
+    2 = MLKEM768_X25519, 3 = P256) || key_epoch (u64 BE) || body
+
+    version 1 (X25519, MLKEM768_X25519): body = HPKE single-shot output (enc || AEAD ct)
+    version 2 (P256, the per-receipt suite): body = enc (65) || proof (64) || AEAD ct
+
+The version is the suite's: a P256 envelope must be version 2 (version 1, without the proof,
+is not read), the other suites stay version 1. The proof (``receipts/encapsulation.py``) shows
+the sealer knew e = log_G(enc); it is bound to ``pok_context`` = header || lp(info) ||
+sha256(AEAD ct), info being the receipt binding below. KMS shards decrypt a P256 envelope by
+computing s_i·enc, so without the proof an operator could put another envelope's enc into its
+own receipt's blob and have a challenge of that receipt open the other envelope.
 
 HPKE ``info`` (``cryptography``'s single-shot API has no separate aad, so all binding goes
 through info and thus into the key schedule)::
@@ -16,8 +25,9 @@ through info and thus into the key schedule)::
 
 That is every receipt field except ciphertextHash (it hashes this blob) and issuedAt (set after
 sealing), so a ciphertext moved under another receipt does not open. Every failure to open
-raises the same :class:`EnvelopeDecryptionError`. HPKE draws its ephemeral key from the OS
-RNG inside ``cryptography``; sealing is therefore not reproducible, which is intended.
+raises :class:`EnvelopeDecryptionError` (for P256, its subclasses name a bad enc or proof).
+The ephemeral key is drawn from the OS RNG inside ``cryptography``; sealing is therefore not
+reproducible, which is intended.
 """
 
 from __future__ import annotations
@@ -27,7 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric import ec
+
 from verinfer.protocol.exec_request import CborBound
+from verinfer.receipts import encapsulation
 from verinfer.receipts.canonical import ExecRequest, ExecResult, decode_cbor, encode_canonical
 from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
 from verinfer.receipts.epoch_keys import (
@@ -57,8 +70,10 @@ __all__ = [
     "load_public_key",
     "open_envelope",
     "open_envelope_with",
+    "pok_context",
     "public_key_bytes",
     "seal",
+    "seal_plaintext",
     "split_envelope",
 ]
 
@@ -70,10 +85,19 @@ ENVELOPE_VERSION = 2
 #: the one CBOR decoder lets it hold, so a bomb in it is refused at its 14th item.
 ENVELOPE_CBOR = CborBound(items=13, containers=1, strings=11)
 LABEL = b"verinfer/envelope/v1"
-MAGIC = b"VIE\x01"
+MAGIC_PREFIX = b"VIE"
+#: The blob format version of each suite (the byte after ``VIE``). 2: a P256 envelope carries
+#: the proof of knowledge of its ephemeral secret; version-1 P256 blobs are not read.
+FORMAT_VERSIONS = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 1,
+                   EnvelopeSuite.P256: 2}
+#: The magic of the version-1 suites (X25519, MLKEM768_X25519).
+MAGIC = MAGIC_PREFIX + b"\x01"
 SUITE_CODES = {EnvelopeSuite.X25519: 1, EnvelopeSuite.MLKEM768_X25519: 2, EnvelopeSuite.P256: 3}
 _SUITE_BY_CODE = {v: k for k, v in SUITE_CODES.items()}
 HEADER_LEN = len(MAGIC) + 1 + 8
+#: P256 body: enc, then the proof of knowledge of log_G(enc), then the AEAD ciphertext.
+P256_ENC_LEN = encapsulation.ENC_LEN
+P256_PROOF_LEN = encapsulation.PROOF_LEN
 
 
 @dataclass(frozen=True)
@@ -218,14 +242,40 @@ def seal(contents: EnvelopeContents, binding: EnvelopeBinding,
     if problems:
         raise ReceiptFormatError("envelope contents do not match the binding: "
                                  + "; ".join(problems))
+    return seal_plaintext(contents.to_bytes(), binding, public_key)
+
+
+def seal_plaintext(plaintext: bytes, binding: EnvelopeBinding,
+                   public_key: EpochPublicKey) -> bytes:
+    """The blob of ``plaintext`` under ``binding`` without :func:`seal`'s check that the
+    contents match the binding (an honest sealer calls :func:`seal`; the dishonest-operator
+    fixtures call this to publish envelopes that open but do not match their receipt)."""
     suite = public_key.suite
-    return envelope_header(suite, binding.key_epoch) + suite.hpke.encrypt(
-        contents.to_bytes(), public_key.hpke, binding.info(suite))
+    header = envelope_header(suite, binding.key_epoch)
+    info = binding.info(suite)
+    if suite is EnvelopeSuite.P256:
+        if not isinstance(public_key.hpke, ec.EllipticCurvePublicKey):
+            raise ReceiptFormatError("a p256 epoch key must be a P-256 public key",
+                                     param="public_key")
+        enc, proof, ct = encapsulation.seal(
+            plaintext, public_key.hpke, info, lambda e, c: pok_context(header, info, c))
+        return header + enc + proof + ct
+    return header + suite.hpke.encrypt(plaintext, public_key.hpke, info)
+
+
+def pok_context(header: bytes, info: bytes, ct: bytes) -> bytes:
+    """What a P256 envelope's proof of knowledge of log_G(enc) is bound to: the blob's header
+    (format, suite, key epoch), the receipt binding (HPKE info: every receipt field but
+    ciphertextHash, which hashes the blob and so the proof, and issuedAt) and sha256 of the AEAD
+    ciphertext. A proof copied with its enc into another receipt's or envelope's blob fails."""
+    return header + len(info).to_bytes(4, "big") + info + hashlib.sha256(ct).digest()
 
 
 def envelope_header(suite: EnvelopeSuite, key_epoch: int) -> bytes:
-    """The blob's clear header: magic, suite code, key epoch (``HEADER_LEN`` bytes)."""
-    return MAGIC + bytes([SUITE_CODES[suite]]) + key_epoch.to_bytes(8, "big")
+    """The blob's clear header: magic with the suite's format version, suite code, key epoch
+    (``HEADER_LEN`` bytes)."""
+    return (MAGIC_PREFIX + bytes([FORMAT_VERSIONS[suite], SUITE_CODES[suite]])
+            + key_epoch.to_bytes(8, "big"))
 
 
 def ciphertext_hash(blob: bytes) -> bytes:
@@ -241,26 +291,43 @@ def _binding_of(blob: bytes, bound_to: Receipt | EnvelopeBinding) -> EnvelopeBin
 
 
 def _check_header(blob: bytes, binding: EnvelopeBinding, suite: EnvelopeSuite) -> None:
-    if (not isinstance(blob, bytes) or len(blob) <= HEADER_LEN or blob[:4] != MAGIC
-            or _SUITE_BY_CODE.get(blob[4]) is not suite
+    if (not isinstance(blob, bytes) or len(blob) <= HEADER_LEN or blob[:3] != MAGIC_PREFIX
+            or blob[3] != FORMAT_VERSIONS[suite] or _SUITE_BY_CODE.get(blob[4]) is not suite
             or int.from_bytes(blob[5:HEADER_LEN], "big") != binding.key_epoch):
         raise EnvelopeDecryptionError()
 
 
 def split_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding, suite: EnvelopeSuite
                    ) -> tuple[EnvelopeBinding, bytes, bytes]:
-    """(binding, enc, AEAD ciphertext) of a blob of a DH-KEM suite whose enc has a fixed
-    length (P256: 65 bytes), after the same header and ciphertext-hash checks as
-    :func:`open_envelope`. The KMS shards use ``enc`` (E) for per-envelope decapsulation."""
+    """(binding, enc, AEAD ciphertext) of a P256 (version 2) blob, after the same header and
+    ciphertext-hash checks as :func:`open_envelope` and the check of the proof of knowledge of
+    log_G(enc) against this blob's context (:func:`pok_context`): a malformed enc or proof
+    raises :class:`EncapsulationMalformedError`, a proof made for another envelope or receipt
+    :class:`EncapsulationProofError` (both :class:`EnvelopeDecryptionError`). The KMS shards
+    use ``enc`` (E) for per-envelope decapsulation, and only after this check."""
     if not suite.threshold_decapsulable:
         raise EnvelopeDecryptionError()
     binding = _binding_of(blob, bound_to)
     _check_header(blob, binding, suite)
-    enc_len = suite.public_key_len
     body = blob[HEADER_LEN:]
-    if len(body) <= enc_len:
+    if len(body) <= P256_ENC_LEN + P256_PROOF_LEN:
         raise EnvelopeDecryptionError()
-    return binding, body[:enc_len], body[enc_len:]
+    enc = body[:P256_ENC_LEN]
+    proof = body[P256_ENC_LEN:P256_ENC_LEN + P256_PROOF_LEN]
+    ct = body[P256_ENC_LEN + P256_PROOF_LEN:]
+    info = binding.info(suite)
+    encapsulation.verify_encapsulation(enc, proof, pok_context(blob[:HEADER_LEN], info, ct))
+    return binding, enc, ct
+
+
+def _split_opaque(blob: bytes, bound_to: Receipt | EnvelopeBinding, suite: EnvelopeSuite
+                  ) -> tuple[EnvelopeBinding, bytes, bytes]:
+    """:func:`split_envelope` for the openers, whose every failure is the one opaque error
+    (the shards and the runner's pre-check call split_envelope and get the reason)."""
+    try:
+        return split_envelope(blob, bound_to, suite)
+    except EnvelopeDecryptionError:
+        raise EnvelopeDecryptionError() from None
 
 
 def _finish(plaintext: bytes, binding: EnvelopeBinding) -> EnvelopeContents:
@@ -286,8 +353,13 @@ def open_envelope(blob: bytes, bound_to: Receipt | EnvelopeBinding,
     binding = _binding_of(blob, bound_to)
     suite = private_key.suite
     _check_header(blob, binding, suite)
+    if suite.threshold_decapsulable:  # enc || proof || ct: the proof checked, then enc || ct
+        _, enc, ct = _split_opaque(blob, binding, suite)
+        hpke_output = enc + ct
+    else:
+        hpke_output = blob[HEADER_LEN:]
     try:
-        plaintext = suite.hpke.decrypt(blob[HEADER_LEN:], private_key.hpke, binding.info(suite))
+        plaintext = suite.hpke.decrypt(hpke_output, private_key.hpke, binding.info(suite))
     except Exception:  # InvalidTag, ValueError on short input, ...: all the same to callers
         raise EnvelopeDecryptionError() from None
     return _finish(plaintext, binding)
@@ -298,7 +370,7 @@ def open_envelope_with(blob: bytes, bound_to: Receipt | EnvelopeBinding, suite: 
     """Open without the epoch private key: ``hpke_open(enc, info, ct)`` performs HPKE's Decap
     and Open for this one envelope (the KMS's threshold path, ``verinfer.kms.tdh``). Same
     errors as :func:`open_envelope`; any exception of ``hpke_open`` is a failure to open."""
-    binding, enc, ct = split_envelope(blob, bound_to, suite)
+    binding, enc, ct = _split_opaque(blob, bound_to, suite)
     try:
         plaintext = hpke_open(enc, binding.info(suite), ct)
     except Exception:

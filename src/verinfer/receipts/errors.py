@@ -56,3 +56,28 @@ class EnvelopeContentError(BadInputError):
     does not hash to the receipt's req_hash/out_hash: evidence against the operator."""
 
     code = "envelope_content_mismatch"
+
+
+class EncapsulationError(EnvelopeDecryptionError):
+    """A P-256 envelope's encapsulated key E or its proof of knowledge of log_G(E) is not
+    acceptable (``receipts/encapsulation.py``). An envelope that cannot be opened, like its
+    parent, but it says why: everything checked is public (E, the proof, the receipt
+    binding), so the message is no decryption oracle."""
+
+    code = "encapsulation_invalid"
+
+    def __init__(self, message: str) -> None:
+        BadInputError.__init__(self, message)
+
+
+class EncapsulationMalformedError(EncapsulationError):
+    """E is not a P-256 point other than the identity, or the proof is not two scalars < n."""
+
+    code = "encapsulation_malformed"
+
+
+class EncapsulationProofError(EncapsulationError):
+    """The proof is well formed but does not verify for this envelope and receipt binding: it
+    was made for another envelope (a foreign E copied with its proof) or forged."""
+
+    code = "encapsulation_proof_invalid"

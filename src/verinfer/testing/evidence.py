@@ -27,7 +27,7 @@ from verinfer.receipts.envelope import (
     EnvelopeBinding,
     EnvelopeContents,
     EpochPublicKey,
-    envelope_header,
+    seal_plaintext,
 )
 from verinfer.receipts.signed import SignedReceipt
 
@@ -170,8 +170,8 @@ class EvidenceFactory:
 
     def unsafe_mismatched_contents(self, body: bytes) -> Evidence:
         """Seals, under this receipt's binding, an ExecResult other than the one the receipt
-        commits to (only a dishonest sealer can: ``seal`` refuses it, so HPKE is called
-        directly behind the real header). It opens, but does not hash to outHash."""
+        commits to (only a dishonest sealer can: ``seal`` refuses it, ``seal_plaintext``
+        does not check). It opens, but does not hash to outHash."""
         request = request_for_body(self.engine, body)
         gen = self._generate(request)
         claimed = ExecResult.from_generation(gen)
@@ -179,8 +179,6 @@ class EvidenceFactory:
         binding = EnvelopeBinding.for_execution(
             operator=self.operator, chain_id=self.domain.chain_id, key_epoch=self.key_epoch,
             request=request, result=claimed)
-        suite = self.epoch_public_key.suite
         plaintext = EnvelopeContents(request, other, body, b"{}").to_bytes()
-        blob = envelope_header(suite, self.key_epoch) + suite.hpke.encrypt(
-            plaintext, self.epoch_public_key.hpke, binding.info(suite))
+        blob = seal_plaintext(plaintext, binding, self.epoch_public_key)
         return self._finish(body, request, claimed, gen.text, blob=blob)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
@@ -17,7 +18,9 @@ from verinfer.attestation.quotes import measurement
 from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
 from verinfer.kms.epochs import FileEpochRegistry
+from verinfer.kms.identity import sign_eip191
 from verinfer.kms.local_cluster import ClusterLayout, provision
+from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest
 
 M = measurement("sha256:" + "44" * 32, "code", "engine")
 EVIL_SCRIPT = Path(__file__).with_name("kms_evil_shard.py")
@@ -62,3 +65,20 @@ class EvilShard:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def signed_request(lay: ClusterLayout, url: str, index: int, signer: LocalAccount, *,
+                   challenge_id: str = "c1") -> ReleaseRequest:
+    """A well-formed release request for shard ``index`` alone (its nonce, a genuine
+    SoftwareEnclave quote, signed by ``signer``): one that passes authentication (checks 1-6),
+    so the shard's decision on it is logged."""
+    nonce = bytes.fromhex(httpx.post(url + "/v1/nonce", timeout=5).json()["nonce"][2:])
+    pub = X25519PrivateKey.generate().public_key().public_bytes_raw()
+    who = signer.address.lower()
+    rd = report_data(epoch=1, purpose="full_challenge", challenge_id=challenge_id,
+                     requester=who, enclave_public_key=pub, nonces={index: nonce})
+    att = SoftwareAttester(load_root_private(lay.root_key), M, time.time)
+    return ReleaseRequest(epoch=1, purpose="full_challenge", challenge_id=challenge_id,
+                          requester=who,
+                          requester_signature=sign_eip191(signer, requester_digest(rd)),
+                          enclave_public_key=pub, nonces={index: nonce}, quote=att.quote(rd))

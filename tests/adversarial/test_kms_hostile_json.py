@@ -46,8 +46,14 @@ def test_bracket_bomb_to_release_is_a_400_and_the_shard_keeps_serving(cluster) -
                    headers={"content-type": "application/json"}, timeout=10)
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["reason"] == "bad_request" and "nesting depth" in err["message"]
+    # refused by the count of its 95,000 arrays (kms.protocol.MAX_REQUEST_CONTAINERS), before
+    # the depth scan and the parser
+    assert err["reason"] == "bad_request" and "95000 arrays/objects" in err["message"]
     assert procs.procs[3].poll() is None  # alive
+    # within the container count, the depth bound still refuses before the parser
+    deep = b'{"a":' * 9 + b"1" + b"}" * 9
+    r = httpx.post(url + "/v1/release", content=deep, timeout=10)
+    assert r.status_code == 400 and "nesting depth 9" in r.json()["error"]["message"]
     assert httpx.get(url + "/health", timeout=5).status_code == 200
 
 

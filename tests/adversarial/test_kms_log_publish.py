@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 import rfc8785
+from eth_account import Account
 from web3 import Web3
 
-from adversarial.kms_adversary import make_cluster
+from adversarial.kms_adversary import make_cluster, signed_request
 from verinfer.chain.anvil import Anvil, dev_accounts
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.pointer import Pointer
@@ -52,7 +53,8 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("log-publish")
     lay, _ = make_cluster(tmp / "kms", n=2, t=2)
-    with Anvil() as node, ShardProcesses(lay) as procs:
+    # heads answered fresh (the shard's default signs one at most every 10 s)
+    with Anvil() as node, ShardProcesses(lay, extra_args=["--head-interval", "0"]) as procs:
         procs.start()
         w3 = node.web3()
         da = LocalDAClient(tmp / "da")
@@ -63,8 +65,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 def _refusals(world: World, shard: int, n: int) -> None:
     url = {s.index: s.url for s in world.lay.shards_info()}[shard]
-    for _ in range(n):  # refusals are logged decisions
-        assert httpx.post(url + "/v1/release", json={}, timeout=5).status_code == 400
+    for _ in range(n):  # refusals of authenticated requests are logged decisions
+        body = signed_request(world.lay, url, shard, Account.create()).to_json()
+        assert httpx.post(url + "/v1/release", json=body, timeout=5).status_code == 403
 
 
 def _verify_cli(world: World, shard: int, *published: str) -> tuple[int, dict]:

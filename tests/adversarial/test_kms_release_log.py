@@ -18,7 +18,7 @@ import pytest
 import rfc8785
 from eth_account import Account
 
-from adversarial.kms_adversary import make_cluster
+from adversarial.kms_adversary import make_cluster, signed_request
 from verinfer.kms.errors import ShardUnavailableError
 from verinfer.kms.local_cluster import ShardProcesses
 from verinfer.kms.release_log import (
@@ -124,11 +124,13 @@ def test_forged_head_signature_fails(log) -> None:
 def test_restarted_shard_refuses_an_edited_log_and_verify_log_names_it(
         tmp_path: Path) -> None:
     lay, _ = make_cluster(tmp_path / "kms", n=2, t=2)
-    with ShardProcesses(lay, extra_args=["--checkpoint-every", "2"]) as procs:
+    with ShardProcesses(lay, extra_args=["--checkpoint-every", "2",
+                                         "--head-interval", "0"]) as procs:
         procs.start([1])
         url = lay.shards_info()[0].url
-        for _ in range(5):  # refusals are logged decisions too
-            assert httpx.post(url + "/v1/release", json={}, timeout=5).status_code == 400
+        for _ in range(5):  # refusals of authenticated requests are logged decisions too
+            body = signed_request(lay, url, 1, Account.create()).to_json()
+            assert httpx.post(url + "/v1/release", json=body, timeout=5).status_code == 403
         head = httpx.get(url + "/v1/log/head", timeout=5).json()
         assert head["count"] == 5 and head["address"] == lay.shards_info()[0].address
         SignedHead.from_json(head).check_signature(lay.shards_info()[0].address)

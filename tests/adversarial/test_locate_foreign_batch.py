@@ -33,7 +33,8 @@ class _ChainOf:
     def batches(self, from_block: int | None = None) -> list[BatchRecord]:
         return [b for b in self._batches if from_block is None or b.block_number >= from_block]
 
-    def manifest(self, da: LocalDAClient, pointer: str) -> BatchManifest:
+    def manifest(self, da: LocalDAClient, pointer: str,
+                 leaf_count: int | None = None) -> BatchManifest:
         return parse_manifest(da.get(Pointer.parse(pointer)), DOMAIN)
 
 

@@ -25,13 +25,15 @@ from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.signed import SignedReceipt
-from verinfer.verifier.challenger import TYPED_DATA_KEYS, signed_from_json
+from verinfer.verifier.challenger import (
+    MAX_REF_BYTES,
+    TYPED_DATA_KEYS,
+    read_ref_file,
+    signed_from_json,
+)
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import ReceiptRefError
 
-#: A receipt file or an operator's answer is a few KB; an n = 128 response with logprobs less
-#: than this.
-MAX_REF_BYTES = 4 << 20
 #: No honest envelope is larger than what a DA backend accepts.
 MAX_BLOB_BYTES = DEFAULT_MAX_BLOB_BYTES
 #: Wall time for the operator's answer. httpx's timeout is per read: an operator dripping its
@@ -71,12 +73,7 @@ def resolve_ref(ref: str, *, domain: Domain | None, operator_url: str | None) ->
     if not path.is_file():
         raise ReceiptRefError(f"{ref[:200]!r} is neither a receipt id, a DA pointer nor a file",
                               param="ref")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ReceiptRefError(f"cannot read {ref}: {e.strerror}", param="ref") from None
-    return _from_doc(loads_untrusted(data, max_bytes=MAX_REF_BYTES, what=ref), domain,
-                     f"file {ref}")
+    return _from_doc(read_ref_file(ref), domain, f"file {ref}")
 
 
 def _from_doc(doc: Any, domain: Domain | None, source: str) -> Resolved:

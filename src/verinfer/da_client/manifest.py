@@ -28,7 +28,7 @@ import rfc8785
 
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
-from verinfer.da_client.pointer import Pointer
+from verinfer.da_client.pointer import MAX_COMMITMENT_BYTES, Pointer
 from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Domain, Receipt, check_receipt_domain
@@ -46,6 +46,18 @@ SIGNATURE_LEN = 65
 _KEYS = frozenset({"batchRoot", "domain", "entries", "format", "leafCount"})
 #: A manifest is nested 4 deep (object > entries > entry > receipt); anything deeper is hostile.
 MANIFEST_MAX_DEPTH = 8
+#: Canonical bytes of one entry at most: the pointer (an eigenda one carries up to
+#: MAX_COMMITMENT_BYTES as hex) plus < 1 KB of receipt, digest, signature and keys
+#: (tests/unit/test_manifest_bound.py builds the largest entry the format admits).
+MAX_ENTRY_BYTES = 2 * MAX_COMMITMENT_BYTES + 2048
+#: The manifest's own keys, domain and punctuation around the entries.
+MANIFEST_OVERHEAD_BYTES = 1024
+
+
+def max_manifest_bytes(leaf_count: int) -> int:
+    """The largest manifest of a batch of ``leaf_count`` receipts (the batch's on-chain
+    leafCount): bytes past it are not that batch's manifest, refused before any parsing."""
+    return MANIFEST_OVERHEAD_BYTES + max(leaf_count, 0) * MAX_ENTRY_BYTES
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from verinfer.kms.protocol import (
     DecryptTarget,
     Release,
     ReleaseRequest,
+    admission_headers,
     dleq_context,
     partial_info,
     release_digest,
@@ -287,6 +288,7 @@ class EnclaveRunner:
             enc: bytes, ephemeral: X25519PrivateKey, refusals: dict[int, str],
     ) -> tuple[dict[int, ECC.EccPoint], list[int]]:
         body = req.to_json()
+        headers = admission_headers(req)  # a shard reads a large body only after checking them
         vkeys = self._verification_keys(record)
         partials: dict[int, ECC.EccPoint] = {}
         corrupt: list[int] = []
@@ -306,7 +308,8 @@ class EnclaveRunner:
             sorted(i for i in req.nonces if i in vkeys), record.threshold,
             lambda idx: self._ask_shard(
                 http, idx, "/v1/decrypt", body, "partial decryption", refusals,
-                lambda d, shard: self._open_partial(d, shard, req.epoch, rd, ephemeral)),
+                lambda d, shard: self._open_partial(d, shard, req.epoch, rd, ephemeral),
+                headers=headers),
             accept)
         if len(partials) < record.threshold:
             raise KeyReleaseError(
@@ -396,13 +399,14 @@ class EnclaveRunner:
 
     async def _ask_shard(self, http: httpx.AsyncClient, idx: int, path: str, body: Any,
                          what: str, refusals: dict[int, str],
-                         open_answer: Callable[[Any, ShardInfo], T]) -> T | None:
+                         open_answer: Callable[[Any, ShardInfo], T], *,
+                         headers: dict[str, str] | None = None) -> T | None:
         """One shard's answer to a release or decryption request, opened by ``open_answer``;
         None (with the reason in ``refusals``) when the shard is unreachable, refuses, or
         answers something malformed, mis-signed or undecryptable: the caller asks another."""
         shard = self.shards[idx]
         try:
-            status, data = await self._post(http, f"{shard.url}{path}", body)
+            status, data = await self._post(http, f"{shard.url}{path}", body, headers)
         except httpx.HTTPError as e:
             refusals[idx] = f"unreachable: {type(e).__name__}: {e}"
             return None
@@ -418,14 +422,15 @@ class EnclaveRunner:
             refusals[idx] = f"bad_release: {type(e).__name__}: {getattr(e, 'message', e)}"
             return None
 
-    async def _post(self, http: httpx.AsyncClient, url: str,
-                    body: Any) -> tuple[int, bytes]:
+    async def _post(self, http: httpx.AsyncClient, url: str, body: Any,
+                    headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """POST and read the answer up to MAX_ANSWER_BYTES within ``timeout_s`` overall (httpx's
         timeout is per read: a shard dripping bytes would otherwise hold the runner)."""
         async def go() -> tuple[int, bytes]:
             # identity encoding: the size bound then holds for what we parse (no gzip bombs)
             async with http.stream("POST", url, json=body,
-                                   headers={"accept-encoding": "identity"}) as r:
+                                   headers={**(headers or {}),
+                                            "accept-encoding": "identity"}) as r:
                 if r.headers.get("content-encoding", "identity").lower() != "identity":
                     raise ShardAnswerError("answer is content-encoded although identity was "
                                            "asked for")

@@ -223,6 +223,17 @@ def shard_serve(
     checkpoint_every: Annotated[int, typer.Option(
         help="Sign and append a release-log head every N entries (also at start and "
              "shutdown).")] = 100,
+    head_interval: Annotated[float, typer.Option(
+        help="GET /v1/log/head signs a new head at most this often (seconds); in between it "
+             "answers the last one.")] = 10.0,
+    source_rate_capacity: Annotated[float, typer.Option(
+        help="POST /v1/release and /v1/decrypt: token bucket size per source address.")]
+    = 60.0,
+    source_rate_refill: Annotated[float, typer.Option(
+        help="Tokens per second per source address.")] = 20.0,
+    max_connections: Annotated[int, typer.Option(
+        help="Concurrent connections before the server answers 503 (uvicorn "
+             "limit_concurrency).")] = 256,
     tee: Annotated[list[str] | None, typer.Option(
         help="Accepted TEE(s): 'tdx' or 'software' for every epoch, 'EPOCH=tdx,software' for "
              "one (repeatable; docs/attestation.md).")] = None,
@@ -282,7 +293,8 @@ def shard_serve(
         try:
             # Refuses a log that does not extend the shard's own last signed head.
             rlog = ReleaseLog(release_log or data_dir / "release-log.jsonl", signer=identity,
-                              shard_index=index, checkpoint_every=checkpoint_every)
+                              shard_index=index, checkpoint_every=checkpoint_every,
+                              head_interval_s=head_interval)
         except ReleaseLogError as e:
             raise fail(f"release log does not verify ({e.reason}); refusing to start: "
                        f"{e.message}", exit_code=2) from e
@@ -313,4 +325,9 @@ def shard_serve(
     if gate.insecure_software_enclave:
         print(f"kms shard {index}: WARNING --allow-insecure-software-enclave: SoftwareEnclave "
               "quotes (no security boundary) can obtain shares", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    # an idle keep-alive connection is closed after 5 s; a body must arrive whole within
+    # shard_app.BODY_DEADLINE_S; past max_connections new ones get 503 at once
+    uvicorn.run(create_app(service, source_rate_capacity=source_rate_capacity,
+                           source_rate_refill_per_s=source_rate_refill),
+                host=host, port=port, log_level="warning",
+                limit_concurrency=max_connections, timeout_keep_alive=5)

@@ -34,6 +34,7 @@ import rfc8785
 from cryptography.hazmat.primitives import hpke
 
 from verinfer.attestation.quotes import Quote
+from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.errors import VerinferError
 from verinfer.kms.errors import BadReleaseRequest
 from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
@@ -151,6 +152,56 @@ class DecryptTarget:
             raise BadReleaseRequest("target ciphertext does not hash to the receipt's "
                                     "ciphertextHash", param="target")
         return out
+
+
+#: Shape of a release or decryption request, counted on the raw bytes before any parser runs
+#: (``jsonsafe.check_shape``): keys and strings (10 top-level fields, 255 nonces with their
+#: keys, the quote's 2, the target's receipt of 10 fields, the assignment's 4: ~600 at most),
+#: objects (the body, nonces, quote, target, receipt, assignment: 6) and values. 16 MiB of
+#: ``[[],[],…]`` — 5.6 M lists, 6.9 s of parsing and 938 MB of RSS on the shard — is refused at
+#: its count, before anything is built.
+MAX_REQUEST_STRINGS = 1024
+MAX_REQUEST_CONTAINERS = 16
+MAX_REQUEST_VALUES = 1024
+#: Largest envelope a per-receipt request can carry: nothing larger is on DA (the receipt's
+#: ciphertext is published there, ``da_client.base.DEFAULT_MAX_BLOB_BYTES``; no protocol
+#: bound is tighter: a response with logprobs is bounded only by it).
+MAX_ENVELOPE_BYTES = DEFAULT_MAX_BLOB_BYTES
+
+
+def max_decrypt_body_bytes(release_body_bytes: int) -> int:
+    """The largest ``/v1/decrypt`` body an honest requester sends: a release request
+    (``release_body_bytes``: quote, nonces, signatures) plus the receipt (< 2 KB) plus the
+    largest envelope in base64."""
+    return release_body_bytes + 2048 + 4 * -(-MAX_ENVELOPE_BYTES // 3)
+
+
+#: The admission headers of a large ``/v1/decrypt`` body: who asks, and their signature over
+#: the request's report_data (the same signature the body carries). A shard checks them —
+#: one signature recovery and "is a registered verifier" — before reading more than a
+#: release request's worth of bytes, so a stranger cannot make it read megabytes.
+HEADER_REQUESTER = "x-verinfer-requester"
+HEADER_REPORT_DATA = "x-verinfer-report-data"
+HEADER_SIGNATURE = "x-verinfer-requester-signature"
+
+
+def admission_headers(req: ReleaseRequest) -> dict[str, str]:
+    return {HEADER_REQUESTER: req.requester, HEADER_REPORT_DATA: to_hex(req.report_data()),
+            HEADER_SIGNATURE: to_hex(req.requester_signature)}
+
+
+def parse_admission_headers(headers: Mapping[str, str]) -> tuple[str, bytes, bytes]:
+    """(requester, report_data, signature) of the admission headers; BadReleaseRequest when
+    one is missing or malformed."""
+    missing = [h for h in (HEADER_REQUESTER, HEADER_REPORT_DATA, HEADER_SIGNATURE)
+               if h not in headers]
+    if missing:
+        raise BadReleaseRequest(f"a body this large needs the admission headers {missing}",
+                                param="headers")
+    unhex(headers[HEADER_REQUESTER], HEADER_REQUESTER, 20)
+    return (headers[HEADER_REQUESTER].lower(),
+            unhex(headers[HEADER_REPORT_DATA], HEADER_REPORT_DATA, 64),
+            unhex(headers[HEADER_SIGNATURE], HEADER_SIGNATURE, 65))
 
 
 def requester_digest(report_data_: bytes) -> bytes:

@@ -13,7 +13,9 @@ shard signs *heads* with its identity key (kms/identity.py) and publishes them:
             sha256("verinfer/kms/log-head/v1" || RFC8785(head))
 
 written to ``<log>.heads.jsonl`` (append-only, fsync'd) at start, every ``checkpoint_every``
-entries, at shutdown, and whenever ``GET /v1/log/head`` finds the log advanced. A head that
+entries, at shutdown, and when ``GET /v1/log/head`` finds the log advanced and the last head
+is at least ``head_interval_s`` old (else the last head is answered: a client polling after
+each request cannot make the shard sign and fsync a head per request). A head that
 has left the shard (fetched over HTTP, copied off the host) is a commitment the shard cannot
 take back: a log that does not extend it — fewer entries (``truncated_below_signed_head``) or
 another hash at that position (``diverges_from_signed_head``) — fails verification. A shard
@@ -49,6 +51,9 @@ HEAD_DOMAIN = b"verinfer/kms/log-head/v1"
 #: A log line is a flat object of short fields; a longer or deeper line is not ours.
 MAX_LINE_BYTES = 16 * 1024
 MAX_LINE_DEPTH = 4
+#: Least time between two heads signed for ``GET /v1/log/head`` (checkpoints every N entries,
+#: at start and at shutdown are not held back by it).
+HEAD_INTERVAL_S = 10.0
 
 
 class ReleaseLogError(KmsError):
@@ -208,9 +213,14 @@ class ReleaseLog:
     that does not extend them), then appends with fsync and signs heads."""
 
     def __init__(self, path: Path, *, signer: LocalAccount, shard_index: int,
-                 checkpoint_every: int = 100, now: Callable[[], float] = time.time) -> None:
+                 checkpoint_every: int = 100, now: Callable[[], float] = time.time,
+                 head_interval_s: float = HEAD_INTERVAL_S) -> None:
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        if head_interval_s < 0:
+            raise ValueError(f"head_interval_s must be >= 0, got {head_interval_s}")
+        self._head_interval_s = head_interval_s
+        self._head_signed_at = float("-inf")
         self.path = Path(path)
         self.heads_path = heads_path(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -244,9 +254,13 @@ class ReleaseLog:
             return self._checkpoint_locked()
 
     def latest_head(self) -> SignedHead:
-        """The signed head of the log as it is now (a new checkpoint if it advanced)."""
+        """The signed head of the log: a new checkpoint if the log advanced and the last head
+        is ``head_interval_s`` old or more, else the last head (which may lag the log by what
+        was logged within the interval)."""
         with self._lock:
-            if self._latest is None or self._latest.count != self._seq:
+            if self._latest is None or (
+                    self._latest.count != self._seq
+                    and self._now() - self._head_signed_at >= self._head_interval_s):
                 return self._checkpoint_locked()
             return self._latest
 
@@ -254,7 +268,7 @@ class ReleaseLog:
         head = SignedHead.sign(self._signer, shard_index=self._index, count=self._seq,
                                head=self._prev, time_s=int(self._now()))
         _append_line(self.heads_path, rfc8785.dumps(head.to_json()) + b"\n")
-        self._latest = head
+        self._latest, self._head_signed_at = head, self._now()
         return head
 
 

@@ -4,17 +4,24 @@ the shard's own failures): the KMS and attestation errors are domain errors that
 and this table is the one place that decides what the caller is told.
 
 Every request body is hostile until proven otherwise: nothing here lets FastAPI/pydantic parse
-JSON. A body is refused by size before it is read (Content-Length) and while it is read
-(chunked), then parsed by ``verinfer.protocol.jsonsafe.loads_untrusted`` with a depth bound —
-the stdlib parser alone segfaults on ~95k nested brackets once eth-account has raised the
-recursion limit, and a dead shard is one fewer of the t a release needs.
+JSON. Before a byte of a body is read (``RequestGate``): a per-source token bucket on the two
+POST endpoints (429), the declared size (413), and on ``/v1/decrypt`` a body larger than a
+release request's bound must carry the admission headers (``kms.protocol.admission_headers``:
+a signature by a registered verifier, checked in one recovery and one committee read) — so
+strangers cannot make a shard read megabytes. While it is read: the size bound (chunked) and a
+whole-body deadline. Then, off the event loop, the value counts (``jsonsafe.check_shape``:
+16 MiB of ``[[],[],…]`` is refused at its count, not built) and
+``verinfer.protocol.jsonsafe.loads_untrusted`` with a depth bound — the stdlib parser alone
+segfaults on ~95k nested brackets once eth-account has raised the recursion limit, and a dead
+shard is one fewer of the t a release needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,24 +46,50 @@ from verinfer.kms.errors import (
     EpochExistsError,
     EpochRetiredError,
     KmsUnavailableError,
+    NotCommitteeMemberError,
     RateLimitedError,
     ReleaseRefused,
     RequesterSignatureError,
     RequestTooLargeError,
 )
+from verinfer.kms.identity import recover_eip191_signer
+from verinfer.kms.protocol import (
+    MAX_REQUEST_CONTAINERS,
+    MAX_REQUEST_STRINGS,
+    MAX_REQUEST_VALUES,
+    max_decrypt_body_bytes,
+    parse_admission_headers,
+    requester_digest,
+)
+from verinfer.kms.ratelimit import TokenBucketLimiter
 from verinfer.kms.shard import Decision, ShardService
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
+from verinfer.protocol.jsonsafe import UntrustedJsonError, check_shape, loads_untrusted
 
 log = logging.getLogger(__name__)
 
 #: Largest release request a shard reads. A request is ~1 KB plus the quote; hardware quotes
 #: with their certificate chain stay near 10-20 KB base64, 255 nonces add ~20 KB.
 MAX_BODY_BYTES = 256 * 1024
-#: A per-receipt decryption request carries the envelope blob (base64): request bodies are
-#: bounded at 4 MiB (protocol/limits.py), padded envelopes with the response stay well below
-#: 12 MiB, i.e. 16 MiB of base64. Only /v1/decrypt reads that much.
-MAX_DECRYPT_BODY_BYTES = 16 * 1024 * 1024
+#: A per-receipt decryption request carries the envelope blob (base64): at most a release
+#: request plus the receipt plus the largest envelope DA holds (32 MiB) in base64
+#: (``kms.protocol.max_decrypt_body_bytes``: 45,091,504 bytes). Only /v1/decrypt reads more
+#: than MAX_BODY_BYTES, and only from an admitted requester (``RequestGate``).
+MAX_DECRYPT_BODY_BYTES = max_decrypt_body_bytes(MAX_BODY_BYTES)
+#: Wall time for a whole body, from the first read: uvicorn bounds an idle connection
+#: (timeout_keep_alive), not a client dripping a byte a second into a 45 MB body.
+BODY_DEADLINE_S = 60.0
+#: Per source address (the TCP peer) on POST /v1/release and /v1/decrypt, before anything is
+#: read: a burst of 60, then 20 a second — far above what one enclave host asks (t requests
+#: per job), and it caps what one client makes a shard verify and refuse.
+SOURCE_RATE_CAPACITY = 60.0
+SOURCE_RATE_REFILL_PER_S = 20.0
+POST_PATHS = ("/v1/release", "/v1/decrypt")
+#: Admitted large bodies read and checked at once (each up to 45 MB, held ~3 times while read
+#: and counted); the others wait for a slot up to BODY_DEADLINE_S, then get 503.
+MAX_LARGE_BODIES = 2
+#: scope["state"] key set by RequestGate when the admission headers verified
+ADMITTED = "verinfer_admitted"
 #: A release request nests 3 deep ({"nonces": {...}}, {"quote": {...}}); a decryption
 #: request 4 ({"target": {"receipt": {...}}}).
 MAX_BODY_DEPTH = 8
@@ -96,46 +129,114 @@ def _refusal(index: int, e: VerinferError) -> JSONResponse:
                                    "shard_index": index}}, status_code=http_status(e))
 
 
-class BodyLimit:
-    """ASGI middleware: refuses any request whose declared Content-Length exceeds the bound
-    before the app sees it (413, nothing read). Chunked bodies are bounded while read
-    (``_read_body``)."""
+class RequestGate:
+    """ASGI middleware: what is decided before a body is read. On the POST endpoints: the
+    source's token bucket (429); a declared Content-Length over the path's bound (413, nothing
+    read); on ``/v1/decrypt``, a body over ``small`` bytes (declared, or chunked) must carry the
+    admission headers, verified by ``admit`` off the event loop (401/403/503; the handler then
+    reads up to the path's bound, else up to ``small``). Counts its refusals in ``refused``."""
 
     def __init__(self, app: ASGIApp, *, index: int, limit: int,
-                 path_limits: dict[str, int] | None = None) -> None:
+                 path_limits: dict[str, int] | None = None,
+                 sources: TokenBucketLimiter | None = None,
+                 admit: Callable[[str, bytes, bytes], None] | None = None,
+                 refused: Any = None) -> None:
         self.app, self.index, self.default_limit = app, index, limit
         self.path_limits = dict(path_limits or {})
+        self.sources, self.admit, self.refused = sources, admit, refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            limit = self.path_limits.get(scope.get("path", ""), self.default_limit)
-            for name, value in scope.get("headers", []):
-                if name == b"content-length":
-                    try:
-                        declared = int(value)
-                    except ValueError:
-                        declared = -1
-                    if declared < 0 or declared > limit:
-                        err = (RequestTooLargeError(f"body of {declared} bytes exceeds the "
-                                                    f"shard's limit of {limit}")
-                               if declared > limit else
-                               BadReleaseRequest("malformed Content-Length"))
-                        await _refusal(self.index, err)(scope, receive, send)
-                        return
+            try:
+                await self._gate(scope)
+            except VerinferError as e:
+                if self.refused is not None:
+                    self.refused.labels(e.code or type(e).__name__).inc()
+                await _refusal(self.index, e)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
+    async def _gate(self, scope: Scope) -> None:
+        path = scope.get("path", "")
+        if self.sources is not None and path in POST_PATHS:
+            client = scope.get("client")
+            self.sources.take(f"source {client[0] if client else '?'}")
+        limit = self.path_limits.get(path, self.default_limit)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        declared: int | None = None
+        if "content-length" in headers:
+            try:
+                declared = int(headers["content-length"])
+            except ValueError:
+                declared = -1
+            if declared < 0:
+                raise BadReleaseRequest("malformed Content-Length")
+            if declared > limit:
+                raise RequestTooLargeError(f"body of {declared} bytes exceeds the shard's "
+                                           f"limit of {limit}")
+        if path == DECRYPT_PATH and self.admit is not None \
+                and limit > self.default_limit and (declared is None
+                                                    or declared > self.default_limit):
+            try:
+                who = parse_admission_headers(headers)
+            except BadReleaseRequest as e:
+                if declared is None:
+                    return  # chunked, unadmitted: read up to the small bound only
+                raise RequestTooLargeError(f"body of {declared} bytes exceeds "
+                                           f"{self.default_limit} without admission: "
+                                           f"{e.message}") from e
+            await run_in_threadpool(self.admit, who[0], who[1], who[2])
+            scope.setdefault("state", {})[ADMITTED] = True
 
-async def _read_body(request: Request, limit: int) -> bytes:
+
+def _admit(service: ShardService) -> Callable[[str, bytes, bytes], None]:
+    def admit(requester: str, rd: bytes, signature: bytes) -> None:
+        """A large body's admission: the requester signed this report_data (the signature the
+        body will carry) and is a registered verifier."""
+        try:
+            signer = recover_eip191_signer(requester_digest(rd), signature)
+        except ValueError as e:
+            raise RequesterSignatureError(f"admission signature: {e}") from e
+        if signer != requester:
+            raise RequesterSignatureError(f"admission signature is by {signer}, not "
+                                          f"{requester}")
+        if not service.cfg.committee.is_registered_verifier(requester):
+            raise NotCommitteeMemberError(f"{requester} is not a registered verifier: a "
+                                          "body this large is read only from one")
+    return admit
+
+
+async def _read_body(request: Request, limit: int,
+                     deadline_s: float = BODY_DEADLINE_S) -> bytes:
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise RequestTooLargeError(f"body exceeds the shard's limit of {limit} bytes")
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            buf.extend(chunk)
+            if len(buf) > limit:
+                raise RequestTooLargeError(f"body exceeds the shard's limit of {limit} bytes")
+
+    try:
+        await asyncio.wait_for(read(), deadline_s)
+    except TimeoutError:
+        raise BadReleaseRequest(f"body not received within {deadline_s:g} s "
+                                f"({len(buf)} bytes read)") from None
     return bytes(buf)
 
 
+def _parse(raw: bytes, limit: int, what: str) -> object:
+    """Value counts first (cheap, on the raw bytes), then the bounded parser."""
+    check_shape(raw, strings=MAX_REQUEST_STRINGS, containers=MAX_REQUEST_CONTAINERS,
+                values=MAX_REQUEST_VALUES, what=what)
+    return loads_untrusted(raw, max_bytes=limit, depth=MAX_BODY_DEPTH, what=what)
+
+
 def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
-               max_decrypt_body_bytes: int = MAX_DECRYPT_BODY_BYTES) -> FastAPI:
+               max_decrypt_body_bytes: int = MAX_DECRYPT_BODY_BYTES,
+               source_rate_capacity: float = SOURCE_RATE_CAPACITY,
+               source_rate_refill_per_s: float = SOURCE_RATE_REFILL_PER_S,
+               body_deadline_s: float = BODY_DEADLINE_S) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -147,9 +248,16 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
     app = FastAPI(title=f"verinfer KMS shard {service.index}", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
     app.state.service = service
-    app.add_middleware(BodyLimit, index=service.index, limit=max_body_bytes,
-                       path_limits={DECRYPT_PATH: max_decrypt_body_bytes})
+    large_bodies = asyncio.Semaphore(MAX_LARGE_BODIES)
     registry = CollectorRegistry()  # per app: several shards may share one test process
+    gate_refusals = Counter("kms_gate_refusals", "Requests refused before their body was "
+                            "read (source rate, size, admission)", ["reason"],
+                            registry=registry)
+    app.add_middleware(RequestGate, index=service.index, limit=max_body_bytes,
+                       path_limits={DECRYPT_PATH: max_decrypt_body_bytes},
+                       sources=TokenBucketLimiter(source_rate_capacity,
+                                                  source_rate_refill_per_s, time.monotonic),
+                       admit=_admit(service), refused=gate_refusals)
     nonces = Counter("kms_nonces_issued", "Nonces issued", registry=registry)
     decisions = Counter("kms_release_decisions", "Release decisions",
                         ["decision", "reason"], registry=registry)
@@ -191,14 +299,30 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
 
     async def handle(request: Request, *, per_receipt: bool) -> JSONResponse:
         t0 = time.perf_counter()
-        limit = max_decrypt_body_bytes if per_receipt else max_body_bytes
-        raw = await _read_body(request, limit)
+        what = "decryption request" if per_receipt else "release request"
         body: object = None
         unparsable: VerinferError | None = None
         try:
-            body = loads_untrusted(raw, max_bytes=limit, depth=MAX_BODY_DEPTH,
-                                   what="decryption request" if per_receipt
-                                   else "release request")
+            if per_receipt and request.scope.get("state", {}).get(ADMITTED):
+                try:
+                    await asyncio.wait_for(large_bodies.acquire(), body_deadline_s)
+                except TimeoutError:
+                    raise KmsUnavailableError(
+                        f"shard {service.index}: {MAX_LARGE_BODIES} large bodies in progress "
+                        f"for {body_deadline_s:g} s; try another shard") from None
+                try:
+                    # off the event loop: /v1/nonce keeps answering while it is checked
+                    body = await run_in_threadpool(
+                        _parse, await _read_body(request, max_decrypt_body_bytes,
+                                                 body_deadline_s),
+                        max_decrypt_body_bytes, what)
+                finally:
+                    large_bodies.release()
+            else:
+                limit = (min(max_body_bytes, max_decrypt_body_bytes) if per_receipt
+                         else max_body_bytes)
+                raw = await _read_body(request, limit, body_deadline_s)
+                body = await run_in_threadpool(_parse, raw, limit, what)
         except UntrustedJsonError as e:
             unparsable = BadReleaseRequest(e.message)
         else:

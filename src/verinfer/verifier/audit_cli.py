@@ -45,7 +45,7 @@ def sample_receipts(view: ChainView, da: BlobSource, rate: float, rng: random.Ra
     out = []
     for b in view.batches(from_block):
         try:
-            m = view.manifest(da, b.manifest_pointer)
+            m = view.manifest(da, b.manifest_pointer, b.leaf_count)
         except VerinferError as err:
             # one operator's unreadable manifest must not stop auditing everyone else's
             # (a full challenge of one of its receipts is what gets it slashed)

@@ -22,7 +22,12 @@ from verinfer.da_client.errors import (
     MalformedPointerError,
     ManifestError,
 )
-from verinfer.da_client.manifest import BatchManifest, ManifestEntry, parse_manifest
+from verinfer.da_client.manifest import (
+    BatchManifest,
+    ManifestEntry,
+    max_manifest_bytes,
+    parse_manifest,
+)
 from verinfer.da_client.pointer import Pointer, mismatch_counts_as_absent
 from verinfer.errors import VerinferError
 from verinfer.receipts.eip712 import Domain, Receipt
@@ -70,6 +75,9 @@ class ChainView:
         self.domain = Domain(deployment.chain_id, deployment.challenge_manager)
         self._opened: dict[int, OpenedChallenge] = {}
         self._manifests: dict[str, BatchManifest] = {}
+        #: lookups that failed for good: by pointer (bytes that are no manifest), or by
+        #: (pointer, leafCount) (bytes too large for a batch of that many receipts)
+        self._bad_manifests: dict[object, ManifestError] = {}
 
     def head(self) -> tuple[int, int]:
         """(block number, timestamp) of the latest block."""
@@ -119,11 +127,37 @@ class ChainView:
                                   param="challenge_id")
         return self._opened[cid]
 
-    def manifest(self, da: BlobSource, pointer: str) -> BatchManifest:
-        if pointer not in self._manifests:
-            self._manifests[pointer] = parse_manifest(da.get(Pointer.parse(pointer)),
-                                                      self.domain)
-        return self._manifests[pointer]
+    def manifest(self, da: BlobSource, pointer: str,
+                 leaf_count: int | None = None) -> BatchManifest:
+        """The manifest at ``pointer``, read and parsed once per pointer — a manifest that is
+        not one is remembered too (8 junk batches naming one hostile 32 MiB manifest cost one
+        parse, not 8). ``leaf_count`` (the batch's on-chain leafCount): bytes past
+        ``max_manifest_bytes(leaf_count)`` are refused unparsed, and the manifest must list
+        that many receipts. Refusals raise ManifestError; DA trouble (not found, unavailable)
+        is raised as it is and not remembered (a manifest may appear later)."""
+        m = self._manifests.get(pointer)
+        if m is None:
+            bad = self._bad_manifests.get(pointer) or self._bad_manifests.get(
+                (pointer, leaf_count))
+            if bad is not None:
+                raise bad
+            blob = da.get(Pointer.parse(pointer))
+            if leaf_count is not None and len(blob) > max_manifest_bytes(leaf_count):
+                err = ManifestError(f"manifest {pointer[:90]}: {len(blob)} bytes, more than a "
+                                    f"batch of {leaf_count} receipts has "
+                                    f"({max_manifest_bytes(leaf_count)})")
+                self._bad_manifests[(pointer, leaf_count)] = err
+                raise err
+            try:
+                m = parse_manifest(blob, self.domain)
+            except ManifestError as e:
+                self._bad_manifests[pointer] = e
+                raise
+            self._manifests[pointer] = m
+        if leaf_count is not None and m.leaf_count != leaf_count:
+            raise ManifestError(f"manifest {pointer[:90]} lists {m.leaf_count} receipts, the "
+                                f"batch {leaf_count}")
+        return m
 
     def batch(self, batch_id: bytes) -> BatchRecord:
         """The BatchCommitted record of ``batch_id``. A challenge was opened against it, so the
@@ -191,7 +225,7 @@ class ChainView:
         its manifest names none)."""
         for b in self.batches():
             if b.batch_id == batch_id:
-                m = self.manifest(da, b.manifest_pointer)
+                m = self.manifest(da, b.manifest_pointer, b.leaf_count)
                 for e in m.entries:
                     if e.signed.digest == digest:
                         return str(e.ciphertext)

@@ -26,7 +26,7 @@ from verinfer.chain.structs import (
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
-from verinfer.protocol.jsonsafe import loads_untrusted
+from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import RECEIPT_FIELDS, Domain
 from verinfer.receipts.merkle import MerkleProof
 from verinfer.receipts.signed import SignedReceipt
@@ -37,6 +37,9 @@ from verinfer.verifier.errors import ChallengeStateError, ReceiptRefError
 FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
 #: Seconds of chain-clock advance tolerated between reading the head and the claim being mined.
 FUTURE_MARGIN_S = 60
+#: A receipt file or an operator's answer is a few KB; an n = 128 response with logprobs less
+#: than this. One bound for every reader of a receipt REF (``read_ref_file``).
+MAX_REF_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,25 @@ def signed_from_json(d: Any, domain: Domain) -> SignedReceipt:
     return signed
 
 
+def read_ref_file(ref: str) -> Any:
+    """The JSON of a receipt file REF (an API response, its ``verification`` object, a signed
+    receipt), bounded: the one reader of such files (``locate`` here, the auditor's
+    ``resolve_ref``), so both read the same files."""
+    try:
+        data = Path(ref).read_bytes()
+    except OSError as e:
+        raise ReceiptRefError(f"cannot read {ref[:200]}: {e.strerror}", param="ref") from None
+    try:
+        return loads_untrusted(data, max_bytes=MAX_REF_BYTES, what=ref[:200])
+    except UntrustedJsonError as e:
+        raise ReceiptRefError(f"{ref[:200]}: {e.message}", param="ref") from None
+
+
 def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
-    """Finds the signed receipt and, if committed, its batch, proof and ciphertext pointer."""
+    """Finds the signed receipt and, if committed, its batch, proof and ciphertext pointer.
+    A receipt is looked for only in its own operator's batches when REF names the receipt
+    (a file); a manifest is read once per pointer, bounded by its batch's leafCount
+    (``ChainView.manifest``)."""
     signed: SignedReceipt | None = None
     digest: bytes | None = None
     pointer: str | None = None
@@ -108,17 +128,19 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
         digest = parse_hex(ref, 32, "ref")
     elif path.is_file():
         try:
-            signed = signed_from_json(loads_untrusted(path.read_bytes(), max_bytes=1 << 20,
-                                                      what=ref), view.domain)
+            signed = signed_from_json(read_ref_file(ref), view.domain)
         except (ValueError, VerinferError) as e:
             raise ReceiptRefError(f"{ref}: not a signed receipt JSON: {e}", param="ref") from e
         digest = signed.digest
     else:
         raise ReceiptRefError(f"{ref!r} is neither a receipt id, a DA pointer nor a file",
                               param="ref")
+    operator = signed.receipt.operator.lower() if signed is not None else None
     for b in view.batches():
+        if operator is not None and b.operator.lower() != operator:
+            continue  # the contract looks a receipt up under its own operator's batches only
         try:
-            m = view.manifest(da, b.manifest_pointer)
+            m = view.manifest(da, b.manifest_pointer, b.leaf_count)
         except VerinferError:
             continue  # a missing or bad manifest is someone else's dispute
         for entry in m.entries:

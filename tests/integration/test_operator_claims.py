@@ -81,6 +81,8 @@ class Operator:
     dir: Path
     outbox: Outbox
     publisher: Publisher
+    first_block: int  # the responders of this test scan from here (earlier tests' claims
+    # belong to other operator directories)
 
     def sign(self, tag: bytes, issued_at: int | None = None) -> SignedReceipt:
         payload = b"ciphertext of " + tag
@@ -95,7 +97,7 @@ class Operator:
         return ClaimResponder(
             w3, ChallengeManagerContract(w3, d.challenge_manager, TxSender(w3, self.net.operator)),
             BatchRegistryContract(w3, d.batch_registry), self.outbox,
-            state_path(self.dir, d.challenge_manager), d.deployed_block, poll_s=0.1, **kw)
+            state_path(self.dir, d.challenge_manager), self.first_block, poll_s=0.1, **kw)
 
 
 @pytest.fixture
@@ -105,7 +107,7 @@ def op(net: Net, tmp_path: Path) -> Iterator[Operator]:
                                                 TxSender(net.w3, net.operator)),
                           net.operator.address)
     publisher = Publisher(outbox, LocalDAClient(tmp_path / "da"), sink, put_workers=1)
-    yield Operator(net, tmp_path, outbox, publisher)
+    yield Operator(net, tmp_path, outbox, publisher, net.w3.eth.block_number + 1)
     publisher.close()
     outbox.close()
 
@@ -178,6 +180,28 @@ def test_a_restarted_responder_answers_claims_opened_while_it_was_down(
     assert view.claim(cid_down).status is ClaimStatus.ANSWERED
     for cid in (cid_seen, cid_down):
         assert second.claims[cid].state == "answered" and second.claims[cid].answered_by_us
+
+
+def test_a_claim_moved_by_a_reorg_is_answered_as_the_chain_has_it(net: Net,
+                                                                   op: Operator) -> None:
+    """A ClaimOpened the responder saw is undone by a reorg (anvil snapshot/revert) and claim
+    id is given to a claim on another receipt, in a block under the cursor: the vanished claim
+    is dropped, the new one found by the overlap re-scan and answered as the chain records it."""
+    first, second = op.sign(b"reorg 1"), op.sign(b"reorg 2")
+    assert op.publisher.drain(timeout_s=60)
+    p = default_params()
+    increase_time(net.w3, first.receipt.issued_at + p.publication_deadline + 1 - net.now())
+    snap = net.w3.provider.make_request("evm_snapshot", [])["result"]  # type: ignore[arg-type]
+    cid = _claim(net, first)
+    r = op.responder()
+    assert [c.claim_id for c in r.scan()] == [cid]
+    assert net.w3.provider.make_request("evm_revert", [snap])["result"]  # type: ignore[arg-type]
+    r.step()
+    assert cid not in r.claims  # no such claim on chain any more: nothing to answer
+    assert _claim(net, second) == cid  # the same id, another receipt, below the cursor
+    r.step()
+    assert net.d.bind(net.w3).challenges.claim(cid).status is ClaimStatus.ANSWERED
+    assert r.claims[cid].receipt_digest == "0x" + second.digest.hex()
 
 
 def test_a_receipt_never_published_is_not_answerable(net: Net, op: Operator) -> None:

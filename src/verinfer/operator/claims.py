@@ -62,6 +62,9 @@ T = TypeVar("T")
 STATE_VERSION = 1
 #: eth_getLogs block span per request (public RPCs cap a range at 10k blocks or fewer).
 LOG_CHUNK_BLOCKS = 2_000
+#: Blocks re-read below the cursor at each scan: a ClaimOpened moved by a shallow reorg is still
+#: seen (claims are keyed by id; the claim's on-chain record, not the event, is what is answered).
+REORG_OVERLAP_BLOCKS = 12
 #: Default whole-call deadline of a read (all of its HTTP requests together).
 RPC_DEADLINE_S = 20.0
 #: Default whole-call deadline of answerUnpublished: estimate, send and wait to be mined.
@@ -221,8 +224,8 @@ class ClaimResponder:
     def _scan(self, head: int) -> list[TrackedClaim]:
         new: list[TrackedClaim] = []
         ev = self.challenges.contract.events.ClaimOpened()
-        while self.cursor < head:
-            lo = self.cursor + 1
+        lo = max(self.start_block, self.cursor + 1 - REORG_OVERLAP_BLOCKS)
+        while lo <= head:
             hi = min(head, lo + self.log_chunk_blocks - 1)
             logs = self._bounded("eth_getLogs(ClaimOpened)", _logs_of(ev, self.operator, lo, hi))
             for entry in logs:
@@ -238,8 +241,10 @@ class ClaimResponder:
                 log.warning("unpublished claim %d on receipt %s by %s: answer due by %d "
                             "(chain time)", cid, c.receipt_digest, a["claimant"],
                             c.response_deadline)
-            self.cursor = hi
-            self._save()  # INVARIANT: the cursor moves only past claims already persisted
+            if hi > self.cursor or new:
+                self.cursor = max(self.cursor, hi)
+                self._save()  # INVARIANT: the cursor moves only past claims already persisted
+            lo = hi + 1
         return new
 
     def _advance(self, c: TrackedClaim, chain_ts: int) -> None:
@@ -247,6 +252,12 @@ class ClaimResponder:
             return
         try:
             info = self._bounded("claim", lambda: self.challenges.claim(c.claim_id))
+            if info.status is ClaimStatus.NONE:  # a reorg took it away: nothing to answer
+                with self._data_lock:
+                    del self.claims[c.claim_id]
+                self._save()
+                log.warning("unpublished claim %d is no longer on chain (reorg)", c.claim_id)
+                return
             if info.status is not ClaimStatus.OPEN:
                 ok = info.status is ClaimStatus.ANSWERED
                 self._finish(c, ANSWERED if ok else FAILED,
@@ -255,8 +266,11 @@ class ClaimResponder:
             if chain_ts > info.response_deadline:
                 self._finish(c, FAILED, c.last_error or "response period over")
                 return
-            proof = self._proof(parse_hex(c.receipt_digest, 32, "receipt digest"),
-                                info.publish_by)
+            if info.receipt_digest != parse_hex(c.receipt_digest, 32, "receipt digest"):
+                # a reorg gave the id to another claim: the chain's record is the one to answer
+                c.receipt_digest, c.publish_by = to_hex(info.receipt_digest), info.publish_by
+                c.response_deadline = info.response_deadline
+            proof = self._proof(info.receipt_digest, info.publish_by)
             c.attempts += 1
             self._bounded("answerUnpublished", lambda: self.challenges.answer_unpublished(
                 c.claim_id, proof.root, proof.index, proof.siblings),

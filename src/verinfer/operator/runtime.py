@@ -370,15 +370,18 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     interval = (monitor_interval_s if monitor_interval_s is not None
                 else bp.check_interval_s)
     monitors = MonitorThread(readiness, checks, interval_s=interval)
+    claims = None
+    if isinstance(cfg.sink, ChainSink):  # built before any thread starts: its state may refuse
+        from verinfer.operator.claims import ClaimResponder
+
+        claims = ClaimResponder.connect(
+            cfg.sink.rpc_url, Path(cfg.sink.deployment), private_key=cfg.private_key(),
+            outbox=outbox, state_dir=cfg.root)
     runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
                               unsafe_reasons(cfg))
     runtime.monitors = monitors.start()
-    if isinstance(cfg.sink, ChainSink):
-        from verinfer.operator.claims import ClaimResponder
-
-        runtime.claims = ClaimResponder.connect(
-            cfg.sink.rpc_url, Path(cfg.sink.deployment), private_key=cfg.private_key(),
-            outbox=outbox, state_dir=cfg.root).start()
+    if claims is not None:
+        runtime.claims = claims.start()
     if selftest:
         runtime.selftest = SelfTestGate(readiness, engines, cfg.root).start()
     return runtime

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-STATUSES = frozenset({"200", "400", "401", "403", "404", "405", "413", "422", "429", "500",
-                      "503"})
+STATUSES = frozenset({"200", "400", "401", "403", "404", "405", "408", "413", "422", "429",
+                      "500", "503"})
 
 
 class OperatorMetrics:

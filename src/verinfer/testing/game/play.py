@@ -46,6 +46,12 @@ BPS = 10_000
 UINT128_MAX = (1 << 128) - 1
 UINT256_MAX = (1 << 256) - 1
 LIVE = (Status.AWAITING_DRAW, Status.VOTING)
+#: How long before a deadline the clock stops for the honest parties' turn (each of their
+#: transactions takes one one-second block).
+LEAD_S = 30
+#: An honest party's margin before a deadline it must meet (its transaction is mined in a
+#: later block than the head it read).
+MARGIN_S = 3
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ def _pick_weighted(rng: random.Random, table: list[tuple[str, float]]) -> str:
 ACTION_WEIGHTS: list[tuple[str, float]] = [
     ("serve_honest", 6), ("serve_cheat", 6), ("cheat_commit_pending", 2), ("cheat_answer", 2),
     ("sybil_commit", 8), ("sybil_reveal", 6), ("grief_challenge", 3), ("grief_claim", 2),
-    ("front_run", 2), ("stake", 6), ("governance", 2), ("fuzz", 10), ("time", 10),
+    ("front_run", 2), ("sybil_bond", 3), ("stake", 6), ("governance", 2), ("fuzz", 10), ("time", 10),
     ("mine", 2), ("tick", 3),
 ]
 
@@ -128,9 +134,21 @@ class Game:
         elif kind == "cheat_answer":
             a["claim"] = rng.randint(1, max(1, state.claim_count + 1))
             a["garbage"] = rng.random() < 0.3
-        elif kind in ("sybil_commit", "sybil_reveal"):
+        elif kind == "sybil_bond":
             a["sybil"] = sybil
-            a["cid"] = rng.randint(1, max(1, state.challenge_count + 1))
+            # 0.9 ETH: a minimum-stake sybil then weighs exactly what an honest verifier does
+            a["value"] = rng.choice((ETHER * 9 // 10, ETHER * 9 // 10, ETHER * 4 // 10,
+                                     ETHER * 19 // 10, ETHER * 49 // 10, ETHER * 99 // 10))
+        elif kind in ("sybil_commit", "sybil_reveal"):
+            seats = sorted((cid, n) for cid, info in state.live_challenges.items()
+                           if info.status is Status.VOTING
+                           for n in w.attacker_names if n.startswith("sybil")
+                           and any(x == w.address(n) for x, _ in state.committees.get(cid, [])))
+            if seats and rng.random() < 0.85:
+                a["cid"], sybil = rng.choice(seats)
+            else:
+                a["cid"] = rng.randint(1, max(1, state.challenge_count + 1))
+            a["sybil"] = sybil
             a["value"] = rng.choice(("receipt", "truth", "invalid", "random"))
             a["salt"] = "0x" + rng.randbytes(32).hex()
             a["skip"] = rng.random() < 0.15  # a reveal that never comes
@@ -185,6 +203,8 @@ class Game:
         if t.endswith("[]"):
             inner = dict(p, type=t[:-2])
             return [self._fuzz_value(rng, inner, state) for _ in range(rng.choice((0, 1, 2)))]
+        if t == "tuple" and [c["name"] for c in p["components"]][:2] != ["version", "operator"]:
+            return tuple(self._fuzz_value(rng, c, state) for c in p["components"])
         if t == "tuple":  # the Receipt: a real one, maybe with one field changed
             items = list(ep.issued.values())
             if items and rng.random() < 0.8:
@@ -257,6 +277,7 @@ class Game:
         mode = a["mode"]
         p = self._params()
         issued_at = {"future": now + MAX_CLOCK_SKEW + 1 + (a["k"] * 97),
+                     "dated_after_commit": now + MAX_CLOCK_SKEW + 5,
                      "late": now - p.publication_deadline - 1}.get(mode, now)
         items = []
         for k in range(a["k"]):
@@ -266,7 +287,9 @@ class Game:
             items.append(w.make_receipt(
                 "cheat_op", out=out, issued_at=issued_at,
                 model=keccak(b"other model") if mode == "bad_model" else MODEL))
-            if mode in ("unpublished", "future", "late", "dated_after_commit"):
+            # invalid on its face, or its evidence withheld from a committed batch: a fraud
+            # whatever its output (withheld or late receipts are claims' business)
+            if mode in ("future", "dated_after_commit", "no_blobs", "no_manifest"):
                 items[-1].fraud = True
         if mode in ("unpublished", "future"):
             ep.pending.setdefault("cheat", []).extend(items)
@@ -275,19 +298,17 @@ class Game:
         w.tx("cheat_op", "BatchRegistry", "commitBatch", [root, len(items), str(ptr)])
         for i in items:
             i.committed_at = self._now()
-        if mode == "dated_after_commit":  # a receipt dated after its own batch's commit
-            for i in items:
-                i.fraud = True
         return "committed"
 
     def _do_cheat_commit_pending(self, a: dict[str, Any], state: Checker) -> str:
         ep = self.w.ep
         assert ep is not None
-        items = ep.pending.pop("cheat", [])
+        items = ep.pending.get("cheat", [])
         if not items:
             return "nothing pending"
         root, ptr = self.w.publish(items)
         self.w.tx("cheat_op", "BatchRegistry", "commitBatch", [root, len(items), str(ptr)])
+        ep.pending.pop("cheat")
         for i in items:
             i.committed_at = self._now()
         return "committed late"
@@ -362,6 +383,10 @@ class Game:
                   value=self._params().challenge_bond)
         return "claimed"
 
+    def _do_sybil_bond(self, a: dict[str, Any], state: Checker) -> str:
+        self.w.tx(a["sybil"], "StakeRegistry", "bond", [], value=a["value"])
+        return "bonded"
+
     def _do_stake(self, a: dict[str, Any], state: Checker) -> str:
         by, op, amount = a["by"], a["op"], a["amount"]
         target = self.w.address(a["target"])
@@ -392,7 +417,7 @@ class Game:
         if op == "setParams":
             p = self.base_params
             scale = rng.choice((0.5, 1, 1, 2))
-            new = Params(
+            new = replace(p, 
                 challenge_window=int(p.challenge_window * rng.choice((0.5, 1, 2))),
                 publication_deadline=int(p.publication_deadline * scale),
                 response_period=int(p.response_period * scale),
@@ -410,7 +435,9 @@ class Game:
                 min_verifier_stake=ETHER // 10,
                 majority_reward_bps=rng.choice((0, 3000, 5000)))
             if new.min_operator_stake < new.slash_amount:
-                new = Params(**{**new.__dict__, "min_operator_stake": new.slash_amount})
+                new = replace(new, min_operator_stake=new.slash_amount)
+            if hasattr(new, "claim_window"):  # issue 31: claimWindow <= challengeWindow
+                new = replace(new, claim_window=min(new.claim_window, new.challenge_window))
             self.w.tx("gov", "ProtocolConfig", "setParams", [new.as_tuple()])
             return "params set"
         ident = rng.choice((MODEL, FINGERPRINT, keccak(b"other model")))
@@ -441,18 +468,40 @@ class Game:
     # ---- time and the honest parties -----------------------------------------------------------
 
     def advance(self, seconds: int, state: Checker) -> None:
-        """Moves the clock. The honest parties are live: while a dispute is open they get a turn
-        at least every quarter of the shortest phase period."""
-        left = seconds
-        while left > 0:
+        """Moves the clock by ``seconds``. The honest parties are live: the clock stops for
+        their turn ``LEAD_S`` before and just after every deadline of a live dispute (and of a
+        withheld receipt's publication), so they act inside every phase."""
+        _, now = self.w.head()
+        end = now + seconds
+        while True:
             self.honest_turn(state)
-            p = self._params()
-            busy = state.live_challenges or state.live_claims or self._pending_frauds()
-            chunk = left if not busy else max(1, min(left, min(
-                p.draw_period, p.commit_period, p.reveal_period, p.response_period) // 4))
-            self.w.jump(chunk)
-            left -= chunk
-        self.honest_turn(state)
+            _, now = self.w.head()
+            if now >= end:
+                return
+            stops = [t for d in self._deadlines(state) for t in (d - LEAD_S, d + 1) if t > now]
+            target = min([end, *stops])
+            self.w.jump(target - now)
+
+    def _deadlines(self, state: Checker) -> list[int]:
+        p = self._params()
+        ds: list[int] = []
+        for info in state.live_challenges.values():
+            if info.status is Status.AWAITING_DRAW:
+                ds.append(info.opened_at + p.draw_period)
+            else:
+                ds += [info.commit_deadline, info.reveal_deadline]
+        ds += [cl.response_deadline for cl in state.live_claims.values()]
+        ep = self.w.ep
+        assert ep is not None
+        ds += [i.committed_at + p.challenge_window for i in ep.issued.values()
+               if i.by == "cheat_op" and i.fraud and i.committed_at is not None
+               and i.digest not in ep.hc_challenges.values()]
+        claimed = set(ep.hc_claims.values())
+        ds += [i.receipt.issued_at + p.publication_deadline for i in ep.issued.values()
+               if i.by == "cheat_op" and i.digest not in claimed
+               and (i.committed_at is None
+                    or i.committed_at > i.receipt.issued_at + p.publication_deadline)]
+        return ds
 
     def _pending_frauds(self) -> bool:
         ep = self.w.ep
@@ -480,14 +529,18 @@ class Game:
         ch = Challenger(ep.view, c, ep.da)
         number, now = w.head()
         p = self._params()
+        batches: list[Any] | None = None
         for it in list(ep.issued.values()):
-            if not it.fraud or it.by != "cheat_op":
+            if it.by != "cheat_op":
                 continue
             rs = state.receipt_state(it.digest)
-            if it.root is not None and it.proof is not None and it.committed_at is not None:
-                if rs.slashed or rs.live_challenge or now > it.committed_at + p.challenge_window:
-                    continue
-                batch = next((b for b in ep.view.batches() if b.root == it.root), None)
+            mine = [cid for cid, d in ep.hc_challenges.items() if d == it.digest]
+            done = any(state.ended.get(("challenge", cid)) is Status.SLASHED for cid in mine)
+            if it.fraud and it.root is not None and it.proof is not None \
+                    and it.committed_at is not None and not done and not rs.slashed and not rs.live_challenge \
+                    and now + MARGIN_S <= it.committed_at + p.challenge_window:
+                batches = ep.view.batches() if batches is None else batches
+                batch = next((b for b in batches if b.root == it.root), None)
                 try:
                     kind, ident = ch.open(Located(it.signed, batch, it.proof, str(it.pointer)))
                     ep.hc_challenges[ident] = it.digest
@@ -495,13 +548,14 @@ class Game:
                     state.violate("required_call_reverted",
                                   f"honest challenger could not open on fraud "
                                   f"0x{it.digest.hex()[:12]}: {e}")
-            unpublished = it.committed_at is None or \
-                it.committed_at > it.receipt.issued_at + p.publication_deadline
-            future = it.receipt.issued_at > now + MAX_CLOCK_SKEW + 60
-            if not unpublished or rs.live_claim or rs.unpublished_slashed or \
-                    (future and rs.slashed):
+            publish_by = it.receipt.issued_at + p.publication_deadline
+            unpublished = it.committed_at is None or it.committed_at > publish_by
+            future = it.receipt.issued_at > now + MAX_CLOCK_SKEW + MARGIN_S
+            claim_by = publish_by + getattr(p, "claim_window", 1 << 64)
+            if not unpublished or it.digest in ep.hc_claims.values() or rs.live_claim \
+                    or rs.unpublished_slashed or (future and rs.slashed):
                 continue
-            if future or now > it.receipt.issued_at + p.publication_deadline:
+            if future or publish_by < now + 1 <= claim_by - MARGIN_S:
                 try:
                     kind, ident = ch.open(Located(it.signed, None, None, None))
                     ep.hc_claims[ident] = it.digest
@@ -510,21 +564,26 @@ class Game:
                                   f"honest claimant could not claim 0x{it.digest.hex()[:12]}: {e}")
 
     def _operator_turn(self, state: Checker) -> None:
-        """The honest operator answers every open claim against it while it can."""
+        """The honest operator's daemons: one publisher step (a batch whose commit failed
+        before is retried), one claim-responder step."""
         w, ep = self.w, self.w.ep
         assert ep is not None
-        me = w.address("honest_op")
-        c = w.contracts_for(w.honest_op)
-        for cid, cl in list(state.live_claims.items()):
-            if cl.operator != me or cl.status is not ClaimStatus.OPEN:
-                continue
-            it = ep.issued.get(bytes(cl.receipt_digest))
-            if it is None or it.proof is None or it.root is None:
-                continue
-            try:
-                c.challenges.answer_unpublished(cid, it.root, it.proof.index, it.proof.siblings)
-            except VerinferError as e:
-                state.violate("honest_operator_cannot_answer", f"claim {cid}: {e}")
+        ep.publisher.run_once(flush=True)
+        late = [i for i in ep.issued.values() if i.by == "honest_op" and i.root is None]
+        for i in late:  # batches committed since: their roots and proofs
+            self._read_back(i)
+        ep.responder.step()
+
+    def _read_back(self, i: Issued) -> None:
+        ep = self.w.ep
+        assert ep is not None
+        found = ep.outbox.entry_state(i.digest)
+        row = None if found is None or found[2] is None else ep.outbox.batch(found[2])
+        if row is not None and row.state == "committed":
+            from verinfer.da_client.manifest import inclusion_proof
+            i.root, i.proof = row.root, inclusion_proof(row.manifest, i.digest)
+            b = self.w.view("BatchRegistry", "batchOf", [self.w.address("honest_op"), row.root])
+            i.committed_at = int(b[0][1])
 
     def _keeper_turn(self, state: Checker) -> None:
         """Draws and resolves what is due (anyone may; the honest challenger does)."""
@@ -600,6 +659,7 @@ class Checker:
     live_challenges: dict[int, ChallengeInfo] = field(default_factory=dict)
     live_claims: dict[int, ClaimInfo] = field(default_factory=dict)
     committees: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    ended: dict[tuple[str, int], Any] = field(default_factory=dict)
     sybil_votes: dict[tuple[int, str], tuple[bytes, str, bool]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -661,6 +721,7 @@ class Checker:
     def _challenge_ended(self, cid: int, info: ChallengeInfo) -> None:
         ep = self.w.ep
         assert ep is not None
+        self.ended[("challenge", cid)] = info.status
         key = f"challenge_{info.status.name.lower()}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
         it = ep.issued.get(bytes(info.receipt_digest))
@@ -687,6 +748,7 @@ class Checker:
     def _claim_ended(self, cid: int, cl: ClaimInfo) -> None:
         ep = self.w.ep
         assert ep is not None
+        self.ended[("claim", cid)] = cl.status
         key = f"claim_{cl.status.name.lower()}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
         it = ep.issued.get(bytes(cl.receipt_digest))
@@ -831,9 +893,10 @@ def play_episode(game: Game, seed: int, episode: int, steps: int,
         st.step = k
         a = dict(todo[k]) if todo is not None else game.choose(rng, st)
         a.pop("outcome", None)
+        played.append(a)  # in the trace before it runs: a violation inside it includes it
         outcome = game.execute(a, st)
         reverts += outcome.startswith("revert")
-        played.append({**a, "outcome": outcome})
+        a["outcome"] = outcome
         st.check()
         if st.violations and stop_at_first:
             break

@@ -4,9 +4,10 @@ parties' software, and the episode reset (anvil snapshot / revert).
 Parties (docs/game.md has the action table):
 
 - ``gov``: governance (the deployer; owner of ProtocolConfig and StakeRegistry).
-- ``honest_op``: an honest operator. Signs with the operator's own ``ReceiptSigner``, puts the
-  ciphertext and the batch manifest on DA (``LocalDAClient``), commits through the operator's
-  ``ChainBatchSink``, and answers every unpublished claim against it with its batch's proof.
+- ``honest_op``: an honest operator running the operator's own pipeline: signs with its
+  ``ReceiptSigner``, enqueues in its ``Outbox``, and its ``Publisher`` (stepped with
+  ``run_once``) puts the ciphertexts and the manifest on DA (``LocalDAClient``) and commits
+  through ``ChainBatchSink``; its ``ClaimResponder`` (stepped) answers unpublished claims.
 - ``cheat_op``: an attacker-controlled operator (wrong outputs, unpublished, late, future-dated
   receipts).
 - honest verifiers: each a real ``VerifierNode`` driven by ``step()``; its judge is the
@@ -42,7 +43,10 @@ from verinfer.da_client.errors import BlobNotFoundError
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.da_client.pointer import Pointer
-from verinfer.da_client.sinks import BatchCommitment
+from verinfer.da_client.manifest import inclusion_proof
+from verinfer.da_client.outbox import Outbox
+from verinfer.da_client.publisher import Backoff, Publisher
+from verinfer.operator.claims import ClaimResponder
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.merkle import MerkleProof, build_tree
 from verinfer.receipts.signed import SignedReceipt
@@ -122,6 +126,9 @@ class Episode:
     da: LocalDAClient
     nodes: list[VerifierNode]
     view: ChainView
+    outbox: Outbox
+    publisher: Publisher
+    responder: ClaimResponder
     issued: dict[bytes, Issued] = field(default_factory=dict)  # by digest
     pending: dict[str, list[Issued]] = field(default_factory=dict)  # cheater's uncommitted
     hc_challenges: dict[int, bytes] = field(default_factory=dict)  # honest challenger's
@@ -150,6 +157,11 @@ class World:
 
     def _setup(self, n_honest: int, n_sybils: int, params: Params) -> None:
         self.w3: Web3 = self.anvil.web3()
+        # the validation middleware asks the node for its chain id before every request;
+        # the game's chain id never changes (it halves the honest parties' RPC traffic)
+        self.w3.middleware_onion.remove("validation")
+        self.w3.middleware_onion.remove("ens_name_to_address")
+        self._bound: dict[str, Contracts] = {}
         self.rpc = Rpc(self.anvil.url)
         self.gov = dev_accounts(1)[0]
         self.honest_op = _key("honest_op")
@@ -222,7 +234,11 @@ class World:
         return f.decode(bytes.fromhex(raw[2:]))
 
     def contracts_for(self, acct: LocalAccount) -> Contracts:
-        return self.d.bind(self.w3, TxSender(self.w3, acct))
+        """The bindings an honest party sends through (made once per account)."""
+        got = self._bound.get(acct.address)
+        if got is None:
+            got = self._bound[acct.address] = self.d.bind(self.w3, TxSender(self.w3, acct))
+        return got
 
     def jump(self, seconds: int) -> None:
         """Mines one block ``seconds`` after the latest."""
@@ -247,7 +263,15 @@ class World:
         da = LocalDAClient(tmp / "da")
         view_c = self.d.bind(self.w3)
         view = ChainView(self.w3, self.d, view_c)
-        ep = Episode(tmp=tmp, da=da, nodes=[], view=view)
+        op = self.contracts_for(self.honest_op)
+        outbox = Outbox(tmp / "outbox.sqlite", unsafe_synchronous_normal=True)
+        sink = ChainBatchSink(op.batches, self.honest_op.address)
+        publisher = Publisher(outbox, da, sink, put_workers=1, rng=lambda: 0.5)
+        responder = ClaimResponder(self.w3, op.challenges, op.batches, outbox,
+                                   tmp / "claims.json", self.head()[0],
+                                   backoff=Backoff(base_s=0.0, max_s=0.0), rng=lambda: 0.5)
+        ep = Episode(tmp=tmp, da=da, nodes=[], view=view, outbox=outbox, publisher=publisher,
+                     responder=responder)
         judge = OracleJudge(da)
         for i, acct in enumerate(self.honest_verifiers):
             def salt(i: int = i) -> bytes:
@@ -261,12 +285,12 @@ class World:
                                 salt=salt, log=lambda s, i=i: ep.node_log.append(f"v{i}: {s}"))
             ep.nodes.append(node)
         self.ep = ep
-        self.sink = ChainBatchSink(self.contracts_for(self.honest_op).batches,
-                                   self.honest_op.address)
         return ep
 
     def _close_episode(self) -> None:
         assert self.ep is not None
+        self.ep.publisher.close()
+        self.ep.outbox.close()
         self.ep.da.close()
         shutil.rmtree(self.ep.tmp, ignore_errors=True)
         self.ep = None
@@ -317,8 +341,17 @@ class World:
         return m.root, ptr
 
     def honest_commit(self, items: list[Issued]) -> None:
-        root, ptr = self.publish(items)
-        self.sink.commit(BatchCommitment(0, root, len(items), ptr))
-        _, ts = self.head()
+        """The honest operator's path for signed receipts: the outbox, then one publisher
+        step (DA, manifest, commit through the chain sink)."""
+        ep = self.ep
+        assert ep is not None
+        ep.outbox.enqueue_many([(i.digest, i.signed.to_bytes(), i.blob) for i in items])
+        ep.publisher.run_once(flush=True)
         for i in items:
-            i.committed_at = ts
+            found = ep.outbox.entry_state(i.digest)
+            row = None if found is None or found[2] is None else ep.outbox.batch(found[2])
+            if row is None or row.state != "committed":
+                continue  # the publisher retries it on a later step (docs/da.md)
+            i.root, i.proof = row.root, inclusion_proof(row.manifest, i.digest)
+            b = self.view("BatchRegistry", "batchOf", [self.address("honest_op"), row.root])[0]
+            i.committed_at = int(b[1])

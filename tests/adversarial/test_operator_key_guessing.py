@@ -51,5 +51,7 @@ def test_three_hundred_wrong_keys_meet_429(tiny_engine: Engine) -> None:
         assert c.get("/metrics", headers={"Authorization": "Bearer guess"}).status_code == 429
         clock.t += 60  # the bucket refills: the key holder is served again
         assert c.get("/v1/models", headers=right).status_code == 200
+        # no key at all guesses nothing: a plain 401, not charged
+        assert all(c.get("/v1/models").status_code == 401 for _ in range(50))
         # a key holder's own requests never drain it: only failures are charged
         assert all(c.get("/v1/models", headers=right).status_code == 200 for _ in range(50))

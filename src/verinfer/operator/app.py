@@ -331,13 +331,17 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         """keys.check, with failed attempts charged to the client's address: past
         ``auth_failures_burst`` (refilling at ``auth_failures_per_minute``) every attempt from
         it is 429 before its key is looked at, so keys cannot be guessed at line rate (issue
-        32.8: 300 wrong keys had drawn 300 401s)."""
+        32.8: 300 wrong keys had drawn 300 401s). A request with no key at all is a plain 401
+        and charged nothing (it guesses nothing)."""
         if not keys.enabled:
             return "open"
+        authorization = request.headers.get("authorization")
+        if not ApiKeys.presents_key(authorization):
+            return keys.check(authorization)  # 401 "missing API key": not a guess, not charged
         ip = address(request)
         throttle.require(ip)
         try:
-            return keys.check(request.headers.get("authorization"))
+            return keys.check(authorization)
         except AuthenticationError:
             throttle.failed(ip)
             raise

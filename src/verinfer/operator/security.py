@@ -30,6 +30,12 @@ class ApiKeys:
     def enabled(self) -> bool:
         return bool(self._digests)
 
+    @staticmethod
+    def presents_key(authorization: str | None) -> bool:
+        """Whether an Authorization header offers a bearer key at all (right or wrong)."""
+        scheme, _, token = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and bool(token.strip())
+
     def check(self, authorization: str | None) -> str:
         """The caller's identity for rate limiting: a key fingerprint (keys on) or 'open'."""
         if not self.enabled:

@@ -7,6 +7,11 @@ draws a committee again (`draw_gas_1000_verifiers`: the draw reads a checkpointe
 so its cost depends on the tree depth, not on the number of verifiers). gasUsed includes the
 21000 intrinsic cost and calldata. Prints one JSON object as the last line.
 
+``resolve_gas_worst`` (issue 31) is the costliest resolve the parameters allow, on a second
+deployment: the largest committee ProtocolConfig accepts (MAX_COMMITTEE_SIZE), every member at
+the minimum stake and declared on the most fingerprints allowed (StakeRegistry.MAX_DECLARATIONS),
+none revealing, so each member's penalty takes it out of 1 + MAX_DECLARATIONS draw pools.
+
 ``--smoke`` (CI, tests/integration/test_bench_smoke.py): registers 20 more verifiers instead of
 1,000, so ``draw_gas_1000_verifiers`` is then not that number; every other path is the same.
 """
@@ -17,12 +22,14 @@ import argparse
 import hashlib
 import json
 import time
+from dataclasses import replace
 
 from eth_account import Account
+from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
 from verinfer.chain.anvil import Anvil, dev_accounts, increase_time, mine
-from verinfer.chain.bindings import TxSender, vote_commitment
+from verinfer.chain.bindings import Contracts, TxSender, vote_commitment
 from verinfer.chain.deploy import deploy_all
 from verinfer.chain.signing import sign_receipt_typed
 from verinfer.chain.structs import ETHER, Kind, Role, default_params
@@ -66,6 +73,60 @@ def _register_many(w3: Web3, d: object, n: int, stake: int, fp: bytes) -> tuple[
             raise RuntimeError(f"declare failed: {h.hex()}")
         worst_declare = max(worst_declare, int(r["gasUsed"]))
     return worst, worst_declare
+
+
+def _resolve_worst(w3: Web3, gov: LocalAccount, op: LocalAccount, challenger: LocalAccount
+                   ) -> tuple[int, int, int]:
+    """Deploys a fresh system with committee_size = MAX_COMMITTEE_SIZE, fills one pool with that
+    many minimum-stake verifiers each declared on MAX_DECLARATIONS fingerprints, opens and draws
+    a challenge that nobody votes on, and resolves it. Returns (resolve gasUsed, committee size,
+    declarations per member)."""
+    probe = deploy_all(w3, gov, default_params())
+    n = int(probe.bind(w3).config.contract.functions.MAX_COMMITTEE_SIZE().call())
+    decl = int(probe.bind(w3).stakes.contract.functions.MAX_DECLARATIONS().call())
+    params = replace(default_params(), committee_size=n)
+    d = deploy_all(w3, gov, params)
+
+    def as_(a: LocalAccount) -> Contracts:
+        return d.bind(w3, TxSender(w3, a))
+
+    model = hashlib.sha256(b"worst m").digest()
+    fps = [hashlib.sha256(b"worst f%d" % k).digest() for k in range(decl)]
+    as_(gov).config.approve(Kind.MODEL, model)
+    for fp in fps:
+        as_(gov).config.approve(Kind.ENGINE_FINGERPRINT, fp)
+    as_(gov).config.register_key_epoch(1, b"\x04" * 32, b"\x00" * 32, 2, 3)
+    as_(op).stakes.register(Role.OPERATOR, 2 * ETHER)
+    for i in range(n):
+        acct = Account.from_key(hashlib.sha256(b"worst verifier %d" % i).digest())
+        w3.provider.make_request("anvil_setBalance",  # type: ignore[arg-type]
+                                 [acct.address, hex(ETHER)])
+        as_(acct).stakes.register(Role.VERIFIER, params.min_verifier_stake)
+        for fp in fps:
+            as_(acct).stakes.declare_fingerprint(fp)
+    increase_time(w3, d.bind(w3).stakes.coverage_notice())
+    domain = Domain(chain_id=d.chain_id, verifying_contract=d.challenge_manager)
+    now = int(w3.eth.get_block("latest")["timestamp"])
+    receipts = [Receipt(operator=op.address, chain_id=d.chain_id, model_id=model,
+                        engine_fingerprint_hash=fps[0],
+                        req_hash=hashlib.sha256(b"wr%d" % i).digest(),
+                        out_hash=hashlib.sha256(b"wo%d" % i).digest(), key_epoch=1,
+                        ciphertext_hash=hashlib.sha256(b"wc%d" % i).digest(), issued_at=now)
+                for i in range(2)]
+    tree = build_tree([r.digest(domain) for r in receipts])
+    as_(op).batches.commit_batch(tree.root, 2, "da://local/0x" + "00" * 32)
+    proof = tree.proof(0)
+    cm = as_(challenger).challenges
+    cid = cm.open_challenge(receipts[0], sign_receipt_typed(receipts[0], domain, op), tree.root,
+                            proof.index, proof.siblings, params.challenge_bond)
+    mine(w3, params.draw_delay_blocks + 1)
+    cm.draw_committee(cid)
+    members = len(cm.committee(cid))
+    if members != n:
+        raise RuntimeError(f"resolve_gas_worst: committee of {members}, want {n}")
+    increase_time(w3, params.commit_period + params.reveal_period + 1)
+    resolved = cm.resolve(cid)
+    return int(resolved["gasUsed"]), n, decl
 
 
 def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
@@ -141,6 +202,7 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
                                  tree.root, p3.index, p3.siblings, params.challenge_bond)
         mine(w3, params.draw_delay_blocks + 1)
         draw_many = cm.draw_committee(cid3)
+        resolve_worst, worst_committee, worst_decl = _resolve_worst(w3, gov, op, challenger)
     commit_gas = int(commit["gasUsed"])
     return {
         "commit_batch_gas": commit_gas,
@@ -154,6 +216,9 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
         "bond_declared_verifier_gas": int(bond["gasUsed"]),
         "commit_vote_gas": int(cv["gasUsed"]),
         "reveal_vote_gas": int(rv["gasUsed"]),
+        "resolve_gas_worst": resolve_worst,
+        "resolve_worst_committee": worst_committee,
+        "resolve_worst_declarations": worst_decl,
         "gas_per_receipt_1024": round(commit_gas / LEAVES, 2),
         "batch_leaves": LEAVES,
         "proof_siblings": len(proof.siblings),
@@ -163,7 +228,8 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
         # draw needs, +5k for the coverage read; the soundness fix is worth 2% (docs/contracts.md)
         "targets": {"commit_batch_gas": 60000, "open_challenge_gas": 260000,
                     "commit_vote_gas": 70000, "reveal_vote_gas": 70000,
-                    "gas_per_receipt_1024": 100},
+                    "gas_per_receipt_1024": 100, "draw_gas_1000_verifiers": 500000,
+                    "resolve_gas_worst": 15000000},
         "seconds": round(time.perf_counter() - t0, 2),
     }
 

@@ -16,6 +16,12 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     ///      resolve (every member penalized, each declared on the most fingerprints) stays under
     ///      15M gas (bench/gas.py `resolve_gas_worst`, ChallengeManager.t.sol).
     uint16 public constant MAX_COMMITTEE_SIZE = 6;
+    /// @inheritdoc IProtocolConfig
+    /// @dev INVARIANT: minOperatorStake >= MIN_OPERATOR_STAKE_SLASHES · slashAmount. An
+    ///      operator's proven frauds cost min(N·S, stake): beyond stake / S they are free. At
+    ///      the minimum stake the first MIN_OPERATOR_STAKE_SLASHES frauds are paid in full, and
+    ///      one slash leaves the operator below the minimum (no new batch until it re-bonds).
+    uint16 public constant MIN_OPERATOR_STAKE_SLASHES = 2;
 
     Params internal _params;
     mapping(Kind => mapping(bytes32 => Approval)) internal _approvals;
@@ -95,7 +101,9 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
         if (p.challengeBond > type(uint96).max) revert InvalidParams("challengeBond > uint96");
         // A challenge stores its liability in 96 bits.
         if (p.slashAmount > type(uint96).max) revert InvalidParams("slashAmount > uint96");
-        if (p.minOperatorStake < p.slashAmount) revert InvalidParams("minOperatorStake < slashAmount");
+        if (p.minOperatorStake < uint256(MIN_OPERATOR_STAKE_SLASHES) * p.slashAmount) {
+            revert InvalidParams("minOperatorStake < MIN_OPERATOR_STAKE_SLASHES * slashAmount");
+        }
         if (p.minVerifierStake < p.nonRevealPenalty) {
             revert InvalidParams("minVerifierStake < nonRevealPenalty");
         }

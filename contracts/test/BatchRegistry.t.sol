@@ -24,9 +24,9 @@ contract BatchRegistryTest is Fixture {
         vm.prank(operator);
         batches.commitBatch(root, 4, "da://local/0x01");
         address op2 = address(0x0B2);
-        vm.deal(op2, 10 ether);
+        vm.deal(op2, 20 ether);
         vm.startPrank(op2);
-        stakes.register{value: 10 ether}(stakes.accountOf(operator).role);
+        stakes.register{value: 20 ether}(stakes.accountOf(operator).role);
         batches.commitBatch(root, 4, "da://local/0x01");
         vm.stopPrank();
     }

@@ -46,10 +46,16 @@ contract ProtocolConfigTest is Fixture {
         config.setParams(p);
     }
 
-    function test_setParams_slashAboveMinStake_reverts() public {
+    /// Issue 31: the minimum stake must pay MIN_OPERATOR_STAKE_SLASHES frauds in full (before:
+    /// one slashAmount was enough, so an operator at the minimum paid for its first fraud only).
+    function test_setParams_minStakeUnderTwoSlashes_reverts() public {
         IProtocolConfigTypes.Params memory p = defaultParams();
-        p.slashAmount = p.minOperatorStake + 1;
-        vm.expectRevert(abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "minOperatorStake < slashAmount"));
+        p.slashAmount = p.minOperatorStake / 2 + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IProtocolConfigErrors.InvalidParams.selector, "minOperatorStake < MIN_OPERATOR_STAKE_SLASHES * slashAmount"
+            )
+        );
         config.setParams(p);
     }
 

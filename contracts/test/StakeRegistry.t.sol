@@ -25,9 +25,9 @@ contract StakeRegistryTest is Fixture {
         vm.deal(newcomer, 20 ether);
         vm.prank(newcomer);
         vm.expectRevert(
-            abi.encodeWithSelector(IStakeRegistryErrors.StakeBelowMinimum.selector, IStakeRegistryTypes.Role.Operator, 9 ether, 10 ether)
+            abi.encodeWithSelector(IStakeRegistryErrors.StakeBelowMinimum.selector, IStakeRegistryTypes.Role.Operator, 19 ether, 20 ether)
         );
-        stakes.register{value: 9 ether}(IStakeRegistryTypes.Role.Operator);
+        stakes.register{value: 19 ether}(IStakeRegistryTypes.Role.Operator);
     }
 
     function test_register_twice_reverts() public {
@@ -149,7 +149,7 @@ contract StakeRegistryTest is Fixture {
     }
 
     function test_syncParams_newMinimum_succeeds() public {
-        vm.assertEq(uint256(stakes.minOperatorStake()), 10 ether);
+        vm.assertEq(uint256(stakes.minOperatorStake()), 20 ether);
         vm.assertTrue(stakes.isActiveOperator(operator), "active at 20 ether");
         IProtocolConfigTypes.Params memory p = defaultParams();
         p.minOperatorStake = 25 ether;

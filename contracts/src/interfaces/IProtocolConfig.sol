@@ -27,6 +27,10 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
     /// @notice The largest committeeSize setParams accepts (bounds the gas of `resolve`).
     function MAX_COMMITTEE_SIZE() external view returns (uint16);
 
+    /// @notice setParams requires minOperatorStake >= this · slashAmount: the stake at the
+    ///         minimum pays this many proven frauds in full (N frauds cost min(N·S, stake)).
+    function MIN_OPERATOR_STAKE_SLASHES() external view returns (uint16);
+
     /// @notice Replaces all parameters. Running challenges keep the deadlines they were given.
     /// @param p The new parameters.
     function setParams(Params calldata p) external;

@@ -54,7 +54,7 @@ abstract contract Fixture is Test {
         p.challengeBond = 1 ether;
         p.nonRevealPenalty = 0.5 ether;
         p.slashAmount = 10 ether;
-        p.minOperatorStake = 10 ether;
+        p.minOperatorStake = 20 ether; // >= MIN_OPERATOR_STAKE_SLASHES (2) · slashAmount
         p.minVerifierStake = 1 ether;
         p.claimWindow = 1 days;
     }

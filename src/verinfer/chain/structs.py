@@ -122,12 +122,14 @@ class Params:
 def default_params() -> Params:
     """Devnet defaults: minutes-long phases, τ = 6666 bps (2 of 3 equal seats are a quorum: one
     colluding seat cannot block; ProtocolConfig refuses τ·n > (n - 1)·10000), α = 20 %,
-    β = 30 %, claims until an hour after the publication deadline."""
+    β = 30 %, claims until an hour after the publication deadline, slashAmount = 1/4 of the
+    minimum operator stake (an operator at the minimum pays 4 proven frauds in full; the contract
+    requires at least MIN_OPERATOR_STAKE_SLASHES = 2)."""
     return Params(
         challenge_window=3600, publication_deadline=600, response_period=600, draw_period=600,
         commit_period=600, reveal_period=600, unbonding_period=86400, draw_delay_blocks=2,
         committee_size=3, quorum_bps=6666, challenger_reward_bps=2000, majority_reward_bps=3000,
-        challenge_bond=ETHER // 10, non_reveal_penalty=ETHER // 20, slash_amount=ETHER,
+        challenge_bond=ETHER // 10, non_reveal_penalty=ETHER // 20, slash_amount=ETHER // 4,
         min_operator_stake=ETHER, min_verifier_stake=ETHER // 10, claim_window=3600)
 
 

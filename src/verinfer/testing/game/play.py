@@ -40,7 +40,7 @@ from verinfer.testing.game.world import (
     World,
     true_out,
 )
-from verinfer.verifier.challenger import Challenger, Located
+from verinfer.verifier.challenger import FUTURE_MARGIN_S, Challenger, Located
 
 BPS = 10_000
 UINT128_MAX = (1 << 128) - 1
@@ -103,6 +103,9 @@ class Game:
     def __init__(self, world: World, *, governance: bool = True) -> None:
         self.w = world
         self.governance = governance
+        #: who the honest challenger is this episode: a party of its own, or an honest
+        #: verifier that caught the fraud (then its own committee may exclude it)
+        self.hc = "challenger"
         self.base_params = self._params()
 
     # ---- reads ------------------------------------------------------------------------------
@@ -525,7 +528,7 @@ class Game:
     def _challenger_turn(self, state: Checker) -> None:
         w, ep = self.w, self.w.ep
         assert ep is not None
-        c = w.contracts_for(w.challenger)
+        c = w.contracts_for(w.account(self.hc))
         ch = Challenger(ep.view, c, ep.da)
         number, now = w.head()
         p = self._params()
@@ -550,12 +553,12 @@ class Game:
                                   f"0x{it.digest.hex()[:12]}: {e}")
             publish_by = it.receipt.issued_at + p.publication_deadline
             unpublished = it.committed_at is None or it.committed_at > publish_by
-            future = it.receipt.issued_at > now + MAX_CLOCK_SKEW + MARGIN_S
+            future = it.receipt.issued_at > now + MAX_CLOCK_SKEW + FUTURE_MARGIN_S
             claim_by = publish_by + getattr(p, "claim_window", 1 << 64)
             if not unpublished or it.digest in ep.hc_claims.values() or rs.live_claim \
                     or rs.unpublished_slashed or (future and rs.slashed):
                 continue
-            if future or publish_by < now + 1 <= claim_by - MARGIN_S:
+            if future or publish_by < now <= claim_by - MARGIN_S:
                 try:
                     kind, ident = ch.open(Located(it.signed, None, None, None))
                     ep.hc_claims[ident] = it.digest
@@ -587,7 +590,7 @@ class Game:
 
     def _keeper_turn(self, state: Checker) -> None:
         """Draws and resolves what is due (anyone may; the honest challenger does)."""
-        c = self.w.contracts_for(self.w.challenger)
+        c = self.w.contracts_for(self.w.account(self.hc))
         state.refresh()
         number, now = self.w.head()
         p = self._params()
@@ -643,6 +646,27 @@ def _from_json(x: Any) -> Any:
 
 
 # ---- the invariants -------------------------------------------------------------------------
+
+
+def promised(seats: list[tuple[str, int]], honest: set[str], tau: int) -> str:
+    """Why the params promise that ``seats`` (account, weight) decide a fraud against the
+    receipt when every honest seat votes the truth ("" if they do not): (a) the honest weight
+    reaches the quorum tau; or (b) one dissenting seat among equals — every seat but one is
+    honest and none weighs less than the dissenter, n >= 3 seats — cannot block a verdict
+    (tau * n <= (n - 1) * BPS: tau = 2/3 must let 2 of 3 equal members decide; with 2 seats
+    no tau > 1/2 can)."""
+    total = sum(w for _, w in seats)
+    hw = sum(w for a, w in seats if a in honest)
+    if total == 0 or hw == 0:
+        return ""
+    if hw * BPS >= tau * total:
+        return f"honest weight {hw} of {total} reaches tau {tau} bps"
+    others = [w for a, w in seats if a not in honest]
+    if len(others) == 1 and len(seats) >= 3 and \
+            all(w >= others[0] for a, w in seats if a in honest):
+        return (f"one dissenting seat ({others[0]} wei) among {len(seats)} equal or heavier "
+                f"honest seats ({hw} of {total}, {hw * BPS // total} bps; tau {tau} bps)")
+    return ""
 
 
 @dataclass
@@ -729,21 +753,32 @@ class Checker:
             return
         members = self.committees.get(cid, [])
         honest = {self.w.address(f"verifier{i}") for i in range(len(self.w.honest_verifiers))}
-        hw = sum(wt for a, wt in members if a in honest)
-        total = sum(wt for _, wt in members)
         tau = self.game._params().quorum_bps
-        promised = total > 0 and hw * BPS >= tau * total
-        if info.status is not Status.SLASHED and promised:
+        why = promised(members, honest, tau)
+        if not why:
+            why = self._pool_promise(info, honest, tau)
+        if info.status is not Status.SLASHED and why:
             self.violate("fraud_not_slashed",
-                         f"challenge {cid} on fraud 0x{it.digest.hex()[:12]} ended "
-                         f"{info.status.name} with honest weight {hw} of {total} on the "
-                         f"committee (tau {tau} bps; {hw * BPS / total:.0f} bps honest)")
-        if info.status is Status.INCONCLUSIVE and not members and cid in ep.hc_challenges:
-            pool = int(self.w.view("StakeRegistry", "poolWeightAt",
-                                   [FINGERPRINT, info.snapshot_block])[0])
-            if pool > 0:
-                self.violate("fraud_not_slashed", f"challenge {cid} on fraud ended without "
-                             f"a committee though its pool held {pool} wei")
+                         f"challenge {cid} on fraud 0x{it.digest.hex()[:12]} (challenger "
+                         f"{self.game.hc}) ended {info.status.name}: {why}")
+
+    def _pool_promise(self, info: ChallengeInfo, honest: set[str], tau: int) -> str:
+        """When the committee size seats every verifier of the pool at the snapshot, the pool
+        is the committee the params promise: its honest share must decide."""
+        w = self.w
+        blk = info.snapshot_block
+        used = int(w.view("StakeRegistry", "poolSlotsUsed", [info.fingerprint_hash])[0])
+        fn = abi_functions("StakeRegistry")["poolSlotAt"]
+        reqs = [Rpc.call_req(w.addr["StakeRegistry"], fn, [info.fingerprint_hash, k, blk])
+                for k in range(1, used + 1)]
+        pool = [(to_checksum_address(o), int(x)) for o, x in
+                (fn.decode(bytes.fromhex(r[2:])) for r in w.rpc.batch(reqs)) if int(x) > 0]
+        size = self.game._params().committee_size
+        if not pool or len(pool) > size:
+            return ""
+        why = promised(pool, honest, tau)
+        return f"the whole pool fits the committee ({len(pool)} <= {size}) and {why}" \
+            if why else ""
 
     def _claim_ended(self, cid: int, cl: ClaimInfo) -> None:
         ep = self.w.ep
@@ -883,6 +918,7 @@ def play_episode(game: Game, seed: int, episode: int, steps: int,
     """Plays ``steps`` adversary actions (or replays ``trace``) from a fresh episode."""
     game.w.reset()
     rng = random.Random(f"verinfer-game:{seed}:{episode}")
+    game.hc = rng.choice(("challenger", "verifier0"))
     played: list[dict[str, Any]] = []
     st = Checker(game, seed, episode, played)
     st.begin()

@@ -98,3 +98,24 @@ def test_junk_flood_to_decrypt_keeps_nonces_fast(tmp_path: Path) -> None:
         assert p50 < 1.0, latencies  # the runner's shard timeout is 5 s
         assert rss < 500, rss
         assert procs.procs[1].poll() is None
+
+
+def test_a_body_that_stops_short_gets_408_and_the_shard_serves_on(tmp_path: Path) -> None:
+    """The shard runs the operator's BodyGuard (verinfer.httpserve) with its own limits: a
+    client that declares a body and goes silent is answered 408 at the deadline and closed."""
+    lay, _ = make_cluster(tmp_path / "kms", n=2, t=2)
+    with ShardProcesses(lay, extra_args=["--body-deadline", "1.5"]) as procs:
+        procs.start([1])
+        url = lay.shards_info()[0].url
+        host, port_s = url.removeprefix("http://").split(":")
+        t0 = time.monotonic()
+        with socket.create_connection((host, int(port_s)), timeout=30) as s:
+            s.sendall(b"POST /v1/release HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                      b"Content-Type: application/json\r\n\r\n{\"epoch\": 1")
+            status = s.makefile("rb").readline()
+        took = time.monotonic() - t0
+        assert b" 408 " in status, status
+        assert 1.4 < took < 10, took
+        assert httpx.post(url + "/v1/nonce", timeout=5).status_code == 200
+        text = httpx.get(url + "/metrics", timeout=5).text
+        assert 'kms_gate_refusals_total{reason="request_timeout"} 1.0' in text

@@ -234,6 +234,9 @@ def shard_serve(
     max_connections: Annotated[int, typer.Option(
         help="Concurrent connections before the server answers 503 (uvicorn "
              "limit_concurrency).")] = 256,
+    body_deadline: Annotated[float, typer.Option(
+        help="Seconds for a whole request body to arrive after its headers (else 408).")]
+    = 60.0,
     tee: Annotated[list[str] | None, typer.Option(
         help="Accepted TEE(s): 'tdx' or 'software' for every epoch, 'EPOCH=tdx,software' for "
              "one (repeatable; docs/attestation.md).")] = None,
@@ -252,11 +255,10 @@ def shard_serve(
 
     The committee source is either the chain (--rpc-url and --deployment) or a file
     (--committee): exactly one."""
-    import uvicorn
-
     from verinfer.attestation.software import load_root_public
     from verinfer.attestation.tee_gate import build_tee_gate
     from verinfer.errors import VerinferError
+    from verinfer.httpserve import serve_app
     from verinfer.kms.allowlist import FileMeasurementAllowlist
     from verinfer.kms.committee import CommitteeOracle, FileCommitteeOracle
     from verinfer.kms.epochs import FileEpochRegistry
@@ -264,7 +266,7 @@ def shard_serve(
     from verinfer.kms.release_log import ReleaseLog, ReleaseLogError
     from verinfer.kms.sealing import load_seal_key
     from verinfer.kms.shard import ShardConfig, ShardService
-    from verinfer.kms.shard_app import create_app
+    from verinfer.kms.shard_app import create_app, serve_limits
 
     chain = rpc_url is not None or deployment is not None
     problem = None
@@ -325,9 +327,9 @@ def shard_serve(
     if gate.insecure_software_enclave:
         print(f"kms shard {index}: WARNING --allow-insecure-software-enclave: SoftwareEnclave "
               "quotes (no security boundary) can obtain shares", file=sys.stderr, flush=True)
-    # an idle keep-alive connection is closed after 5 s; a body must arrive whole within
-    # shard_app.BODY_DEADLINE_S; past max_connections new ones get 503 at once
-    uvicorn.run(create_app(service, source_rate_capacity=source_rate_capacity,
-                           source_rate_refill_per_s=source_rate_refill),
-                host=host, port=port, log_level="warning",
-                limit_concurrency=max_connections, timeout_keep_alive=5)
+    # verinfer.httpserve: header deadline, keep-alive, connection cap, and the app's BodyGuard
+    # (body deadline, bodies in progress) with the same limits (docs/budgets.md, KMS shard)
+    limits = serve_limits(max_connections=max_connections, body_deadline_s=body_deadline)
+    serve_app(create_app(service, source_rate_capacity=source_rate_capacity,
+                         source_rate_refill_per_s=source_rate_refill, limits=limits),
+              host, port, limits)

@@ -8,9 +8,10 @@ JSON. Before a byte of a body is read (``RequestGate``): a per-source token buck
 POST endpoints (429), the declared size (413), and on ``/v1/decrypt`` a body larger than a
 release request's bound must carry the admission headers (``kms.protocol.admission_headers``:
 a signature by a registered verifier, checked in one recovery and one committee read) — so
-strangers cannot make a shard read megabytes. While it is read: the size bound (chunked) and a
-whole-body deadline. Then, off the event loop, the value counts (``jsonsafe.check_shape``:
-16 MiB of ``[[],[],…]`` is refused at its count, not built) and
+strangers cannot make a shard read megabytes. While it is read (``verinfer.httpserve.BodyGuard``,
+the operator's guard, with the shard's ``serve_limits``): the size bound, a whole-body deadline
+(408) and a cap on the bytes of bodies in progress (503). Then, off the event loop, the value
+counts (``jsonsafe.check_shape``: 16 MiB of ``[[],[],…]`` is refused at its count, not built) and
 ``verinfer.protocol.jsonsafe.loads_untrusted`` with a depth bound — the stdlib parser alone
 segfaults on ~95k nested brackets once eth-account has raised the recursion limit, and a dead
 shard is one fewer of the t a release needs.
@@ -18,7 +19,7 @@ shard is one fewer of the t a release needs.
 
 from __future__ import annotations
 
-import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from verinfer.attestation.errors import AttestationError, QuoteMalformedError
 from verinfer.errors import ClientError, ServerError, VerinferError
+from verinfer.httpserve import BodyGuard, ServeLimits
 from verinfer.kms.errors import (
     BadReleaseRequest,
     EpochError,
@@ -73,21 +75,23 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 256 * 1024
 #: A per-receipt decryption request carries the envelope blob (base64): at most a release
 #: request plus the receipt plus the largest envelope DA holds (32 MiB) in base64
-#: (``kms.protocol.max_decrypt_body_bytes``: 45,091,504 bytes). Only /v1/decrypt reads more
+#: (``kms.protocol.max_decrypt_body_bytes``: 45,003,436 bytes). Only /v1/decrypt reads more
 #: than MAX_BODY_BYTES, and only from an admitted requester (``RequestGate``).
 MAX_DECRYPT_BODY_BYTES = max_decrypt_body_bytes(MAX_BODY_BYTES)
-#: Wall time for a whole body, from the first read: uvicorn bounds an idle connection
-#: (timeout_keep_alive), not a client dripping a byte a second into a 45 MB body.
+#: Wall time for a whole body, from its headers (BodyGuard): 45 MB at >= 750 KB/s. uvicorn
+#: bounds an idle connection (keep-alive), not a client dripping a byte a second into a body.
 BODY_DEADLINE_S = 60.0
+#: Bytes of bodies in progress at once (BodyGuard, held until the answer): two of the largest
+#: decryption requests and 16 MiB of others; past it 503 at once.
+MAX_INFLIGHT_BODY_BYTES = 2 * MAX_DECRYPT_BODY_BYTES + 16 * 1024 * 1024
+#: Open connections (uvicorn limit_concurrency; past it 503).
+MAX_CONNECTIONS = 256
 #: Per source address (the TCP peer) on POST /v1/release and /v1/decrypt, before anything is
 #: read: a burst of 60, then 20 a second — far above what one enclave host asks (t requests
 #: per job), and it caps what one client makes a shard verify and refuse.
 SOURCE_RATE_CAPACITY = 60.0
 SOURCE_RATE_REFILL_PER_S = 20.0
 POST_PATHS = ("/v1/release", "/v1/decrypt")
-#: Admitted large bodies read and checked at once (each up to 45 MB, held ~3 times while read
-#: and counted); the others wait for a slot up to BODY_DEADLINE_S, then get 503.
-MAX_LARGE_BODIES = 2
 #: scope["state"] key set by RequestGate when the admission headers verified
 ADMITTED = "verinfer_admitted"
 #: A release request nests 3 deep ({"nonces": {...}}, {"quote": {...}}); a decryption
@@ -207,21 +211,20 @@ def _admit(service: ShardService) -> Callable[[str, bytes, bytes], None]:
     return admit
 
 
-async def _read_body(request: Request, limit: int,
-                     deadline_s: float = BODY_DEADLINE_S) -> bytes:
+def serve_limits(*, max_connections: int = MAX_CONNECTIONS,
+                 body_deadline_s: float = BODY_DEADLINE_S) -> ServeLimits:
+    """The shard's HTTP bounds: its app's BodyGuard and its uvicorn config read the same."""
+    return ServeLimits(max_body_bytes=MAX_DECRYPT_BODY_BYTES, body_deadline_s=body_deadline_s,
+                       max_inflight_body_bytes=MAX_INFLIGHT_BODY_BYTES,
+                       max_connections=max_connections)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
     buf = bytearray()
-
-    async def read() -> None:
-        async for chunk in request.stream():
-            buf.extend(chunk)
-            if len(buf) > limit:
-                raise RequestTooLargeError(f"body exceeds the shard's limit of {limit} bytes")
-
-    try:
-        await asyncio.wait_for(read(), deadline_s)
-    except TimeoutError:
-        raise BadReleaseRequest(f"body not received within {deadline_s:g} s "
-                                f"({len(buf)} bytes read)") from None
+    async for chunk in request.stream():
+        buf.extend(chunk)
+        if len(buf) > limit:
+            raise RequestTooLargeError(f"body exceeds the shard's limit of {limit} bytes")
     return bytes(buf)
 
 
@@ -236,7 +239,7 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
                max_decrypt_body_bytes: int = MAX_DECRYPT_BODY_BYTES,
                source_rate_capacity: float = SOURCE_RATE_CAPACITY,
                source_rate_refill_per_s: float = SOURCE_RATE_REFILL_PER_S,
-               body_deadline_s: float = BODY_DEADLINE_S) -> FastAPI:
+               limits: ServeLimits | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -248,11 +251,20 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
     app = FastAPI(title=f"verinfer KMS shard {service.index}", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
     app.state.service = service
-    large_bodies = asyncio.Semaphore(MAX_LARGE_BODIES)
     registry = CollectorRegistry()  # per app: several shards may share one test process
     gate_refusals = Counter("kms_gate_refusals", "Requests refused before their body was "
                             "read (source rate, size, admission)", ["reason"],
                             registry=registry)
+    guard_reasons = {408: "request_timeout", 413: "request_too_large", 503: "server_busy"}
+
+    def guard_error(status: int, message: str, code: str) -> bytes:
+        return json.dumps({"error": {"reason": code, "message": message,
+                                     "shard_index": service.index}}).encode()
+
+    # inside RequestGate: the source bucket and the admission come before any body is held
+    app.add_middleware(BodyGuard, limits=limits or serve_limits(), error_body=guard_error,
+                       on_refuse=lambda status: gate_refusals.labels(
+                           guard_reasons.get(status, str(status))).inc())
     app.add_middleware(RequestGate, index=service.index, limit=max_body_bytes,
                        path_limits={DECRYPT_PATH: max_decrypt_body_bytes},
                        sources=TokenBucketLimiter(source_rate_capacity,
@@ -303,26 +315,15 @@ def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,
         body: object = None
         unparsable: VerinferError | None = None
         try:
-            if per_receipt and request.scope.get("state", {}).get(ADMITTED):
-                try:
-                    await asyncio.wait_for(large_bodies.acquire(), body_deadline_s)
-                except TimeoutError:
-                    raise KmsUnavailableError(
-                        f"shard {service.index}: {MAX_LARGE_BODIES} large bodies in progress "
-                        f"for {body_deadline_s:g} s; try another shard") from None
-                try:
-                    # off the event loop: /v1/nonce keeps answering while it is checked
-                    body = await run_in_threadpool(
-                        _parse, await _read_body(request, max_decrypt_body_bytes,
-                                                 body_deadline_s),
-                        max_decrypt_body_bytes, what)
-                finally:
-                    large_bodies.release()
+            if not per_receipt:
+                limit = max_body_bytes
+            elif request.scope.get("state", {}).get(ADMITTED):
+                limit = max_decrypt_body_bytes
             else:
-                limit = (min(max_body_bytes, max_decrypt_body_bytes) if per_receipt
-                         else max_body_bytes)
-                raw = await _read_body(request, limit, body_deadline_s)
-                body = await run_in_threadpool(_parse, raw, limit, what)
+                limit = min(max_body_bytes, max_decrypt_body_bytes)
+            raw = await _read_body(request, limit)
+            # off the event loop: /v1/nonce keeps answering while a large body is checked
+            body = await run_in_threadpool(_parse, raw, limit, what)
         except UntrustedJsonError as e:
             unparsable = BadReleaseRequest(e.message)
         else:

@@ -19,6 +19,10 @@ shard signed it. What they add is that a head, once published, is out of the sha
 reach: ``verinfer kms verify-log --published TX`` then fails a log that does not extend it
 (``truncated_below_signed_head`` / ``diverges_from_signed_head``).
 
+A shard signs a new head for ``/v1/log/head`` at most every ``--head-interval`` seconds (10;
+kms/release_log.py), so a publication may not cover the entries of the last seconds: the next
+one does. Polling faster than that gets the same head back, not a new signature.
+
 Who publishes is not a trust question (anyone may run the publisher; governance or the
 shard operators do). A shard that does not answer is skipped and named in the result: one
 unreachable shard must not stop the others' heads from being published.

@@ -10,8 +10,10 @@ Now every shard checks the sealer's proof of knowledge of log_G(E), bound to the
 its receipt binding, first: all of them refuse (encapsulation_proof_invalid) and log it under X.
 
 Attack 2 (own E reused): an operator that keeps its ephemeral key proves it again for a second
-envelope; once the shards decrypted envelope A for E, B with the same E is
-encapsulation_reused at every shard (durable set of released E)."""
+envelope; a shard that decrypted envelope A for E refuses B with the same E
+(encapsulation_reused, durable set of released E), and the runner reports t such refusals as
+the operator's fault (ReusedEncapsulationError), so reusing E cannot make a challenged receipt
+undecidable."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ from verinfer.receipts.envelope import (
     split_envelope,
 )
 from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPublicKey
-from verinfer.receipts.errors import EnvelopeDecryptionError
+from verinfer.receipts.errors import EnvelopeDecryptionError, ReusedEncapsulationError
 
 P256 = EnvelopeSuite.P256
 ARGS = ("sha256:" + "3a" * 32, "code-v1", "engine-fp")
@@ -214,22 +216,35 @@ def test_victim_encapsulated_key_in_another_receipt_is_refused_by_every_shard(
                                                   purpose="full_challenge", challenge_id="cX")
 
 
-def test_sealer_reusing_its_own_encapsulated_key_is_refused_by_every_shard(
-        world: World) -> None:
-    """A opened through shards 1-2 and again through 2-3 (two members' enclaves may reach
-    different shards): every shard has answered for E with A, and each refuses B. (A shard
-    that never answered for A would answer for B: the set is per shard, so with n >= 2t a
-    sealer's reuse can still reach t fresh shards; docs/kms.md §8.)"""
+def test_sealer_reusing_its_own_encapsulated_key_is_refused_and_blamed(world: World) -> None:
+    """A and B share E, both with valid proofs. Each shard answers for E with one envelope only
+    — whichever it was asked for first — and t ``encapsulation_reused`` refusals (so at least
+    one honest shard's) make the runner blame the sealer: reusing E cannot leave a challenged
+    receipt undecidable. (The set is per shard: with n >= 2t a reused E could still reach t
+    shards that never answered for it; docs/kms.md §8.)"""
     eph = ec.generate_private_key(ec.SECP256R1())
     a_blob, b_blob = _seal_reusing(eph, world.pk, 2), _seal_reusing(eph, world.pk, 3)
     receipt_a, receipt_b = (_receipt(_binding(EVIL_OP, 2), a_blob),
                             _receipt(_binding(EVIL_OP, 3), b_blob))
     member_a, member_b = world.challenge("cA", receipt_a), world.challenge("cB", receipt_b)
-    for shards in (slice(0, 2), slice(1, 3)):
-        opened = world.runner(member_a, shards).open_receipt(
-            receipt=receipt_a, ciphertext=a_blob, purpose="full_challenge", challenge_id="cA")
-        assert opened.contents == _contents(2)
-    with pytest.raises(KeyReleaseError) as ei:
-        world.runner(member_b).open_receipt(
+
+    def open_b(shards: slice) -> None:
+        world.runner(member_b, shards).open_receipt(
             receipt=receipt_b, ciphertext=b_blob, purpose="full_challenge", challenge_id="cB")
-    assert ei.value.refusals == {i: "encapsulation_reused" for i in range(1, 4)}
+
+    opened = world.runner(member_a, slice(0, 2)).open_receipt(
+        receipt=receipt_a, ciphertext=a_blob, purpose="full_challenge", challenge_id="cA")
+    assert opened.contents == _contents(2) and opened.shards_used == [1, 2]
+    # shards 2 and 3: shard 2 answered A and refuses; shard 3 had not, and answers B. One
+    # refusal is no evidence (a single shard could lie): a KMS refusal, retried, not a vote.
+    with pytest.raises(KeyReleaseError) as ei:
+        open_b(slice(1, 3))
+    assert ei.value.refusals == {2: "encapsulation_reused"}
+    # all three: shards 1 and 2 refuse (t of them), so the sealer is to blame
+    with pytest.raises(ReusedEncapsulationError, match=r"shards \[1, 2\]"):
+        open_b(slice(None))
+    # shard 3, which answered B, now refuses A in turn
+    with pytest.raises(KeyReleaseError) as ei:
+        world.runner(member_a, slice(1, 3)).open_receipt(
+            receipt=receipt_a, ciphertext=a_blob, purpose="full_challenge", challenge_id="cA")
+    assert ei.value.refusals == {3: "encapsulation_reused"}

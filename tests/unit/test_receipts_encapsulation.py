@@ -161,7 +161,7 @@ def test_a_corrupt_store_is_the_shards_own_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("what", ["short proof", "c >= n", "z >= n", "flipped z",
-                                  "compressed E", "off-curve E", "zero proof"])
+                                  "compressed E", "off-curve E", "x >= p", "zero proof"])
 def test_malformed_proof_or_e_is_a_typed_error(what: str) -> None:
     b = _binding(1)
     blob = seal(_contents(1), b, PK)
@@ -183,6 +183,8 @@ def test_malformed_proof_or_e_is_a_typed_error(what: str) -> None:
         enc = bytearray(b"\x02" + enc[1:33] + enc[1:33])
     elif what == "off-curve E":
         enc[-1] ^= 1
+    elif what == "x >= p":
+        enc[1:33] = b"\xff" * 32
     elif what == "zero proof":
         proof[:] = bytes(64)
         want = EncapsulationProofError

@@ -71,7 +71,7 @@ from verinfer.receipts.envelope import (
     open_envelope_with,
     split_envelope,
 )
-from verinfer.receipts.errors import EnvelopeDecryptionError
+from verinfer.receipts.errors import EnvelopeDecryptionError, ReusedEncapsulationError
 
 T = TypeVar("T")
 A = TypeVar("A")  # a shard's opened answer (a partial decryption, a share buffer)
@@ -208,7 +208,9 @@ class EnclaveRunner:
                      assignment: AuditAssignment | None = None) -> ReceiptOpening:
         """Open the envelope of ``receipt`` by per-receipt threshold decryption (threshold
         epochs only). Raises KeyReleaseError (fewer than t valid partials, naming refusals and
-        corrupt shards), EnvelopeDecryptionError / EnvelopeContentError like open_envelope."""
+        corrupt shards), EnvelopeDecryptionError / EnvelopeContentError like open_envelope —
+        including a bad encapsulated key or proof (checked here first) and t or more shards
+        refusing ``encapsulation_reused`` (ReusedEncapsulationError: the sealer reused e)."""
         return asyncio.run(self.open_receipt_async(
             receipt=receipt, ciphertext=ciphertext, purpose=purpose,
             challenge_id=challenge_id, assignment=assignment))
@@ -237,8 +239,19 @@ class EnclaveRunner:
             req, rd = await self._attested_request(
                 http, record, ephemeral, refusals, purpose=purpose, challenge_id=challenge_id,
                 target=target, assignment=assignment)
-            partials, corrupt = await self._collect_partials(http, req, rd, record, enc,
-                                                             ephemeral, refusals)
+            try:
+                partials, corrupt = await self._collect_partials(http, req, rd, record, enc,
+                                                                 ephemeral, refusals)
+            except KeyReleaseError:
+                reused = sorted(i for i, why in refusals.items()
+                                if why == "encapsulation_reused")
+                if len(reused) >= record.threshold:
+                    # t refusals include an honest shard's: the sealer's fault, not an outage
+                    raise ReusedEncapsulationError(
+                        f"shards {reused} already decrypted another envelope with this "
+                        "envelope's encapsulated key: its sealer reused its ephemeral key"
+                    ) from None
+                raise
         del ephemeral
         dh = tdh.combine(partials, record.threshold)
         pk_r = record.public_key_bytes

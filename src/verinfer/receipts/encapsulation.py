@@ -54,8 +54,9 @@ from verinfer.receipts.errors import (
     EncapsulationProofError,
 )
 
-#: P-256 group order (FIPS 186-4 D.1.2.3).
+#: P-256 group order and field prime (FIPS 186-4 D.1.2.3).
 N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+_P = 0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF
 CURVE = "P-256"
 KEM_ID = 0x0010  # DHKEM(P-256, HKDF-SHA256)
 KDF_ID = 0x0001  # HKDF-SHA256
@@ -142,9 +143,11 @@ def parse_enc(enc: bytes) -> ECC.EccPoint:
     if not isinstance(enc, bytes | bytearray) or len(enc) != ENC_LEN or enc[0] != 4:
         raise EncapsulationMalformedError(
             f"encapsulated key must be a {ENC_LEN}-byte uncompressed SEC1 P-256 point")
+    x, y = int.from_bytes(enc[1:33], "big"), int.from_bytes(enc[33:], "big")
+    if not (x < _P and y < _P):  # one encoding per point: the bytes are hashed and recorded
+        raise EncapsulationMalformedError("encapsulated key has a coordinate >= p")
     try:
-        p = ECC.EccPoint(int.from_bytes(enc[1:33], "big"), int.from_bytes(enc[33:], "big"),
-                         CURVE)
+        p = ECC.EccPoint(x, y, CURVE)
     except ValueError as e:
         raise EncapsulationMalformedError(
             f"encapsulated key is not a point on P-256: {e}") from None

@@ -81,3 +81,12 @@ class EncapsulationProofError(EncapsulationError):
     was made for another envelope (a foreign E copied with its proof) or forged."""
 
     code = "encapsulation_proof_invalid"
+
+
+class ReusedEncapsulationError(EncapsulationError):
+    """At least t KMS shards refused the envelope because they had already decrypted another
+    envelope (another ciphertext) with the same E. Fewer than t shards are assumed faulty, so
+    one honest shard saw two envelopes whose proofs of knowledge of log_G(E) both verified:
+    only the holder of e can make them, i.e. the sealer reused its ephemeral key."""
+
+    code = "encapsulation_reused"

@@ -78,6 +78,7 @@ def main() -> None:
         "violation_kinds": dict(Counter(v["kind"] for v in violations)),
         "episodes": sum(s["episodes"] for s in summaries),
         "reverted_actions": sum(s["reverted_actions"] for s in summaries),
+        "honest_minority_penalties": sum(s["honest_minority_penalties"] for s in summaries),
         "outcomes": dict(sorted(outcomes.items())),
         "payoffs_eth": {k: round(v / 1e18, 4) for k, v in sorted(payoffs.items())},
         "wall_s": round(wall, 2), "steps_per_s": round(steps / wall, 2) if wall else 0.0,

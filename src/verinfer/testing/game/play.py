@@ -92,7 +92,7 @@ def _pick_weighted(rng: random.Random, table: list[tuple[str, float]]) -> str:
 ACTION_WEIGHTS: list[tuple[str, float]] = [
     ("serve_honest", 6), ("serve_cheat", 6), ("cheat_commit_pending", 2), ("cheat_answer", 2),
     ("sybil_commit", 8), ("sybil_reveal", 6), ("grief_challenge", 3), ("grief_claim", 2),
-    ("front_run", 2), ("sybil_bond", 3), ("stake", 6), ("governance", 2), ("fuzz", 10), ("time", 10),
+    ("front_run", 2), ("sybil_bond", 4), ("stake", 6), ("governance", 2), ("fuzz", 10), ("time", 10),
     ("mine", 2), ("tick", 3),
 ]
 
@@ -152,18 +152,21 @@ class Game:
             else:
                 a["cid"] = rng.randint(1, max(1, state.challenge_count + 1))
             a["sybil"] = sybil
-            a["value"] = rng.choice(("receipt", "truth", "invalid", "random"))
+            # colluding sybils mostly shield the cheater's receipt
+            a["value"] = rng.choice(("receipt", "receipt", "receipt", "truth", "invalid",
+                                     "random"))
             a["salt"] = "0x" + rng.randbytes(32).hex()
             a["skip"] = rng.random() < 0.15  # a reveal that never comes
         elif kind in ("grief_challenge", "grief_claim"):
             if not honest_items:
                 return {"a": "tick"}
-            a["digest"] = "0x" + rng.choice(honest_items).digest.hex()
+            # by its place in issue order, so a trace replays on other contracts too
+            a["nth"] = rng.randrange(len(honest_items))
             a["by"] = rng.choice(w.attacker_names)
         elif kind == "front_run":
             if not cheats:
                 return {"a": "tick"}
-            a["digest"] = "0x" + rng.choice(cheats).digest.hex()
+            a["nth"] = rng.randrange(len(cheats))
             a["by"] = rng.choice(w.attacker_names)
         elif kind == "stake":
             a["by"] = rng.choice(w.attacker_names)
@@ -369,18 +372,24 @@ class Game:
                    list(it.proof.siblings)], value=bond)
         return "opened"
 
-    def _do_grief_challenge(self, a: dict[str, Any], state: Checker) -> str:
+    def _nth(self, by: str, n: int) -> Issued | None:
         ep = self.w.ep
         assert ep is not None
-        return self._open(a["by"], ep.issued[bytes.fromhex(a["digest"][2:])])
+        items = [i for i in ep.issued.values() if i.by == by]
+        return items[n] if n < len(items) else None
+
+    def _do_grief_challenge(self, a: dict[str, Any], state: Checker) -> str:
+        it = self._nth("honest_op", a["nth"])
+        return "no such receipt" if it is None else self._open(a["by"], it)
 
     def _do_front_run(self, a: dict[str, Any], state: Checker) -> str:
-        return self._do_grief_challenge(a, state)
+        it = self._nth("cheat_op", a["nth"])
+        return "no such receipt" if it is None else self._open(a["by"], it)
 
     def _do_grief_claim(self, a: dict[str, Any], state: Checker) -> str:
-        ep = self.w.ep
-        assert ep is not None
-        it = ep.issued[bytes.fromhex(a["digest"][2:])]
+        it = self._nth("honest_op", a["nth"])
+        if it is None:
+            return "no such receipt"
         self.w.tx(a["by"], "ChallengeManager", "claimUnpublished",
                   [receipt_tuple(it.receipt), it.signed.signature],
                   value=self._params().challenge_bond)
@@ -684,6 +693,10 @@ class Checker:
     live_claims: dict[int, ClaimInfo] = field(default_factory=dict)
     committees: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
     ended: dict[tuple[str, int], Any] = field(default_factory=dict)
+    ended_since_check: list[int] = field(default_factory=list)
+    #: honest verifiers penalised for losing to a committee the attacker had captured (its
+    #: stake reached the quorum): the price of "outvoted revealers pay", not a violation
+    minority_penalties: int = 0
     sybil_votes: dict[tuple[int, str], tuple[bytes, str, bool]] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -746,6 +759,7 @@ class Checker:
         ep = self.w.ep
         assert ep is not None
         self.ended[("challenge", cid)] = info.status
+        self.ended_since_check.append(cid)
         key = f"challenge_{info.status.name.lower()}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
         it = ep.issued.get(bytes(info.receipt_digest))
@@ -882,8 +896,7 @@ class Checker:
             n = f"verifier{i}"
             a = m["parties"][n]
             if a["stake"] != self.start_stakes[n]:
-                self.violate("honest_verifier_penalised", f"{n} stake "
-                             f"{self.start_stakes[n]} -> {a['stake']}")
+                self._verifier_stake_moved(n, a["stake"])
             me = w.address(n)
             want = sum(c.member_penalty for cid, c in self.live_challenges.items()
                        if c.status is Status.VOTING
@@ -891,6 +904,25 @@ class Checker:
             if a["locked"] != want:
                 self.violate("honest_verifier_lock", f"{n} locked {a['locked']}, live "
                              f"committees hold {want}")
+        self.ended_since_check.clear()
+
+    def _verifier_stake_moved(self, name: str, stake: int) -> None:
+        """An honest verifier's stake fell. A violation unless every challenge that ended
+        since the last check with it on the committee was decided by attackers holding the
+        quorum against an honest side the params do not promise to win."""
+        me = self.w.address(name)
+        honest = {self.w.address(f"verifier{i}") for i in range(len(self.w.honest_verifiers))}
+        tau = self.game._params().quorum_bps
+        mine = [cid for cid in self.ended_since_check
+                if any(a == me for a, _ in self.committees.get(cid, []))]
+        kept = [cid for cid in mine if promised(self.committees[cid], honest, tau)]
+        if not mine or kept or stake > self.start_stakes[name]:
+            self.violate("honest_verifier_penalised",
+                         f"{name} stake {self.start_stakes[name]} -> {stake} (challenges "
+                         f"ended with it seated: {mine}; honest side promised in {kept})")
+        else:
+            self.minority_penalties += 1
+        self.start_stakes[name] = stake
 
     def payoffs(self) -> dict[str, int]:
         m = self.money()
@@ -910,6 +942,7 @@ class EpisodeResult:
     outcomes: dict[str, int]
     payoffs: dict[str, int]
     reverts: int
+    minority_penalties: int = 0
 
 
 def play_episode(game: Game, seed: int, episode: int, steps: int,
@@ -942,7 +975,7 @@ def play_episode(game: Game, seed: int, episode: int, steps: int,
         game.advance(_settle_time(game), st)
         st.check()
     return EpisodeResult(seed, episode, played, st.violations, st.outcomes, st.payoffs(),
-                         reverts)
+                         reverts, st.minority_penalties)
 
 
 def _settle_time(game: Game) -> int:
@@ -969,11 +1002,13 @@ def play(world: World, *, seed: int, steps: int, episode_steps: int = 40,
     payoffs: dict[str, int] = {}
     reverts = 0
     actions: dict[str, int] = {}
+    minority = 0
     calls0 = world.rpc.calls
     while done < steps and (deadline_s is None or time.monotonic() - t0 < deadline_s):
         res = play_episode(game, seed, episode, min(episode_steps, steps - done))
         done += len(res.trace)
         reverts += res.reverts
+        minority += res.minority_penalties
         for a in res.trace:
             actions[a["a"]] = actions.get(a["a"], 0) + 1
         violations += res.violations
@@ -987,6 +1022,7 @@ def play(world: World, *, seed: int, steps: int, episode_steps: int = 40,
             "violations": len(violations), "seed": seed,
             "violation_list": [v.to_json() for v in violations],
             "reverted_actions": reverts, "outcomes": outcomes,
+            "honest_minority_penalties": minority,
             "payoffs_wei": payoffs, "wall_s": round(wall, 2),
             "steps_per_s": round(done / wall, 2) if wall else 0.0,
             "rpc_calls_batched": world.rpc.calls - calls0}

@@ -50,8 +50,8 @@ def main() -> None:
                               "kinds": sorted({x.kind for x in res.violations})}))
             return
         summaries = []
-        for s in range(args.seed, args.seed + args.seeds):
-            summaries.append(play(world, seed=s, steps=args.steps,
+        for seed in range(args.seed, args.seed + args.seeds):
+            summaries.append(play(world, seed=seed, steps=args.steps,
                                   episode_steps=args.episode_steps,
                                   governance=not args.no_governance))
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,7 +93,8 @@ def _pick_weighted(rng: random.Random, table: list[tuple[str, float]]) -> str:
 ACTION_WEIGHTS: list[tuple[str, float]] = [
     ("serve_honest", 6), ("serve_cheat", 6), ("cheat_commit_pending", 2), ("cheat_answer", 2),
     ("sybil_commit", 8), ("sybil_reveal", 6), ("grief_challenge", 3), ("grief_claim", 2),
-    ("front_run", 2), ("sybil_bond", 4), ("stake", 6), ("governance", 2), ("fuzz", 10), ("time", 10),
+    ("front_run", 2), ("sybil_bond", 4), ("stake", 6), ("governance", 2), ("fuzz", 10),
+    ("time", 10),
     ("mine", 2), ("tick", 3),
 ]
 
@@ -234,12 +236,12 @@ class Game:
                                (1 << bits) - 1, (1 << (bits - 1)))) % (1 << bits)
         if t == "bytes32":
             digests = list(ep.issued)
+            roots = [i.root for i in ep.issued.values() if i.root][-4:]
             return rng.choice([b"\x00" * 32, MODEL, FINGERPRINT, INVALID_EVIDENCE,
-                               rng.randbytes(32)] + digests[-4:]
-                              + [i.root for i in ep.issued.values() if i.root][-4:])
+                               rng.randbytes(32), *digests[-4:], *roots])
         if t == "bytes":
             sigs = [i.signed.signature for i in ep.issued.values()][-4:]
-            return rng.choice([b"", b"\x04" * 65, rng.randbytes(65)] + sigs)
+            return rng.choice([b"", b"\x04" * 65, rng.randbytes(65), *sigs])
         if t == "string":
             return rng.choice(("", "da://local/0x" + "ab" * 32))
         if t.startswith("int"):
@@ -429,7 +431,7 @@ class Game:
         if op == "setParams":
             p = self.base_params
             scale = rng.choice((0.5, 1, 1, 2))
-            new = replace(p, 
+            new = replace(p,
                 challenge_window=int(p.challenge_window * rng.choice((0.5, 1, 2))),
                 publication_deadline=int(p.publication_deadline * scale),
                 response_period=int(p.response_period * scale),
@@ -539,7 +541,7 @@ class Game:
         assert ep is not None
         c = w.contracts_for(w.account(self.hc))
         ch = Challenger(ep.view, c, ep.da)
-        number, now = w.head()
+        _, now = w.head()
         p = self._params()
         batches: list[Any] | None = None
         for it in list(ep.issued.values()):
@@ -549,12 +551,13 @@ class Game:
             mine = [cid for cid, d in ep.hc_challenges.items() if d == it.digest]
             done = any(state.ended.get(("challenge", cid)) is Status.SLASHED for cid in mine)
             if it.fraud and it.root is not None and it.proof is not None \
-                    and it.committed_at is not None and not done and not rs.slashed and not rs.live_challenge \
+                    and it.committed_at is not None and not done and not rs.slashed \
+                    and not rs.live_challenge \
                     and now + MARGIN_S <= it.committed_at + p.challenge_window:
                 batches = ep.view.batches() if batches is None else batches
                 batch = next((b for b in batches if b.root == it.root), None)
                 try:
-                    kind, ident = ch.open(Located(it.signed, batch, it.proof, str(it.pointer)))
+                    _, ident = ch.open(Located(it.signed, batch, it.proof, str(it.pointer)))
                     ep.hc_challenges[ident] = it.digest
                 except VerinferError as e:
                     state.violate("required_call_reverted",
@@ -569,7 +572,7 @@ class Game:
                 continue
             if future or publish_by < now <= claim_by - MARGIN_S:
                 try:
-                    kind, ident = ch.open(Located(it.signed, None, None, None))
+                    _, ident = ch.open(Located(it.signed, None, None, None))
                     ep.hc_claims[ident] = it.digest
                 except VerinferError as e:
                     state.violate("required_call_reverted",
@@ -578,7 +581,7 @@ class Game:
     def _operator_turn(self, state: Checker) -> None:
         """The honest operator's daemons: one publisher step (a batch whose commit failed
         before is retried), one claim-responder step."""
-        w, ep = self.w, self.w.ep
+        ep = self.w.ep
         assert ep is not None
         ep.publisher.run_once(flush=True)
         late = [i for i in ep.issued.values() if i.by == "honest_op" and i.root is None]
@@ -657,7 +660,7 @@ def _from_json(x: Any) -> Any:
 # ---- the invariants -------------------------------------------------------------------------
 
 
-def promised(seats: list[tuple[str, int]], honest: set[str], tau: int) -> str:
+def promised(seats: Sequence[tuple[str, int]], honest: set[str], tau: int) -> str:
     """Why the params promise that ``seats`` (account, weight) decide a fraud against the
     receipt when every honest seat votes the truth ("" if they do not): (a) the honest weight
     reaches the quorum tau; or (b) one dissenting seat among equals — every seat but one is
@@ -823,7 +826,7 @@ class Checker:
             reqs.append(("eth_getBalance", [w.address(n), "latest"]))
             reqs.append(Rpc.call_req(sr, srf["accountOf"], [w.address(n)]))
             reqs.append(Rpc.call_req(cm, cmf["credits"], [w.address(n)]))
-        extra = [w.coinbase] + list(w.addr.values())
+        extra = [w.coinbase, *w.addr.values()]
         reqs += [("eth_getBalance", [a, "latest"]) for a in extra]
         reqs += [Rpc.call_req(sr, srf["totalStake"], []),
                  Rpc.call_req(cm, cmf["totalCredits"], []),

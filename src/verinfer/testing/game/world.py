@@ -21,6 +21,7 @@ Parties (docs/game.md has the action table):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import tempfile
@@ -41,10 +42,9 @@ from verinfer.chain.sink import ChainBatchSink
 from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Params, Role, default_params
 from verinfer.da_client.errors import BlobNotFoundError
 from verinfer.da_client.local import LocalDAClient
-from verinfer.da_client.manifest import ManifestEntry, build_manifest
-from verinfer.da_client.pointer import Pointer
-from verinfer.da_client.manifest import inclusion_proof
+from verinfer.da_client.manifest import ManifestEntry, build_manifest, inclusion_proof
 from verinfer.da_client.outbox import Outbox
+from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.publisher import Backoff, Publisher
 from verinfer.operator.claims import ClaimResponder
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
@@ -61,6 +61,10 @@ FINGERPRINT = hashlib.sha256(b"verinfer.game.fingerprint").digest()
 KEY_EPOCH = 1
 FUNDS = 10_000 * ETHER
 CONTRACTS = ("ProtocolConfig", "StakeRegistry", "BatchRegistry", "ChallengeManager", "AuditLog")
+
+
+def _note(log: list[str], who: str, msg: str) -> None:
+    log.append(f"{who}: {msg}")
 
 
 def true_out(req_hash: bytes) -> bytes:
@@ -282,7 +286,7 @@ class World:
                                 NodeConfig(state_file=tmp / f"node{i}.json",
                                            unsafe_devnet_mine=True, retry_initial_s=0.0,
                                            retry_max_s=0.0),
-                                salt=salt, log=lambda s, i=i: ep.node_log.append(f"v{i}: {s}"))
+                                salt=salt, log=functools.partial(_note, ep.node_log, f"v{i}"))
             ep.nodes.append(node)
         self.ep = ep
         return ep

@@ -68,6 +68,9 @@ class Budget:
     health_p99_ms: float = 250.0
     disk_growth_mb: float = 64.0
     honest_success: float = 1.0
+    #: a connection that stalls before its request's headers are in (slowloris, idle) is
+    #: closed within this many seconds (checked when an attack lasts longer)
+    stall_s: float = 12.0
 
 
 BUDGET = Budget()
@@ -89,9 +92,9 @@ class Scale:
     settle_s: float = 0.5
 
 
-FAST = Scale(hold_s=1.5, conns=24, slow_body_mb=96, idle_conns=600, workers=2,
-             max_requests=300)
-FULL = Scale(hold_s=8.0, conns=64, slow_body_mb=512, idle_conns=1000, workers=4,
+FAST = Scale(hold_s=1.2, conns=24, slow_body_mb=96, idle_conns=600, workers=2,
+             max_requests=300, quiet_probes=6, settle_s=0.3)
+FULL = Scale(hold_s=14.0, conns=64, slow_body_mb=512, idle_conns=1000, workers=4,
              max_requests=4000)
 
 
@@ -113,6 +116,7 @@ class Service:
     attack_headers: dict[str, str] = field(default_factory=dict)  # e.g. a paying client's key
     refused: Sequence[tuple[str, str, dict[str, str], bytes]] = ()  # method, path, hdrs, body
     attacks: tuple[str, ...] = ATTACKS[:-1]
+    started_at: float = field(default_factory=time.monotonic)  # when it first answered
 
 
 @dataclass
@@ -135,6 +139,7 @@ class CaseResult:
     answers: dict[str, int]  # what the attack's requests got: status codes, "closed", "held"
     honest_failures: dict[str, int]  # what the failed honest requests got
     seconds: float
+    hold_s: float
 
     @property
     def honest_ratio(self) -> float:
@@ -164,6 +169,10 @@ class CaseResult:
             out.append(f"honest {self.honest_ok}/{self.honest_n}")
         if not self.recovered:
             out.append("no honest answer after the attack")
+        if (self.attack in ("slowloris", "idle") and self.hold_s > budget.stall_s
+                and self.answers.get("held")):
+            out.append(f"{self.answers['held']} stalled connections still open after "
+                       f"{self.hold_s:g} s (> {budget.stall_s:g} s)")
         if self.server_errors:
             out.append(f"{self.server_errors} answers of 5xx (not 503)")
         return out
@@ -365,7 +374,9 @@ def attack_slow_body(svc: Service, sc: Scale, until: float, seen: Counter[str]) 
         except OSError:
             pass  # answered and closed already: _watch reads the answer
         socks.append(s)
-    _watch(socks, until, seen)
+    # then silence, for at least half the attack's time once every body is in: the hold,
+    # not the sending, is the attack (sending 100 MiB can take most of a short case)
+    _watch(socks, max(until, time.monotonic() + sc.hold_s / 2), seen)
 
 
 def attack_slowloris(svc: Service, sc: Scale, until: float, seen: Counter[str]) -> None:
@@ -594,7 +605,8 @@ def run_case(svc: Service, attack: str, scale: Scale) -> CaseResult:
         health_failed=mon.health_failed, honest_ok=sum(mon.honest), honest_n=len(mon.honest),
         disk_growth_mb=round((disk_bytes(svc.data_dir) - mon.disk_before) / 2**20, 2),
         cpu_share=round(cpu_share, 2), recovered=recovered, answers=dict(seen),
-        honest_failures=dict(mon.honest_failures), seconds=round(time.monotonic() - t0, 2))
+        honest_failures=dict(mon.honest_failures), seconds=round(time.monotonic() - t0, 2),
+        hold_s=scale.hold_s)
 
 
 # ---- hostile peers --------------------------------------------------------------------------

@@ -33,13 +33,14 @@ import httpx
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from verinfer.chain.anvil import Anvil, dev_accounts, free_port
+from verinfer.chain.anvil import Anvil, dev_accounts
 from verinfer.chain.bindings import Contracts, TxSender, receipt_tuple
 from verinfer.chain.deploy import deploy_all
 from verinfer.chain.structs import ETHER, Kind, Role
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.devnet.network import devnet_params
+from verinfer.ports import free_port
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
 

@@ -24,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from verinfer.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = {"CONTAINERS_CONF": str(REPO / "deploy" / "containers.conf")}
 TAG = "localhost/verinfer-bench"
@@ -46,14 +48,6 @@ def podman(*args: str, check: bool = True) -> str:
     if check and r.returncode != 0:
         sys.exit(f"podman {args[0]} failed: {r.stderr[-2000:]}")
     return r.stdout.strip()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_to_ready(digest: str, model: str, work: Path) -> float:

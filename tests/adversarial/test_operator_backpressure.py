@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from support.servers import free_port, launched_server, operator_init
+from support.servers import launched_server, operator_init
+from verinfer.ports import free_port
 
 CHAT = {"model": "tiny", "max_tokens": 2, "temperature": 0,
         "messages": [{"role": "user", "content": "hi"}]}

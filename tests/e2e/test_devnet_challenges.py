@@ -42,7 +42,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from openai import OpenAI
 
-from verinfer.chain.anvil import free_port, increase_time
+from verinfer.chain.anvil import increase_time
 from verinfer.chain.bindings import vote_commitment
 from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.structs import (
@@ -61,6 +61,7 @@ from verinfer.devnet.network import bind, devnet_params
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.kms.local_cluster import ClusterLayout
+from verinfer.ports import free_port
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.client_check import DuplicateChoiceError, check_choices
 from verinfer.receipts.errors import ReceiptFormatError

@@ -33,8 +33,8 @@ from eth_account.messages import encode_typed_data
 from openai import OpenAI
 
 from support.servers import operator_init
-from verinfer.chain.anvil import free_port
 from verinfer.engine.fingerprint import EngineFingerprint
+from verinfer.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = "run scripts/ci-extras.d/10-image-tools"

@@ -239,8 +239,8 @@ def test_cli_refuses_a_kernel_path_the_cpu_lacks(net: AuditNet) -> None:
 def test_unreachable_chain_rpc_is_cannot_reproduce(net: AuditNet) -> None:
     from web3 import Web3
 
-    from verinfer.chain.anvil import free_port
     from verinfer.chain.deploy import Deployment
+    from verinfer.ports import free_port
     from verinfer.verifier.chain_view import ChainView
 
     w3 = Web3(Web3.HTTPProvider(f"http://127.0.0.1:{free_port()}",

@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from support.servers import free_port
+from verinfer.ports import free_port
 
 
 @pytest.fixture(scope="module")

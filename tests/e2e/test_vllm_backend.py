@@ -105,7 +105,8 @@ def served(
     check, and stops it (so the verifier's vLLM engine never runs beside it)."""
     from openai import OpenAI
 
-    from support.servers import free_port, operator_init
+    from support.servers import operator_init
+    from verinfer.ports import free_port
 
     op_dir = tmp_path_factory.mktemp("vllm-op") / "op"
     operator_init(op_dir)

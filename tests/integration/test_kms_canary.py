@@ -18,8 +18,9 @@ from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner
 from verinfer.kms.app_keys import LEGACY_SUITE, load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
-from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, free_port
+from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses
 from verinfer.kms.release_log import verify_release_log
+from verinfer.ports import free_port
 from verinfer.receipts.canonical import ExecRequest, ExecResult
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, seal
 

@@ -27,7 +27,7 @@ from web3 import Web3
 
 from verinfer.attestation.quotes import measurement
 from verinfer.attestation.software import SoftwareAttester, load_root_private
-from verinfer.chain.anvil import Anvil, dev_accounts, free_port, increase_time, mine
+from verinfer.chain.anvil import Anvil, dev_accounts, increase_time, mine
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.signing import sign_receipt_typed
@@ -46,6 +46,7 @@ from verinfer.kms.local_cluster import (
 from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest
 from verinfer.kms.release_log import verify_release_log
 from verinfer.kms.shard_app import create_app, http_status
+from verinfer.ports import free_port
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
 

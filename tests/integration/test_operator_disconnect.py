@@ -25,12 +25,12 @@ import httpx
 import pytest
 import uvicorn
 
-from support.servers import free_port
 from verinfer.da_client.outbox import Outbox
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import LoadedModel
 from verinfer.operator.app import ServerConfig, create_app
 from verinfer.operator.evidence import EvidencePipeline
+from verinfer.ports import free_port
 from verinfer.receipts import Domain, ReceiptSigner, derive_epoch_keypair
 
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

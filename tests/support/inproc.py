@@ -12,8 +12,8 @@ from typing import Any
 
 import uvicorn
 
-from support.servers import free_port
 from verinfer.httpserve import ServeLimits, server_config
+from verinfer.ports import free_port
 
 
 @contextlib.contextmanager

@@ -327,7 +327,7 @@ def test_an_unreachable_chain_is_shown_not_fatal() -> None:
 
     from web3 import Web3
 
-    from verinfer.chain.anvil import free_port
+    from verinfer.ports import free_port
 
     dep = Deployment(31337, "0x" + "01" * 20, "0x" + "02" * 20, "0x" + "03" * 20, CM,
                      "0x" + "05" * 20, 0)

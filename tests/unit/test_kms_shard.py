@@ -271,7 +271,7 @@ def test_missing_share_is_a_server_error(env: Env) -> None:
 def test_a_clusters_ports_are_distinct() -> None:
     """Shards provisioned together never share a port (picked one at a time, a port released
     by the previous pick could come back: the explorer then saw one shard twice)."""
-    from verinfer.kms.local_cluster import free_ports
+    from verinfer.ports import free_ports
 
     for _ in range(20):
         ports = free_ports(16)

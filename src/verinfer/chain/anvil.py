@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from web3 import Web3
 
 from verinfer.chain.artifacts import tool_path
 from verinfer.chain.errors import AnvilError
+from verinfer.ports import free_port
 
 # anvil's well-known development mnemonic; its accounts are funded with 10000 ETH each.
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
@@ -26,12 +26,6 @@ def dev_accounts(n: int = 10) -> list[LocalAccount]:
     Account.enable_unaudited_hdwallet_features()
     return [Account.from_mnemonic(DEV_MNEMONIC, account_path=f"m/44'/60'/0'/0/{i}")
             for i in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Anvil:

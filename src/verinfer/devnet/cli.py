@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from verinfer.chain.anvil import dev_accounts, free_port
+from verinfer.chain.anvil import dev_accounts
 from verinfer.chain.artifacts import tool_path
 from verinfer.devnet.network import (
     deploy_network,
@@ -35,6 +35,7 @@ from verinfer.engine.engine import Engine
 from verinfer.engine.loader import MODEL_NAMES, resolve_model_path, sha256_file
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
+from verinfer.ports import free_port
 
 app = typer.Typer(help="Local network: anvil, contracts, KMS, DA, operator, verifiers.",
                   no_args_is_help=True)

@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from verinfer.kms.keygen import keygen, shard_dir
 from verinfer.kms.release_log import ReleaseLog
 from verinfer.kms.sealing import load_seal_key, new_seal_key
 from verinfer.kms.shard import ShardConfig, ShardService
+from verinfer.ports import free_ports
 from verinfer.protocol.hexutil import to_hex
 
 
@@ -98,26 +98,6 @@ class ClusterLayout:
 
     def shards_info(self) -> list[ShardInfo]:
         return load_directory(self.directory)
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports: every socket stays bound until all n are chosen (one at
-    a time, a port released by the previous pick could come back: a CI run once gave shards 3
-    and 5 the same port, so the explorer saw shard 5 twice)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def provision(root: Path, *, epoch: int, threshold: int, shares: int,

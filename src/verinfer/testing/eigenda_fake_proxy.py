@@ -121,7 +121,18 @@ class _Handler(BaseHTTPRequestHandler):
         if parts.path.rstrip("/") != "/put":
             self._reply(404, b"not found", "text/plain")
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length")
+        # ASCII digits only: int() takes "-1" (and read(-1) reads to the end of the stream,
+        # past any limit), "+5", " 5", "1_0"; anything else must be refused unread
+        if declared is None:
+            self.close_connection = True
+            self._reply(411, b"Content-Length required", "text/plain")
+            return
+        if not (declared.isascii() and declared.isdigit()):
+            self.close_connection = True
+            self._reply(400, b"malformed Content-Length", "text/plain")
+            return
+        length = int(declared)
         if length > self.state.max_body_bytes:
             self.close_connection = True  # do not read an oversized body
             self._reply(413, b"request body too large", "text/plain")

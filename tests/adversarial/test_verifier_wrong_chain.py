@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import rfc8785
 
-from verinfer.chain.structs import MAX_CLOCK_SKEW
 from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import (
     ManifestEntry,
@@ -96,7 +97,10 @@ def test_client_check_refuses_a_receipt_for_another_chain(form: str) -> None:
 
 
 def test_future_receipts_and_reports_are_refused_and_2_64_does_not_overflow() -> None:
-    assert MAX_ISSUED_AT_SKEW_S == MAX_CLOCK_SKEW  # clients refuse what the chain slashes
+    # clients refuse exactly what the chain slashes: the contract's constant, read from its source
+    sol = (Path(__file__).resolve().parents[2] / "contracts" / "src" / "ChallengeManager.sol")
+    m = re.search(r"MAX_CLOCK_SKEW = (\d+) minutes;", sol.read_text())
+    assert m is not None and int(m.group(1)) * 60 == MAX_ISSUED_AT_SKEW_S
     now = 1_800_000_000
     check_issued_at(now + MAX_ISSUED_AT_SKEW_S, now)  # clock drift within the skew is fine
     for far in (now + MAX_ISSUED_AT_SKEW_S + 1, 2**64 - 1):

@@ -1,15 +1,16 @@
-"""The chain's issuedAt rule in verinfer.chain.structs (ChallengeManager.MAX_CLOCK_SKEW)."""
+"""The chain's issuedAt rule in verinfer.chain.structs (ChallengeManager.MAX_ISSUED_AT_SKEW_S)."""
 
 from __future__ import annotations
 
-from verinfer.chain.structs import MAX_CLOCK_SKEW, is_future_dated, publication_deadline
+from verinfer.chain.structs import is_future_dated, publication_deadline
+from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
 
 
 def test_future_dated_beyond_skew_only() -> None:
     now = 1_767_225_600
     assert not is_future_dated(now, now)
-    assert not is_future_dated(now + MAX_CLOCK_SKEW, now)
-    assert is_future_dated(now + MAX_CLOCK_SKEW + 1, now)
+    assert not is_future_dated(now + MAX_ISSUED_AT_SKEW_S, now)
+    assert is_future_dated(now + MAX_ISSUED_AT_SKEW_S + 1, now)
     assert is_future_dated(2**64 - 1, now)
 
 

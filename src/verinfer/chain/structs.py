@@ -6,6 +6,8 @@ import enum
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
+from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
+
 ETHER = 10**18
 
 #: ChallengeManager.INVALID_EVIDENCE = keccak256("verinfer.vote.invalid-evidence"): the outHash a
@@ -13,10 +15,6 @@ ETHER = 10**18
 #: match the receipt. It counts as a reveal (no non-reveal penalty) and as a vote against the
 #: receipt (docs/contracts.md, "Full challenge").
 INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1999de6d2699848b454")
-
-#: ChallengeManager.MAX_CLOCK_SKEW (seconds): a receipt dated later than its batch commit + this,
-#: or later than the chain's now + this when claimed, is invalid and slashed at once.
-MAX_CLOCK_SKEW = 300
 
 #: StakeRegistry.coverageNotice of a production deployment (seconds): a receipt issued at t is
 #: valid only if its engine fingerprint was covered (MIN_COVERAGE_BPS) at t - this (read the
@@ -32,10 +30,11 @@ MIN_COVERAGE_BPS = 1000
 
 
 def is_future_dated(issued_at: int, chain_time: int) -> bool:
-    """True iff a receipt's issuedAt is beyond the chain's clock + MAX_CLOCK_SKEW: such a receipt
+    """True iff a receipt's issuedAt is beyond the chain's clock + MAX_CLOCK_SKEW
+    (``MAX_ISSUED_AT_SKEW_S``): such a receipt
     is invalid on its face; `claimUnpublished` slashes it at once (no publication deadline to
     wait for), and in a batch it is slashed at open when later than the batch's commit + skew."""
-    return issued_at > chain_time + MAX_CLOCK_SKEW
+    return issued_at > chain_time + MAX_ISSUED_AT_SKEW_S
 
 
 def publication_deadline(issued_at: int, publication_deadline_s: int) -> int:

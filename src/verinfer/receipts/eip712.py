@@ -54,6 +54,9 @@ RECEIPT_FIELDS: tuple[tuple[str, str, str], ...] = (
 #: How far in the future a receipt's (or audit report's) issuedAt may lie, in seconds, before
 #: a client refuses it: clocks drift, but a receipt from the future starts its publication and
 #: challenge windows late (2^64 - 1: never), so it must not be accepted as evidence of anything.
+#: The one home of ChallengeManager.MAX_CLOCK_SKEW's value on the Python side: a receipt dated
+#: later than its batch commit + this, or than the chain's now + this when claimed, is invalid
+#: and slashed at once, so clients refuse exactly what the chain slashes.
 MAX_ISSUED_AT_SKEW_S = 300
 _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 

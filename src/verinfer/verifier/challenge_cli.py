@@ -12,9 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from verinfer.chain.structs import MAX_CLOCK_SKEW, is_future_dated
+from verinfer.chain.structs import is_future_dated
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
+from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
 from verinfer.verifier.challenger import Challenger, locate
 from verinfer.verifier.cli_common import (
     DA_STORE_OPT,
@@ -93,8 +94,8 @@ def challenge(
         if is_future_dated(loc.signed.receipt.issued_at, chain_now):
             # what a client check refuses on receipt (issuedAt skew); the chain slashes it
             console.log(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
-                        f"{MAX_CLOCK_SKEW} s after chain time {chain_now}: invalid on its face, "
-                        "claimed at once (no publication deadline to wait for)")
+                        f"{MAX_ISSUED_AT_SKEW_S} s after chain time {chain_now}: invalid on its "
+                        "face, claimed at once (no publication deadline to wait for)")
         kind, cid = ch.open(loc)
         console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
         if kind == "claim":

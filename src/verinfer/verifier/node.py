@@ -30,10 +30,10 @@ from verinfer.chain.anvil import mine
 from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.stake import Declared, ensure_declared
-from verinfer.chain.structs import MAX_CLOCK_SKEW, Role, Status, VoteState
+from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
-from verinfer.receipts.eip712 import Receipt
+from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S, Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import CannotJudgeError, LocalFault, OperatorFault
@@ -272,7 +272,7 @@ class VerifierNode:
         if committed_at == 0:  # the chain opened a challenge on it: our RPC is behind
             raise LocalFault(f"batch 0x{oc.batch_id.hex()} is not committed on chain "
                              "(RPC behind?)")
-        return committed_at + MAX_CLOCK_SKEW
+        return committed_at + MAX_ISSUED_AT_SKEW_S
 
     def _reveal(self, cid: int) -> None:
         st = self._state.get(str(cid))

@@ -22,7 +22,6 @@ from verinfer.chain.bindings import receipt_tuple
 from verinfer.chain.structs import (
     ETHER,
     INVALID_EVIDENCE,
-    MAX_CLOCK_SKEW,
     ChallengeInfo,
     ClaimInfo,
     ClaimStatus,
@@ -31,6 +30,7 @@ from verinfer.chain.structs import (
     Status,
 )
 from verinfer.errors import VerinferError
+from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
 from verinfer.testing.game.rpc import Rpc, RpcError, abi_functions
 from verinfer.testing.game.world import (
     CONTRACTS,
@@ -284,8 +284,8 @@ class Game:
         now = self._now()
         mode = a["mode"]
         p = self._params()
-        issued_at = {"future": now + MAX_CLOCK_SKEW + 1 + (a["k"] * 97),
-                     "dated_after_commit": now + MAX_CLOCK_SKEW + 5,
+        issued_at = {"future": now + MAX_ISSUED_AT_SKEW_S + 1 + (a["k"] * 97),
+                     "dated_after_commit": now + MAX_ISSUED_AT_SKEW_S + 5,
                      "late": now - p.publication_deadline - 1}.get(mode, now)
         items = []
         for k in range(a["k"]):
@@ -565,7 +565,7 @@ class Game:
                                   f"0x{it.digest.hex()[:12]}: {e}")
             publish_by = it.receipt.issued_at + p.publication_deadline
             unpublished = it.committed_at is None or it.committed_at > publish_by
-            future = it.receipt.issued_at > now + MAX_CLOCK_SKEW + FUTURE_MARGIN_S
+            future = it.receipt.issued_at > now + MAX_ISSUED_AT_SKEW_S + FUTURE_MARGIN_S
             claim_by = publish_by + getattr(p, "claim_window", 1 << 64)
             if not unpublished or it.digest in ep.hc_claims.values() or rs.live_claim \
                     or rs.unpublished_slashed or (future and rs.slashed):

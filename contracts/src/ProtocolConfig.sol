@@ -40,6 +40,7 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     /// @inheritdoc IProtocolConfig
     function setParams(Params calldata p) external onlyOwner {
         _checkParams(p);
+        _checkNotShortened(_params, p);
         _params = p;
         emit ParamsSet(p);
     }
@@ -64,6 +65,26 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     function maxDisputeSpan(Params memory p) public pure returns (uint256) {
         return uint256(p.challengeWindow) + p.publicationDeadline + p.responsePeriod + p.drawPeriod
             + p.commitPeriod + p.revealPeriod;
+    }
+
+    /// @dev INVARIANT: publicationDeadline, drawPeriod and challengeWindow never shrink. They
+    ///      are read when a claim opens (publishBy = issuedAt + publicationDeadline), when a
+    ///      challenge is drawn or resolved undrawn (openedAt + drawPeriod) and when a challenge
+    ///      opens (committedAt + challengeWindow), not stored when the receipt was signed or the
+    ///      dispute began; shrinking one reached back in time: an honest operator that published
+    ///      inside the deadline it signed under was slashed as unpublished, a running challenge of
+    ///      a fraud could be resolved Inconclusive before its draw, a committed fraud's window
+    ///      closed early (RetroactiveParams.t.sol). Growing them only gives honest parties more
+    ///      time (unbondingPeriod > maxDisputeSpan is still checked on the new set). A shorter
+    ///      value needs a new deployment.
+    function _checkNotShortened(Params storage cur, Params calldata p) internal view {
+        if (p.publicationDeadline < cur.publicationDeadline) {
+            revert ParamShortened("publicationDeadline", cur.publicationDeadline, p.publicationDeadline);
+        }
+        if (p.drawPeriod < cur.drawPeriod) revert ParamShortened("drawPeriod", cur.drawPeriod, p.drawPeriod);
+        if (p.challengeWindow < cur.challengeWindow) {
+            revert ParamShortened("challengeWindow", cur.challengeWindow, p.challengeWindow);
+        }
     }
 
     function _checkParams(Params memory p) internal pure {

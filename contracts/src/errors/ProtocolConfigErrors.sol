@@ -9,6 +9,10 @@ import {IProtocolConfigTypes} from "../types/ProtocolConfigTypes.sol";
 interface IProtocolConfigErrors {
     /// @notice A parameter set breaks a protocol rule; `reason` names the rule.
     error InvalidParams(string reason);
+    /// @notice setParams would shorten `field` from `current` to `proposed`: receipts and
+    ///         disputes that already exist read it (publicationDeadline: claims; drawPeriod:
+    ///         running draws; challengeWindow: committed batches), so it may only grow.
+    error ParamShortened(string field, uint256 current, uint256 proposed);
     /// @notice The entry is already approved.
     error AlreadyApproved(IProtocolConfigTypes.Kind kind, bytes32 id);
     /// @notice The entry is not currently approved.

@@ -31,7 +31,9 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
     ///         minimum pays this many proven frauds in full (N frauds cost min(N·S, stake)).
     function MIN_OPERATOR_STAKE_SLASHES() external view returns (uint16);
 
-    /// @notice Replaces all parameters. Running challenges keep the deadlines they were given.
+    /// @notice Replaces all parameters. Running challenges keep the deadlines they were given;
+    ///         publicationDeadline, drawPeriod and challengeWindow may grow but never shrink
+    ///         (ParamShortened): existing receipts, claims and challenges read them.
     /// @param p The new parameters.
     function setParams(Params calldata p) external;
 

@@ -3,7 +3,9 @@
 - :class:`BodyGuard`, an ASGI middleware: a request body must arrive whole within
   ``body_deadline_s`` of its headers (else 408), hold at most ``max_body_bytes`` (413, checked
   on Content-Length up front and on the bytes received), and all bodies of requests in progress
-  together at most ``max_inflight_body_bytes`` (503). A refused request's connection is closed.
+  together at most ``max_inflight_body_bytes`` (503). A request with both Content-Length and
+  Transfer-Encoding is refused (400 ``ambiguous_framing``: request smuggling behind a proxy
+  that frames by length). A refused request's connection is closed.
   Why: a client that declares N bytes, sends N-1 and goes silent held its buffer for ever —
   30 such connections took the operator from 307 to 565 MB (issue 32.9).
 - :func:`server_config`, the uvicorn settings: a cap on connections (``limit_concurrency``:
@@ -109,9 +111,19 @@ class BodyGuard:
             return
         lim = self.limits
         declared: int | None = None
+        chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit():
                 declared = int(value)
+            elif name == b"transfer-encoding":
+                chunked = True
+        if declared is not None and chunked:
+            # h11 frames such a request by Transfer-Encoding and kept the connection for the
+            # next one: a front proxy framing by Content-Length saw another request boundary
+            # (CL.TE desync). RFC 9112 §6.1: refuse it, and close the connection (_answer).
+            await self._answer(scope, send, 400, "a request may not carry both Content-Length "
+                               "and Transfer-Encoding", "ambiguous_framing")
+            return
         if declared is not None and declared > lim.max_body_bytes:
             await self._answer(scope, send, 413, f"request body of {declared} bytes exceeds "
                                f"the limit of {lim.max_body_bytes}", "request_too_large")

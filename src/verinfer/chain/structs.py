@@ -67,6 +67,10 @@ class Status(enum.IntEnum):
     INCONCLUSIVE = 5
 
 
+#: The statuses a challenge ends in (resolve sets one; nothing moves it again).
+FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
+
+
 class VoteState(enum.IntEnum):
     NONE = 0
     MEMBER = 1

@@ -18,6 +18,7 @@ from typing import Any
 from verinfer.chain.anvil import increase_time, mine
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.structs import (
+    FINAL,
     ClaimStatus,
     Status,
     is_future_dated,
@@ -34,7 +35,6 @@ from verinfer.verifier.chain_view import BatchRecord, ChainView
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import ChallengeStateError, ReceiptRefError
 
-FINAL = (Status.DISMISSED, Status.SLASHED, Status.INCONCLUSIVE)
 #: Seconds of chain-clock advance tolerated between reading the head and the claim being mined.
 FUTURE_MARGIN_S = 60
 #: A receipt file or an operator's answer is a few KB; an n = 128 response with logprobs less

@@ -229,10 +229,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _parse(raw: bytes, limit: int, what: str) -> object:
-    """Value counts first (cheap, on the raw bytes), then the bounded parser."""
+    """Value counts first (cheap, on the raw bytes), then the bounded parser. A repeated key is
+    refused: the last value would win here, the first in other readers of the same body."""
     check_shape(raw, strings=MAX_REQUEST_STRINGS, containers=MAX_REQUEST_CONTAINERS,
                 values=MAX_REQUEST_VALUES, what=what)
-    return loads_untrusted(raw, max_bytes=limit, depth=MAX_BODY_DEPTH, what=what)
+    return loads_untrusted(raw, max_bytes=limit, depth=MAX_BODY_DEPTH, what=what,
+                           unique_keys=True)
 
 
 def create_app(service: ShardService, *, max_body_bytes: int = MAX_BODY_BYTES,

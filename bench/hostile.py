@@ -34,10 +34,12 @@ from verinfer.testing.hostile import (
     FULL,
     CaseResult,
     Service,
+    explorer_against_rpc,
     explorer_service,
     fake_eigenda_service,
     kms_shard_service,
     operator_service,
+    operator_start_against_rpc,
     run_case,
     scratch_dir,
     tiny_model,
@@ -76,7 +78,9 @@ def _workdir(keep: bool) -> Iterator[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fast", action="store_true", help="the test suite's reduced scale")
-    ap.add_argument("--service", action="append", help="only these services (repeatable)")
+    ap.add_argument("--service", action="append",
+                    help="only these (repeatable): operator, kms_shard, explorer, fake_eigenda, "
+                         "operator_rpc, explorer_rpc (started against a hostile chain RPC)")
     ap.add_argument("--attack", action="append", help="only these attacks (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs)")
     args = ap.parse_args()
@@ -93,6 +97,24 @@ def main() -> None:
                     r = run_case(svc, attack, scale)
                     results.append(r)
                     print(_line(r), flush=True)
+        outbound = []
+        if not args.service or "operator_rpc" in args.service:
+            for mode in ("drip", "huge"):
+                state, took, seen, peak = operator_start_against_rpc(tiny_model(work), work,
+                                                                     mode)
+                outbound.append({"service": "operator", "peer": f"chain RPC ({mode})",
+                                 "startup": state, "seconds": took, "peer_requests": seen,
+                                 "rss_peak_mb": peak})
+                print(f"operator      RPC {mode:9s} startup: {state} after {took} s "
+                      f"({seen} RPC requests, RSS peak {peak:.0f} MB)", flush=True)
+        if not args.service or "explorer_rpc" in args.service:
+            for mode in ("drip", "huge"):
+                said, took, seen, peak = explorer_against_rpc(work, mode)
+                outbound.append({"service": "explorer", "peer": f"chain RPC ({mode})",
+                                 "status_says": said, "seconds": took, "peer_requests": seen,
+                                 "rss_peak_mb": peak})
+                print(f"explorer      RPC {mode:9s} after {took} s its status says: {said!r} "
+                      f"({seen} RPC requests, RSS peak {peak:.0f} MB)", flush=True)
         if args.keep:
             print(f"scratch directory: {work}", file=sys.stderr)
     honest_n = sum(r.honest_n for r in results)
@@ -110,6 +132,7 @@ def main() -> None:
                     "disk_growth_mb_max": BUDGET.disk_growth_mb,
                     "honest_success_ratio": BUDGET.honest_success},
         "over_budget": over,
+        "outbound": outbound,
         "cases": [r.row() for r in results],
     }))
 

@@ -662,8 +662,13 @@ class HostilePeer:
 
             do_GET = do_POST = _answer
 
-        self.server = ThreadingHTTPServer((HONEST_SRC, 0), Handler)
-        self.server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hangs up on a hostile peer is the expected case
+
+        self.server = Server((HONEST_SRC, 0), Handler)
         self.server.block_on_close = False
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
                                        daemon=True)
@@ -822,11 +827,7 @@ def explorer_service(workdir: Path) -> Iterator[Service]:
     """``verinfer explorer`` whose chain RPC drips, whose KMS shard sends a 1 GiB answer and
     whose operator never answers (:class:`HostilePeer`): the client attacks and the
     ``hostile_peers`` case all run with its outbound calls held by them."""
-    dep = workdir / "deployment.json"
-    dep.write_text(json.dumps({"chain_id": 31337, "deployed_block": 0,
-                               **{k: "0x" + f"{i:02x}" * 20 for i, k in enumerate(
-                                   ("protocol_config", "stake_registry", "batch_registry",
-                                    "challenge_manager", "audit_log"), start=1)}}))
+    dep = fake_deployment(workdir / "deployment.json")
     port = free_port()
     with HostilePeer("drip") as rpc, HostilePeer("huge") as kms, \
             HostilePeer("silent") as op:
@@ -847,6 +848,81 @@ def explorer_service(workdir: Path) -> Iterator[Service]:
                          ("GET", "/nope", {}, b"")],
                 attacks=("slow_body", "slowloris", "oversized", "flood", "idle",
                          "hostile_peers"))
+
+
+def fake_deployment(path: Path) -> Path:
+    """A deployment.json naming contracts that exist nowhere (chain 31337): enough for a
+    process to start and call its chain RPC."""
+    path.write_text(json.dumps({"chain_id": 31337, "deployed_block": 0,
+                                **{k: "0x" + f"{i:02x}" * 20 for i, k in enumerate(
+                                    ("protocol_config", "stake_registry", "batch_registry",
+                                     "challenge_manager", "audit_log"), start=1)}}))
+    return path
+
+
+def operator_start_against_rpc(model: Path, workdir: Path, mode: str,
+                               limit_s: float = 45.0) -> tuple[str, float, int, float]:
+    """``verinfer serve`` whose operator directory names a chain RPC that is a
+    :class:`HostilePeer` (``mode``): does it come up, or fail with an error, within
+    ``limit_s``? Returns ("healthy" | "exited N" | "still starting", seconds, RPC requests
+    the peer saw, the process's peak RSS in MB)."""
+    opdir = workdir / f"operator-rpc-{mode}"
+    with HostilePeer(mode) as rpc:
+        r = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(opdir),
+                            "--light-kdf", "--unsafe-dev", "--rpc-url", rpc.url,
+                            "--deployment", str(fake_deployment(workdir / "deployment.json"))],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"operator init failed: {r.stderr[-2000:]}")
+        port = free_port()
+        with (workdir / f"operator-rpc-{mode}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
+                 str(port), "--name", "tiny", "--max-context", "512", "--unsafe-dev",
+                 "--operator-dir", str(opdir)], stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.monotonic()
+        state = "still starting"
+        peak = 0.0
+        try:
+            while time.monotonic() - t0 < limit_s:
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                    peak = max(peak, rss_mb(proc.pid))
+                if proc.poll() is not None:
+                    state = f"exited {proc.returncode}"
+                    break
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    if request(HONEST_SRC, port, "GET", "/health", timeout=1)[0] == 200:
+                        state = "healthy"
+                        break
+                time.sleep(0.25)
+            return state, round(time.monotonic() - t0, 1), rpc.requests, round(peak, 1)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def explorer_against_rpc(workdir: Path, mode: str, limit_s: float = 30.0
+                         ) -> tuple[str, float, int, float]:
+    """``verinfer explorer`` whose chain RPC is a :class:`HostilePeer` (``mode``), for
+    ``limit_s``: what its status says at the end (the follower's error, or "no error"), the
+    seconds, the RPC requests the peer saw and the process's peak RSS in MB."""
+    port = free_port()
+    dep = fake_deployment(workdir / "deployment.json")
+    with HostilePeer(mode) as rpc:
+        cmd = [sys.executable, "-m", "verinfer", "explorer", "--rpc-url", rpc.url,
+               "--deployment", str(dep), "--port", str(port)]
+        with _process(cmd, port, "/api/status", workdir / f"explorer-rpc-{mode}.log") as proc:
+            t0 = time.monotonic()
+            peak = 0.0
+            while time.monotonic() - t0 < limit_s:
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                    peak = max(peak, rss_mb(proc.pid))
+                time.sleep(0.25)
+            status, body = request(HONEST_SRC, port, "GET", "/api/status")
+            error = json.loads(body).get("follower_error") if status == 200 else f"{status}"
+            return (str(error)[:120] or "no error", round(time.monotonic() - t0, 1),
+                    rpc.requests, round(peak, 1))
 
 
 _PROXY_MAIN = """

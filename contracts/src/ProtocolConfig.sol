@@ -23,13 +23,26 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     ///      one slash leaves the operator below the minimum (no new batch until it re-bonds).
     uint16 public constant MIN_OPERATOR_STAKE_SLASHES = 2;
 
+    /// @inheritdoc IProtocolConfig
+    /// @dev INVARIANT: immutable. A notice governance could set to 0 would let it revoke in the
+    ///      second an operator signs again.
+    uint64 public immutable governanceNotice;
+
     Params internal _params;
+    /// @dev The newest approval interval of each entry (one slot: the read of every challenge
+    ///      open, whose receipt is almost always inside it).
     mapping(Kind => mapping(bytes32 => Approval)) internal _approvals;
+    /// @dev The intervals the newest one replaced, oldest first (ended, disjoint, increasing).
+    mapping(Kind => mapping(bytes32 => Approval[])) internal _olderApprovals;
     mapping(uint64 => KeyEpoch) internal _epochs;
 
     /// @param governance Owner of the allowlists and parameters.
     /// @param initial The starting parameters (checked like `setParams`).
-    constructor(address governance, Params memory initial) Ownable(governance) {
+    /// @param governanceNotice_ Seconds between a revocation or a key epoch's retirement and the
+    ///        time it takes effect (10 minutes in production, like StakeRegistry.coverageNotice):
+    ///        receipts issued in between stay valid, and operators see the end coming.
+    constructor(address governance, Params memory initial, uint64 governanceNotice_) Ownable(governance) {
+        governanceNotice = governanceNotice_;
         _checkParams(initial);
         _params = initial;
         emit ParamsSet(initial);
@@ -137,6 +150,15 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     function approve(Kind kind, bytes32 id) external onlyOwner {
         Approval storage a = _approvals[kind][id];
         if (a.since != 0 && a.until == 0) revert AlreadyApproved(kind, id);
+        if (a.until > block.timestamp) {
+            // A revocation still in its notice: cancelled, the interval goes on unbroken.
+            a.until = 0;
+            emit Approved(kind, id, a.since);
+            return;
+        }
+        // INVARIANT: an approval never rewrites a past interval: receipts issued inside an
+        // earlier [since, until) stay approved (before, re-approving overwrote `since`).
+        if (a.since != 0) _olderApprovals[kind][id].push(a);
         a.since = uint64(block.timestamp);
         a.until = 0;
         emit Approved(kind, id, uint64(block.timestamp));
@@ -146,8 +168,11 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     function revoke(Kind kind, bytes32 id) external onlyOwner {
         Approval storage a = _approvals[kind][id];
         if (a.since == 0 || a.until != 0) revert NotApproved(kind, id);
-        a.until = uint64(block.timestamp);
-        emit Revoked(kind, id, uint64(block.timestamp));
+        // INVARIANT: a revocation takes effect governanceNotice after it is sent: a receipt an
+        // operator signs in the meantime is valid.
+        uint64 until = uint64(block.timestamp) + governanceNotice;
+        a.until = until;
+        emit Revoked(kind, id, until);
     }
 
     /// @inheritdoc IProtocolConfig
@@ -158,7 +183,24 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     /// @inheritdoc IProtocolConfig
     function isApprovedAt(Kind kind, bytes32 id, uint64 time) public view returns (bool) {
         Approval memory a = _approvals[kind][id];
-        return a.since != 0 && a.since <= time && (a.until == 0 || time < a.until);
+        if (a.since != 0 && a.since <= time) return a.until == 0 || time < a.until; // the common case
+        Approval[] storage older = _olderApprovals[kind][id];
+        for (uint256 i = older.length; i != 0; i--) {
+            Approval memory o = older[i - 1];
+            if (o.since <= time) return time < o.until;
+        }
+        return false;
+    }
+
+    /// @inheritdoc IProtocolConfig
+    function approvalHistory(Kind kind, bytes32 id) external view returns (Approval[] memory intervals) {
+        Approval[] storage older = _olderApprovals[kind][id];
+        Approval memory a = _approvals[kind][id];
+        intervals = new Approval[](older.length + (a.since != 0 ? 1 : 0));
+        for (uint256 i = 0; i < older.length; i++) {
+            intervals[i] = older[i];
+        }
+        if (a.since != 0) intervals[older.length] = a;
     }
 
     /// @inheritdoc IProtocolConfig
@@ -195,8 +237,10 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
         KeyEpoch storage e = _epochs[epoch];
         if (e.registeredAt == 0) revert UnknownKeyEpoch(epoch);
         if (e.retiredAt != 0) revert KeyEpochAlreadyRetired(epoch, e.retiredAt);
-        e.retiredAt = uint64(block.timestamp);
-        emit KeyEpochRetired(epoch, uint64(block.timestamp));
+        // INVARIANT: like a revocation, a retirement takes effect governanceNotice later.
+        uint64 retiredAt = uint64(block.timestamp) + governanceNotice;
+        e.retiredAt = retiredAt;
+        emit KeyEpochRetired(epoch, retiredAt);
     }
 
     /// @inheritdoc IProtocolConfig

@@ -194,7 +194,7 @@ contract ChallengeManagerTest is Fixture {
 
     function test_openChallenge_unapprovedModel_slashesAtOnce_succeeds() public {
         config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
-        vm.warp(block.timestamp + 1);
+        vm.warp(block.timestamp + GOVERNANCE_NOTICE); // the revocation's effect
         Posted memory p = postBatch(HONEST_OUT, 3, 2);
         uint256 before = stakes.accountOf(operator).stake;
         uint256 id = open(p);
@@ -215,7 +215,7 @@ contract ChallengeManagerTest is Fixture {
 
     function test_openChallenge_retiredKeyEpoch_slashesAtOnce_succeeds() public {
         config.retireKeyEpoch(EPOCH);
-        vm.warp(block.timestamp + 1);
+        vm.warp(block.timestamp + GOVERNANCE_NOTICE); // the retirement's effect
         Posted memory p = postBatch(HONEST_OUT, 1, 0);
         uint256 id = open(p);
         vm.assertEq(uint256(cm.challenge(id).status), uint256(IChallengeManagerTypes.Status.Slashed));

@@ -288,4 +288,54 @@ contract NoHonestPaysTest is TwoFingerprints {
             vm.assertEq(stakes.weightOf(ms[i].account), 0, "each non-revealer paid, below the minimum");
         }
     }
+
+    // ---- finding 7: governance acted in the same second -----------------------------------
+
+    /// A receipt signed while a revocation is in its notice is valid: it needs a committee
+    /// (before: the revocation took effect at once and this receipt was slashed at open).
+    function test_revoke_receiptInNotice_needsCommittee_succeeds() public {
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
+        vm.warp(block.timestamp + GOVERNANCE_NOTICE - 1);
+        uint256 id = open(postBatch(HONEST_OUT, 2, 0));
+        vm.assertEq(uint256(_status(id)), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
+    }
+
+    /// The same for a key epoch's retirement.
+    function test_retireKeyEpoch_receiptInNotice_needsCommittee_succeeds() public {
+        config.retireKeyEpoch(EPOCH);
+        vm.warp(block.timestamp + GOVERNANCE_NOTICE - 1);
+        uint256 id = open(postBatch(HONEST_OUT, 2, 0));
+        vm.assertEq(uint256(_status(id)), uint256(IChallengeManagerTypes.Status.AwaitingDraw));
+        vm.assertEq(uint256(config.keyEpoch(EPOCH).retiredAt), block.timestamp + 1);
+    }
+
+    /// Revoke, then approve again: a receipt of the first interval stays valid (before: the
+    /// re-approval overwrote `since`, so the honest operator's older receipt became
+    /// "unapproved" and was slashed at open).
+    function test_revokeThenReapprove_keepsEarlierInterval_succeeds() public {
+        Posted memory p = postBatch(HONEST_OUT, 2, 0); // issued inside the first interval
+        uint64 first = config.approval(IProtocolConfigTypes.Kind.Model, MODEL).since;
+        vm.warp(block.timestamp + 10);
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
+        vm.warp(block.timestamp + GOVERNANCE_NOTICE + 60);
+        config.approve(IProtocolConfigTypes.Kind.Model, MODEL);
+        IProtocolConfigTypes.Approval[] memory h = config.approvalHistory(IProtocolConfigTypes.Kind.Model, MODEL);
+        vm.assertEq(h.length, 2, "both intervals kept");
+        vm.assertEq(uint256(h[0].since), uint256(first));
+        vm.assertEq(uint256(h[1].since), block.timestamp);
+        vm.assertFalse(
+            config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, h[0].until), "the gap stays unapproved"
+        );
+        uint256 id = open(p);
+        vm.assertEq(uint256(_status(id)), uint256(IChallengeManagerTypes.Status.AwaitingDraw), "still valid");
+    }
+
+    /// Approving during a revocation's notice cancels it: one unbroken interval.
+    function test_approve_cancelsPendingRevoke_succeeds() public {
+        config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
+        config.approve(IProtocolConfigTypes.Kind.Model, MODEL);
+        vm.assertEq(uint256(config.approval(IProtocolConfigTypes.Kind.Model, MODEL).until), 0, "open again");
+        vm.assertEq(config.approvalHistory(IProtocolConfigTypes.Kind.Model, MODEL).length, 1);
+        vm.assertTrue(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, uint64(block.timestamp + 365 days)), "approved on");
+    }
 }

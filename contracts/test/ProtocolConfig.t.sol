@@ -81,8 +81,10 @@ contract ProtocolConfigTest is Fixture {
         uint64 before = uint64(block.timestamp);
         vm.warp(block.timestamp + 100);
         config.revoke(IProtocolConfigTypes.Kind.Model, MODEL);
+        uint64 until = uint64(block.timestamp) + GOVERNANCE_NOTICE;
         vm.assertTrue(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, before), "valid before");
-        vm.assertFalse(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, uint64(block.timestamp)), "not after");
+        vm.assertTrue(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, until - 1), "valid in the notice");
+        vm.assertFalse(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, until), "not from until on");
     }
 
     function test_revoke_notApproved_reverts() public {
@@ -117,14 +119,17 @@ contract ProtocolConfigTest is Fixture {
 
     function test_retireKeyEpoch_live_succeeds() public {
         config.retireKeyEpoch(EPOCH);
-        vm.assertFalse(config.isKeyEpochLiveAt(EPOCH, uint64(block.timestamp)), "retired");
-        vm.assertTrue(config.isKeyEpochLiveAt(EPOCH, uint64(block.timestamp - 1)), "live before");
+        uint64 at = uint64(block.timestamp) + GOVERNANCE_NOTICE;
+        vm.assertFalse(config.isKeyEpochLiveAt(EPOCH, at), "retired from now + notice");
+        vm.assertTrue(config.isKeyEpochLiveAt(EPOCH, at - 1), "live before");
     }
 
     function test_retireKeyEpoch_twice_reverts() public {
         config.retireKeyEpoch(EPOCH);
         vm.expectRevert(
-            abi.encodeWithSelector(IProtocolConfigErrors.KeyEpochAlreadyRetired.selector, EPOCH, uint64(block.timestamp))
+            abi.encodeWithSelector(
+                IProtocolConfigErrors.KeyEpochAlreadyRetired.selector, EPOCH, uint64(block.timestamp) + GOVERNANCE_NOTICE
+            )
         );
         config.retireKeyEpoch(EPOCH);
     }

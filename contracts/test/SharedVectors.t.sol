@@ -117,7 +117,7 @@ contract SharedVectorsTest is Test {
         p.minOperatorStake = 1;
         p.minVerifierStake = 1;
         p.claimWindow = 1;
-        ProtocolConfig config = new ProtocolConfig(address(this), p);
+        ProtocolConfig config = new ProtocolConfig(address(this), p, 0);
         StakeRegistry stakes = new StakeRegistry(address(this), config, 10 minutes, 1000);
         BatchRegistry batches = new BatchRegistry(stakes);
         for (uint256 i = 0; i < n; i++) {

@@ -13,13 +13,15 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
     event ParamsSet(Params params);
     /// @notice An allowlist entry was approved (from `since`).
     event Approved(Kind indexed kind, bytes32 indexed id, uint64 since);
-    /// @notice An allowlist entry was revoked (from `until`).
+    /// @notice An allowlist entry was revoked (from `until` = now + governanceNotice); also
+    ///         emitted with the original `since` when an approval cancels a pending revocation.
     event Revoked(Kind indexed kind, bytes32 indexed id, uint64 until);
     /// @notice A KMS key epoch was registered.
     event KeyEpochRegistered(
         uint64 indexed epoch, bytes publicKey, bytes32 commitmentsHash, uint16 threshold, uint16 shardCount
     );
-    /// @notice A KMS key epoch was retired: shards refuse it from now on.
+    /// @notice A KMS key epoch was retired: receipts issued from `time` (now +
+    ///         governanceNotice) on are invalid under it.
     event KeyEpochRetired(uint64 indexed epoch, uint64 time);
 
     // ---- parameters ---------------------------------------------------------------------
@@ -52,20 +54,28 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
 
     // ---- allowlists ---------------------------------------------------------------------
 
-    /// @notice Approves a model id, engine fingerprint hash or enclave measurement from now on.
+    /// @notice Approves a model id, engine fingerprint hash or enclave measurement from now on
+    ///         (a new interval; earlier intervals are kept), or cancels a pending revocation.
     /// @param kind Which allowlist.
     /// @param id The sha256 model id / fingerprint hash / measurement.
     function approve(Kind kind, bytes32 id) external;
 
-    /// @notice Revokes an entry from now on; receipts issued before stay valid.
+    /// @notice Seconds between a revocation / key retirement and its effect (immutable).
+    function governanceNotice() external view returns (uint64);
+
+    /// @notice Revokes an entry from now + governanceNotice on; receipts issued before stay
+    ///         valid. Approving the entry again before then cancels the revocation.
     /// @param kind Which allowlist.
     /// @param id The entry.
     function revoke(Kind kind, bytes32 id) external;
 
-    /// @notice The approval interval of an entry (zeros when never approved).
+    /// @notice The newest approval interval of an entry (zeros when never approved).
     function approval(Kind kind, bytes32 id) external view returns (Approval memory);
 
-    /// @notice True iff `id` was approved at time `time`.
+    /// @notice Every approval interval of an entry, oldest first.
+    function approvalHistory(Kind kind, bytes32 id) external view returns (Approval[] memory);
+
+    /// @notice True iff `time` falls in one of `id`'s approval intervals [since, until).
     function isApprovedAt(Kind kind, bytes32 id, uint64 time) external view returns (bool);
 
     /// @notice True iff `id` is approved now.
@@ -87,7 +97,8 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
         uint16 shardCount
     ) external;
 
-    /// @notice Retires a key epoch; receipts issued after this are faults.
+    /// @notice Retires a key epoch from now + governanceNotice on; receipts issued from then on
+    ///         are faults.
     /// @param epoch The epoch to retire.
     function retireKeyEpoch(uint64 epoch) external;
 

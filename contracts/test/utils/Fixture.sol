@@ -37,6 +37,8 @@ abstract contract Fixture is Test {
     uint256 internal constant T0 = 1_767_225_600;
     /// @dev StakeRegistry.minCoverageBps of the fixture: the production default (10%).
     uint256 internal constant MIN_COVERAGE_BPS = 1000;
+    /// @dev ProtocolConfig.governanceNotice of the fixture: the production default (10 minutes).
+    uint64 internal constant GOVERNANCE_NOTICE = 10 minutes;
 
     function defaultParams() internal pure returns (IProtocolConfigTypes.Params memory p) {
         p.challengeWindow = 1 days;
@@ -62,7 +64,7 @@ abstract contract Fixture is Test {
     function setUp() public virtual {
         vm.warp(T0);
         vm.roll(100);
-        config = new ProtocolConfig(address(this), defaultParams());
+        config = new ProtocolConfig(address(this), defaultParams(), GOVERNANCE_NOTICE);
         stakes = new StakeRegistry(address(this), config, 10 minutes, MIN_COVERAGE_BPS);
         batches = new BatchRegistry(stakes);
         cm = new ChallengeManager(config, stakes, batches);

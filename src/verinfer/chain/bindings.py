@@ -167,6 +167,16 @@ class ProtocolConfigContract(_Bound):
     def is_approved(self, kind: Kind, item: bytes) -> bool:
         return bool(self._call(self.contract.functions.isApproved(int(kind), item)))
 
+    def approval_history(self, kind: Kind, item: bytes) -> list[tuple[int, int]]:
+        """Every approval interval ``(since, until)`` of an entry, oldest first (until 0: open;
+        an ``until`` in the future is a revocation still in its notice)."""
+        return [(int(s), int(u)) for s, u in
+                self._call(self.contract.functions.approvalHistory(int(kind), item))]
+
+    def governance_notice(self) -> int:
+        """Seconds between a revocation / key retirement and its effect (immutable)."""
+        return int(self._call(self.contract.functions.governanceNotice()))
+
     def register_key_epoch(self, epoch: int, public_key: bytes, commitments_hash: bytes,
                            threshold: int, shard_count: int) -> TxReceipt:
         return self._send(self.contract.functions.registerKeyEpoch(

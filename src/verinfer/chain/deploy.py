@@ -19,7 +19,7 @@ from verinfer.chain.bindings import (
     TxSender,
 )
 from verinfer.chain.errors import DeploymentFileError
-from verinfer.chain.structs import COVERAGE_NOTICE, MIN_COVERAGE_BPS, Params
+from verinfer.chain.structs import COVERAGE_NOTICE, GOVERNANCE_NOTICE, MIN_COVERAGE_BPS, Params
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,20 @@ class Deployment:
 def deploy_all(w3: Web3, deployer: LocalAccount, params: Params,
                governance: str | None = None, *,
                coverage_notice_s: int = COVERAGE_NOTICE,
-               min_coverage_bps: int = MIN_COVERAGE_BPS) -> Deployment:
+               min_coverage_bps: int = MIN_COVERAGE_BPS,
+               governance_notice_s: int = GOVERNANCE_NOTICE) -> Deployment:
     """Deploys ProtocolConfig, StakeRegistry, BatchRegistry, ChallengeManager and AuditLog,
     wires the ChallengeManager into the StakeRegistry, then hands ownership to `governance`
     (default: the deployer). ``coverage_notice_s``: StakeRegistry.coverageNotice, how long
     before a receipt's issuedAt its fingerprint's coverage is read (0 only for a devnet whose
     operator signs right after its verifiers declared). ``min_coverage_bps``:
     StakeRegistry.minCoverageBps, the share of all verifier weight a fingerprint's declared
-    verifiers must hold for its receipts to be valid (immutable once deployed)."""
+    verifiers must hold for its receipts to be valid (immutable once deployed).
+    ``governance_notice_s``: ProtocolConfig.governanceNotice, how long after a revocation or a
+    key epoch's retirement it takes effect (immutable)."""
     sender = TxSender(w3, deployer)
     me = sender.address
-    config, first = sender.deploy("ProtocolConfig", me, params.as_tuple())
+    config, first = sender.deploy("ProtocolConfig", me, params.as_tuple(), governance_notice_s)
     stakes, _ = sender.deploy("StakeRegistry", me, config, coverage_notice_s, min_coverage_bps)
     batches, _ = sender.deploy("BatchRegistry", stakes)
     cm, _ = sender.deploy("ChallengeManager", config, stakes, batches)

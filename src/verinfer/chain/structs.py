@@ -21,6 +21,12 @@ INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1
 #: value of a deployment with StakeRegistryContract.coverage_notice()).
 COVERAGE_NOTICE = 600
 
+#: ProtocolConfig.governanceNotice of a production deployment (seconds, immutable): a revocation
+#: or a key epoch's retirement takes effect this long after it is sent, so receipts an operator
+#: signs in between stay valid (read a deployment's value with
+#: ProtocolConfigContract.governance_notice()).
+GOVERNANCE_NOTICE = 600
+
 #: StakeRegistry.minCoverageBps of a production deployment (immutable, a constructor argument):
 #: a receipt is valid only if the verifiers declared for its engine fingerprint held at least
 #: this share (basis points) of all verifier weight at issuedAt - coverageNotice. 10%: an

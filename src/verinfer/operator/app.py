@@ -445,6 +445,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         require_ready()
         completions = routes.completions[routes.name(req.model)]
         check_work(_prompt_texts(req.prompt))
+        completions.refuse_unfittable(_prompt_texts(req.prompt))
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: completions.prepare(r, body), req)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent
 from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.served import prompt_tokenizer, served_model
-from verinfer.errors import BadInputError, ModelNotFoundError
+from verinfer.errors import BadInputError, ContextLengthExceededError, ModelNotFoundError
 from verinfer.operator.budget import Reservation
 from verinfer.operator.protocol import (
     EngineEvidence,
@@ -54,6 +54,23 @@ class ServingBase:
         self.engine, self.model_name = engine, model_name
         self.served = served_model(engine)
         self.prompts = prompt_tokenizer(engine)
+        # No token covers more characters than the longest piece of the vocabulary (x 2: a
+        # margin for normalizers that compose characters), so a text longer than this has at
+        # least max_context tokens whatever its tokenization, and check_request refuses it.
+        longest = max((len(t) for t in engine.tokenizer.spec.tokens), default=1)
+        self.max_fitting_chars = (engine.max_context - 1) * 2 * max(longest, 1)
+
+    def refuse_unfittable(self, texts: Sequence[str]) -> None:
+        """Refuses, by length alone (O(n), before the tokenizer queue), a prompt text that
+        cannot fit the server's window: tokenizing 256 Ki spaces takes ~5 s of the one
+        tokenizer thread, only to be refused afterwards (tests/adversarial/
+        test_operator_tokenizer_flood.py)."""
+        for text in texts:
+            if len(text) > self.max_fitting_chars:
+                raise ContextLengthExceededError(
+                    f"this server's context window is {self.engine.max_context} tokens; a "
+                    f"prompt of {len(text)} characters cannot fit it (at most "
+                    f"{self.max_fitting_chars} characters can)", param="prompt")
 
     def models(self, created: int) -> ModelList:
         return ModelList(data=[ModelCard(id=self.model_name, created=created)])

@@ -51,6 +51,14 @@ contract ProtocolHandler is Fixture {
     }
 
     mapping(uint256 => Seat[]) internal seatsAtOpen;
+
+    /// @dev Issue 31, honest run: a colluding committee member (verifiers[3], the operator's
+    ///      sybil) that always reveals a wrong output. Captured = its weight alone reached τ of
+    ///      its committee; only then may an honest party (operator or revealing member) pay.
+    bool public honestRevealerPaid;
+    bool public honestSlashedUncaptured;
+    bool public colluderOutvotedUnpunished;
+    uint256 public slashedByCapture;
     /// @dev A draw chose other members than the reference draw over the weights at open.
     bool public committeeMoved;
     uint256 public drawsChecked;
@@ -60,6 +68,10 @@ contract ProtocolHandler is Fixture {
         setUp();
         vm.deal(OPERATOR_ALT, 100 ether);
         initialEth = totalEth();
+    }
+
+    function colluder() public view returns (address) {
+        return verifiers[3];
     }
 
     function actors() public view returns (address[] memory a) {
@@ -228,7 +240,8 @@ contract ProtocolHandler is Fixture {
         bytes32[] memory outs = new bytes32[](ms.length);
         for (uint256 i = 0; i < ms.length; i++) {
             uint256 r = uint256(keccak256(abi.encode(seed, i))) % 8;
-            if (r == 0) outs[i] = bytes32(0); // abstains: penalized
+            if (honest && ms[i].account == colluder()) outs[i] = OTHER_OUT; // always reveals, wrong
+            else if (r == 0) outs[i] = bytes32(0); // abstains: penalized
             else if (honest || r < 4) outs[i] = c.receiptOutHash;
             else outs[i] = OTHER_OUT;
         }
@@ -256,10 +269,51 @@ contract ProtocolHandler is Fixture {
         } else if (c.reveals < c.members && block.timestamp <= c.revealDeadline) {
             _warp(c.revealDeadline + 1);
         }
+        bool voting = c.status == IChallengeManagerTypes.Status.Voting;
+        bool captured = voting && _colluderCaptured(id, c.totalWeight);
         vm.recordLogs();
         cm.resolve(id);
-        _countSlashes();
+        Vm.Log[] memory logs = vm.getRecordedLogs();
+        _countSlashesIn(logs);
+        if (honest && voting) _checkNoHonestPays(id, captured, logs);
         _dropChallenge(id);
+    }
+
+    /// @dev The colluder revealed, and its weight alone reaches τ of the committee weight.
+    function _colluderCaptured(uint256 id, uint256 total) internal view returns (bool) {
+        IChallengeManagerTypes.Member[] memory ms = cm.committee(id);
+        for (uint256 i = 0; i < ms.length; i++) {
+            if (ms[i].account != colluder()) continue;
+            if (cm.vote(id, ms[i].account).state != IChallengeManagerTypes.VoteState.Revealed) return false;
+            return uint256(ms[i].weight) * 10_000 >= uint256(config.params().quorumBps) * total;
+        }
+        return false;
+    }
+
+    /// @dev Honest run: the receipt is true; every member but the colluder that revealed voted
+    ///      it. Uncaptured, nobody who revealed it pays and the operator is not slashed; a
+    ///      colluder outvoted by a dismissal pays.
+    function _checkNoHonestPays(uint256 id, bool captured, Vm.Log[] memory logs) internal {
+        IChallengeManagerTypes.Status s = cm.challenge(id).status;
+        bool colluderPaid = false;
+        for (uint256 i = 0; i < logs.length; i++) {
+            if (logs[i].emitter != address(cm)) continue;
+            if (logs[i].topics[0] == IChallengeManager.OperatorSlashed.selector) {
+                (, uint256 amount,) = abi.decode(logs[i].data, (IChallengeManagerTypes.Fault, uint256, uint256));
+                if (captured) slashedByCapture += amount;
+                else honestSlashedUncaptured = true;
+            }
+            if (logs[i].topics[0] != IChallengeManager.MemberPenalized.selector) continue;
+            address m = address(uint160(uint256(logs[i].topics[2])));
+            if (m == colluder()) colluderPaid = true;
+            else if (!captured && cm.vote(id, m).state == IChallengeManagerTypes.VoteState.Revealed) {
+                honestRevealerPaid = true;
+            }
+        }
+        bool colluderRevealed = cm.vote(id, colluder()).state == IChallengeManagerTypes.VoteState.Revealed;
+        if (colluderRevealed && s == IChallengeManagerTypes.Status.Dismissed && !colluderPaid) {
+            colluderOutvotedUnpunished = true;
+        }
     }
 
     function claimAction(uint256 seed) external {
@@ -352,7 +406,10 @@ contract ProtocolHandler is Fixture {
     // ---- bookkeeping ------------------------------------------------------------------
 
     function _countSlashes() internal {
-        Vm.Log[] memory logs = vm.getRecordedLogs();
+        _countSlashesIn(vm.getRecordedLogs());
+    }
+
+    function _countSlashesIn(Vm.Log[] memory logs) internal {
         for (uint256 i = 0; i < logs.length; i++) {
             if (logs[i].emitter == address(cm) && logs[i].topics[0] == IChallengeManager.OperatorSlashed.selector) {
                 bytes32 d = logs[i].topics[2];
@@ -581,9 +638,23 @@ contract HonestOperatorInvariantTest is ProtocolInvariants {
     }
 
     /// An operator whose receipts all match is never slashed: its stake only leaves by its
-    /// own withdrawals.
+    /// own withdrawals, and by committees the colluder captured alone (its weight >= τ of the
+    /// committee: stake-weighted voting promises nothing then).
     function invariant_honestOperatorNeverSlashed() public view {
         (StakeRegistry stakes,, address op,) = handler.systems();
-        vm.assertEq(stakes.accountOf(op).stake + handler.operatorWithdrawn(), 20 ether, "honest operator stake");
+        vm.assertEq(
+            stakes.accountOf(op).stake + handler.operatorWithdrawn() + handler.slashedByCapture(),
+            20 ether,
+            "honest operator stake"
+        );
+        vm.assertFalse(handler.honestSlashedUncaptured(), "honest operator slashed by an uncaptured committee");
+    }
+
+    /// Issue 31: with a colluding member that always reveals a wrong output, no member that
+    /// revealed the true output pays unless the colluder alone held τ of the committee, and a
+    /// colluder outvoted by a dismissal pays the penalty.
+    function invariant_noHonestRevealerPays() public view {
+        vm.assertFalse(handler.honestRevealerPaid(), "an honest revealer paid");
+        vm.assertFalse(handler.colluderOutvotedUnpunished(), "an outvoted colluder paid nothing");
     }
 }

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from web3 import Web3
 from web3.types import FilterParams
@@ -156,7 +157,10 @@ class ChainFollower:
                 caught_up = self.step() == 0
                 error = ""
             except Exception as e:  # RPC down: keep serving what is indexed
-                error = f"{type(e).__name__}: {e}"[:300]
+                # shown to every visitor: never the RPC URL's credentials (requests spells the
+                # URL's path and query in its errors: a hosted RPC's API key)
+                error = redact_url(f"{type(e).__name__}: {e}",
+                                   str(getattr(self.w3.provider, "endpoint_uri", "") or ""))[:300]
                 if on_error is not None:
                     on_error(e)
                 caught_up = True
@@ -168,6 +172,20 @@ class ChainFollower:
                 behind = self.index.indexed_block < self.index.head_block
             if caught_up and not behind:
                 stop.wait(poll_s)
+
+
+def redact_url(text: str, url: str) -> str:
+    """``text`` with the parts of ``url`` that may carry a credential — user info, path, query,
+    fragment, as given and percent-decoded — replaced by ``…`` (the scheme, host and port stay)."""
+    if not url:
+        return text
+    u = urlsplit(url)
+    secrets = {u.netloc.rpartition("@")[0] if "@" in u.netloc else "",
+               u.path if u.path not in ("", "/") else "", u.query, u.fragment}
+    secrets |= {unquote(x) for x in secrets}
+    for part in sorted((x for x in secrets if x), key=len, reverse=True):
+        text = text.replace(part, "…")
+    return text
 
 
 def _topic_bytes(topic: Any) -> bytes:

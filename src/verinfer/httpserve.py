@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 #: Defaults (docs/budgets.md): a body must arrive within 30 s (4 MiB at >= 140 KB/s), headers
 #: within 10 s, 64 MiB of bodies in progress at once, 512 connections.
@@ -186,6 +187,22 @@ class BodyGuard:
             await self.app(scope, guarded_receive, guarded_send)
         finally:
             self.inflight.held -= held
+
+
+def redact_url(text: str, url: str) -> str:
+    """``text`` with the parts of ``url`` that may carry a credential — user info, path, query,
+    fragment, as given and percent-decoded — replaced by ``…``; the scheme, host and port stay.
+    For errors a service shows to others about its peers (a hosted chain RPC's API key is in its
+    URL's path or query, and requests spells both in its exceptions)."""
+    if not url:
+        return text
+    u = urlsplit(url)
+    secrets = {u.netloc.rpartition("@")[0] if "@" in u.netloc else "",
+               u.path if u.path not in ("", "/") else "", u.query, u.fragment}
+    secrets |= {unquote(x) for x in secrets}
+    for part in sorted((x for x in secrets if x), key=len, reverse=True):
+        text = text.replace(part, "…")
+    return text
 
 
 def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from web3 import Web3
 from web3.types import FilterParams
@@ -30,6 +29,7 @@ from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
 from verinfer.explorer.index import EventMeta, Index
+from verinfer.httpserve import redact_url
 from verinfer.protocol.hexutil import parse_hex_lenient
 from verinfer.receipts.eip712 import Domain
 
@@ -172,20 +172,6 @@ class ChainFollower:
                 behind = self.index.indexed_block < self.index.head_block
             if caught_up and not behind:
                 stop.wait(poll_s)
-
-
-def redact_url(text: str, url: str) -> str:
-    """``text`` with the parts of ``url`` that may carry a credential — user info, path, query,
-    fragment, as given and percent-decoded — replaced by ``…`` (the scheme, host and port stay)."""
-    if not url:
-        return text
-    u = urlsplit(url)
-    secrets = {u.netloc.rpartition("@")[0] if "@" in u.netloc else "",
-               u.path if u.path not in ("", "/") else "", u.query, u.fragment}
-    secrets |= {unquote(x) for x in secrets}
-    for part in sorted((x for x in secrets if x), key=len, reverse=True):
-        text = text.replace(part, "…")
-    return text
 
 
 def _topic_bytes(topic: Any) -> bytes:

@@ -48,6 +48,7 @@ from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
+from verinfer.httpserve import redact_url
 from verinfer.kms.errors import CommitteeUnavailableError, RegistryError
 from verinfer.receipts.eip712 import Domain, Receipt
 
@@ -80,7 +81,9 @@ class ChainCommitteeOracle:
         self.w3 = w3
         self.deployment = deployment
         self.contracts: Contracts = deployment.bind(w3)  # read-only: no sender
-        self.source = source or "the chain"
+        # named by scheme, host and port only: the message goes to requesters (refusals)
+        self._url = source
+        self.source = redact_url(source, source) if source else "the chain"
 
     @classmethod
     def connect(cls, rpc_url: str, deployment: Path | Deployment, *, timeout_s: float = 3.0,
@@ -103,6 +106,7 @@ class ChainCommitteeOracle:
             return fn()
         except Exception as e:  # fail closed: any failed read refuses, typed, with the cause
             detail = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+            detail = redact_url(detail, self._url)
             raise CommitteeUnavailableError(
                 f"cannot read {what} from {self.source}: {detail}"[:500]) from e
 

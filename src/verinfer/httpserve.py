@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -203,6 +204,21 @@ def redact_url(text: str, url: str) -> str:
     for part in sorted((x for x in secrets if x), key=len, reverse=True):
         text = text.replace(part, "…")
     return text
+
+
+#: A URL in free text: scheme, optional user info, host[:port], then whatever follows.
+_URL = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^\s/@'\"]*@)?([^\s/?#'\"]+)([^\s'\")]*)")
+#: requests/urllib3 spell the request's path and query as "... with url: /v2/KEY?x=y (Caused".
+_WITH_URL = re.compile(r"(with url: )\S+")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL cut to scheme://host[:port]… and requests' ``with url: …`` part
+    blanked: for error text a service shows to others when the URL it came from is not known
+    here (a readiness reason, a 503 message)."""
+    text = _WITH_URL.sub(r"\1…", text)
+    return _URL.sub(lambda m: m.group(1) + m.group(2) + ("…" if m.group(3) or "@" in m.group(0)
+                                                          else ""), text)
 
 
 def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from verinfer.errors import ServerError
+from verinfer.httpserve import redact_urls
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ class NotReadyError(ServerError):
     code = "operator_not_ready"
 
     def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
+        # sent to clients: never a chain RPC's credentials from an exception's text
+        super().__init__(redact_urls(message))
         self.retry_after = retry_after
 
 
@@ -53,6 +55,7 @@ class Readiness:
         self._blockers: dict[str, Blocker] = {}
 
     def block(self, name: str, reason: str, retry_after_s: float = 5.0) -> None:
+        reason = redact_urls(reason)  # served by the public /health
         with self._lock:
             new = name not in self._blockers or self._blockers[name].reason != reason
             self._blockers[name] = Blocker(reason, retry_after_s)

@@ -564,6 +564,39 @@ def attack_idle(svc: Service, sc: Scale, until: float, seen: Counter[str]) -> No
     _watch(socks, until, seen)
 
 
+@dataclass
+class Stalled:
+    """Connections from ATTACK_SRC that stall before their request's headers are complete:
+    one sent part of a request line and stopped, one sent nothing."""
+
+    socks: list[socket.socket]
+    opened_at: float
+
+    def closed_by_service(self) -> list[bool]:
+        out = []
+        for s in self.socks:
+            s.setblocking(False)
+            try:
+                out.append(s.recv(4096) == b"")  # EOF: closed (an answer would be bytes)
+            except BlockingIOError:
+                out.append(False)  # still open, nothing sent
+            except OSError:
+                out.append(True)  # reset
+        return out
+
+
+@contextlib.contextmanager
+def stalled_connections(svc: Service) -> Iterator[Stalled]:
+    partial = _attack_socket(svc)
+    partial.sendall(f"GET {svc.health_path} HTTP/1.1\r\nHost: x\r\nX-Wait:".encode())
+    held = Stalled([partial, _attack_socket(svc)], time.monotonic())
+    try:
+        yield held
+    finally:
+        for s in held.socks:
+            s.close()
+
+
 def attack_hostile_peers(svc: Service, sc: Scale, until: float, seen: Counter[str]) -> None:
     """The service was started against :class:`HostilePeer` s; this only lets time pass."""
     time.sleep(max(0.0, until - time.monotonic()))

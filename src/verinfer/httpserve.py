@@ -5,7 +5,10 @@
   on Content-Length up front and on the bytes received), and all bodies of requests in progress
   together at most ``max_inflight_body_bytes`` (503). A request with both Content-Length and
   Transfer-Encoding is refused (400 ``ambiguous_framing``: request smuggling behind a proxy
-  that frames by length). A refused request's connection is closed.
+  that frames by length). A refused request's connection is closed. One client address may
+  hold at most ``max_inflight_body_bytes_per_client`` of those bodies (503 past it; default a
+  quarter of the total, at least one largest body): one address's 16 stalled 4 MiB bodies took
+  the operator's whole 64 MiB and every other client got 503 for the body deadline (issue 32).
   Why: a client that declares N bytes, sends N-1 and goes silent held its buffer for ever —
   30 such connections took the operator from 307 to 565 MB (issue 32.9).
 - :func:`server_config`, the uvicorn settings: a cap on connections (``limit_concurrency``:
@@ -14,7 +17,11 @@
   and proxy headers (``X-Forwarded-For``) trusted only from the configured proxies — none by
   default. uvicorn's own default trusts them from 127.0.0.1, so a client on the same host (or
   behind any local forwarder) chose its own address and reset per-address rate limits
-  (issue 32.7).
+  (issue 32.7). And a cap on open connections per client address
+  (``max_connections_per_client``, past it a 503 and the connection closed before anything is
+  read; a trusted proxy's connections are not counted, its clients' bodies are, by their
+  forwarded address): 600 idle connections from one address took all 512 of the operator's
+  slots and every other client got 503 until the header deadline freed them (issue 32).
 
 This module imports nothing of verinfer (layer 0, docs/architecture.md): the operator, the KMS
 shard and the explorer can all use it. Each service passes its own error body
@@ -24,6 +31,7 @@ shard and the explorer can all use it. Each service passes its own error body
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
 import time
@@ -39,6 +47,8 @@ HEADER_DEADLINE_S = 10.0
 MAX_INFLIGHT_BODY_BYTES = 64 * 1024 * 1024
 MAX_CONNECTIONS = 512
 KEEP_ALIVE_S = 5
+#: Open connections one client address may hold (a trusted proxy's are not counted).
+MAX_CONNECTIONS_PER_CLIENT = 32
 
 #: ``scope`` key set on a request the guard answered itself (status): an inner metrics
 #: middleware can leave it to ``on_refuse``.
@@ -63,24 +73,50 @@ class ServeLimits:
     max_inflight_body_bytes: int = MAX_INFLIGHT_BODY_BYTES
     max_connections: int = MAX_CONNECTIONS
     keep_alive_s: int = KEEP_ALIVE_S
+    max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT
+    #: None: max(max_body_bytes, max_inflight_body_bytes // 4)
+    max_inflight_body_bytes_per_client: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.max_body_bytes, self.max_inflight_body_bytes, self.max_connections,
-               self.keep_alive_s) < 1 or min(self.body_deadline_s, self.header_deadline_s) <= 0:
+               self.keep_alive_s, self.max_connections_per_client,
+               self.client_body_share) < 1 or min(self.body_deadline_s,
+                                                  self.header_deadline_s) <= 0:
             raise ValueError(f"every HTTP limit must be positive: {self}")
+
+    @property
+    def client_body_share(self) -> int:
+        """Bytes of bodies in progress one client address may hold."""
+        if self.max_inflight_body_bytes_per_client is not None:
+            return self.max_inflight_body_bytes_per_client
+        return min(self.max_inflight_body_bytes,
+                   max(self.max_body_bytes, self.max_inflight_body_bytes // 4))
 
 
 class _Inflight:
-    """Body bytes of requests in progress (one event loop: no lock needed)."""
+    """Body bytes of requests in progress, in total and per client address (one event loop:
+    no lock needed)."""
 
-    def __init__(self, cap: int) -> None:
-        self.cap, self.held = cap, 0
+    def __init__(self, cap: int, per_client: int) -> None:
+        self.cap, self.per_client, self.held = cap, per_client, 0
+        self.by_client: dict[str, int] = {}
 
-    def take(self, n: int) -> bool:
-        if self.held + n > self.cap:
+    def take(self, client: str, n: int) -> bool:
+        mine = self.by_client.get(client, 0)
+        if self.held + n > self.cap or mine + n > self.per_client:
             return False
         self.held += n
+        if n:
+            self.by_client[client] = mine + n
         return True
+
+    def give(self, client: str, n: int) -> None:
+        self.held -= n
+        left = self.by_client.get(client, 0) - n
+        if left > 0:
+            self.by_client[client] = left
+        else:
+            self.by_client.pop(client, None)
 
 
 class BodyGuard:
@@ -92,7 +128,7 @@ class BodyGuard:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.app, self.limits, self.error_body = app, limits, error_body
         self.on_refuse, self.clock = on_refuse, clock
-        self.inflight = _Inflight(limits.max_inflight_body_bytes)
+        self.inflight = _Inflight(limits.max_inflight_body_bytes, limits.client_body_share)
 
     async def _answer(self, scope: Any, send: Any, status: int, message: str,
                       code: str) -> None:
@@ -131,7 +167,9 @@ class BodyGuard:
                                f"the limit of {lim.max_body_bytes}", "request_too_large")
             return
         held = declared or 0
-        if not self.inflight.take(held):
+        # the peer, or the forwarded address where uvicorn trusted the proxy that sent it
+        client = str((scope.get("client") or ("",))[0])
+        if not self.inflight.take(client, held):
             await self._answer(scope, send, 503, "too many request bodies in progress; retry "
                                "shortly", "server_busy")
             return
@@ -168,7 +206,7 @@ class BodyGuard:
                     return await refuse(413, f"request body exceeds the limit of "
                                         f"{lim.max_body_bytes} bytes", "request_too_large")
                 if received > held:  # chunked (or short of what it declared): charged as read
-                    if not self.inflight.take(received - held):
+                    if not self.inflight.take(client, received - held):
                         return await refuse(503, "too many request bodies in progress; "
                                             "retry shortly", "server_busy")
                     held = received
@@ -187,7 +225,7 @@ class BodyGuard:
         try:
             await self.app(scope, guarded_receive, guarded_send)
         finally:
-            self.inflight.held -= held
+            self.inflight.give(client, held)
 
 
 def redact_url(text: str, url: str) -> str:
@@ -221,15 +259,46 @@ def redact_urls(text: str) -> str:
                                                           else ""), text)
 
 
-def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
+def _trusted(peer: str, proxies: Sequence[str]) -> bool:
+    """Whether ``peer`` is one of ``proxies`` (addresses, networks, or ``*``)."""
+    for entry in proxies:
+        if entry in ("*", peer):
+            return True
+        try:
+            if ipaddress.ip_address(peer) in ipaddress.ip_network(entry, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+#: what a connection past its address's cap is told before it is closed
+_TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+             b"connection: close\r\nretry-after: 1\r\ncontent-length: %d\r\n\r\n")
+
+
+def header_deadline_protocol(seconds: float, *, max_per_client: int | None = None,
+                             trusted_proxies: Sequence[str] = (),
+                             error_body: ErrorBody = openai_error) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol with a deadline for each request's headers: counted from the
     connection's start, and from the end of each response for the next request; a connection
     whose headers are not complete by then is closed (uvicorn's keep-alive timer stops at the
-    first byte, so a byte every few seconds held a connection indefinitely)."""
+    first byte, so a byte every few seconds held a connection indefinitely).
+
+    With ``max_per_client``, a peer address holding that many open connections has its next
+    one answered 503 and closed before anything is read (``trusted_proxies`` are not counted:
+    every client behind them shares their address). Each call makes a class with its own
+    count: one per server."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    open_by_peer: dict[str, int] = {}
+    body = error_body(503, f"too many connections from one address (at most "
+                           f"{max_per_client}); retry shortly", "too_many_connections")
+    refusal = _TOO_MANY % len(body) + body
 
     class HeaderDeadlineH11(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
+        _counted: str | None = None
 
         def _arm_header_deadline(self) -> None:
             self._cancel_header_deadline()
@@ -247,6 +316,15 @@ def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            addr = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            if max_per_client is not None and addr and not _trusted(addr, trusted_proxies):
+                if open_by_peer.get(addr, 0) >= max_per_client:
+                    transport.write(refusal)
+                    transport.close()
+                    return
+                open_by_peer[addr] = open_by_peer.get(addr, 0) + 1
+                self._counted = addr
             self._arm_header_deadline()
 
         def handle_events(self) -> None:
@@ -259,8 +337,22 @@ def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
             self._arm_header_deadline()  # before: a pipelined request starts inside
             super().on_response_complete()
 
-        def connection_lost(self, exc: Exception | None) -> None:
+        def _release(self) -> None:
             self._cancel_header_deadline()
+            if self._counted is not None:
+                left = open_by_peer.get(self._counted, 0) - 1
+                if left > 0:
+                    open_by_peer[self._counted] = left
+                else:
+                    open_by_peer.pop(self._counted, None)
+                self._counted = None
+
+        def handle_websocket_upgrade(self, event: Any) -> None:
+            self._release()  # the transport goes to another protocol: this one never hears of it
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._release()
             super().connection_lost(exc)
 
     return HeaderDeadlineH11
@@ -268,24 +360,28 @@ def header_deadline_protocol(seconds: float) -> type[asyncio.Protocol]:
 
 def server_config(app: Any, host: str, port: int, limits: ServeLimits, *,
                   trusted_proxies: Sequence[str] = (), log_level: str = "warning",
-                  access_log: bool = True) -> Any:
-    """The ``uvicorn.Config`` of a verinfer service: ``limits`` applied, and X-Forwarded-For /
-    X-Forwarded-Proto trusted only from ``trusted_proxies`` (addresses or networks; none by
-    default: the client address is the peer's). Run it with ``uvicorn.Server(config).run()``."""
+                  access_log: bool = True, error_body: ErrorBody = openai_error) -> Any:
+    """The ``uvicorn.Config`` of a verinfer service: ``limits`` applied (connections per client
+    address included), and X-Forwarded-For / X-Forwarded-Proto trusted only from
+    ``trusted_proxies`` (addresses or networks; none by default: the client address is the
+    peer's). Run it with ``uvicorn.Server(config).run()``."""
     import uvicorn
 
     return uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=access_log,
-        http=header_deadline_protocol(limits.header_deadline_s),
+        http=header_deadline_protocol(limits.header_deadline_s,
+                                      max_per_client=limits.max_connections_per_client,
+                                      trusted_proxies=trusted_proxies, error_body=error_body),
         proxy_headers=bool(trusted_proxies), forwarded_allow_ips=list(trusted_proxies),
         limit_concurrency=limits.max_connections, timeout_keep_alive=limits.keep_alive_s)
 
 
 def serve_app(app: Any, host: str, port: int, limits: ServeLimits, *,
           trusted_proxies: Sequence[str] = (), log_level: str = "warning",
-          access_log: bool = True) -> None:
+          access_log: bool = True, error_body: ErrorBody = openai_error) -> None:
     """Runs ``app`` under :func:`server_config` until interrupted (what ``uvicorn.run`` does)."""
     import uvicorn
 
     uvicorn.Server(server_config(app, host, port, limits, trusted_proxies=trusted_proxies,
-                                 log_level=log_level, access_log=access_log)).run()
+                                 log_level=log_level, access_log=access_log,
+                                 error_body=error_body)).run()

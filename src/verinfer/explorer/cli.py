@@ -32,11 +32,10 @@ def explorer(
     port: Annotated[int, typer.Option(help="Listen port.")] = 8600,
 ) -> None:
     """Serve the explorer (pages, /api/..., live updates) until interrupted."""
-    import uvicorn
-
     from verinfer.cli_errors import fail
     from verinfer.errors import VerinferError
     from verinfer.explorer.server import Explorer, ExplorerConfig
+    from verinfer.httpserve import ServeLimits, serve_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
@@ -47,6 +46,8 @@ def explorer(
         raise fail(e, exit_code=2) from e
     ex.start()
     try:
-        uvicorn.run(ex.app, host=host, port=port, log_level="warning", access_log=False)
+        # verinfer.httpserve: header deadline, keep-alive, connections in total and per client
+        # address (the explorer reads no request body: GET only)
+        serve_app(ex.app, host, port, ServeLimits(max_body_bytes=64 * 1024), access_log=False)
     finally:
         ex.stop()

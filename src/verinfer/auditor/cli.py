@@ -224,11 +224,10 @@ def _force_isa(name: str) -> None:
 def _wire(
     rpc_url: str | None, deployment: Path | None, da_store: Path | None, da_redis_url: str | None
 ) -> tuple[ChainAccess | None, DARouter | None]:
-    from web3 import Web3
-
     from verinfer.auditor.material import AuditInputError
     from verinfer.auditor.reproduce import ChainAccess
     from verinfer.chain.deploy import Deployment
+    from verinfer.chain.rpc import bounded_web3
     from verinfer.da_client.factory import DAConfig, DARouter, open_client
     from verinfer.verifier.chain_view import ChainView
 
@@ -243,7 +242,7 @@ def _wire(
     if rpc_url is None or deployment is None:
         return None, da
     d = Deployment.load(deployment)
-    w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+    w3 = bounded_web3(rpc_url)
     contracts = d.bind(w3)
     return ChainAccess(ChainView(w3, d, contracts), contracts, rpc_url, deployment), da
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from web3 import Web3
 
 from verinfer.chain.bindings import TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.errors import StakeActionError
 from verinfer.chain.keys import load_account
+from verinfer.chain.rpc import bounded_web3
 from verinfer.chain.stake import StakeAction, StakeResult, ensure_declared, stake_action
 from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Role, default_params
 from verinfer.cli_errors import fail
@@ -54,7 +54,7 @@ def parse_ether(text: str) -> int:
 
 
 def _sender(rpc: str, keystore: Path | None) -> TxSender:
-    w3 = Web3(Web3.HTTPProvider(_rpc(rpc), request_kwargs={"timeout": 30}))
+    w3 = bounded_web3(_rpc(rpc))
     return TxSender(w3, load_account(keystore))
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from eth_account import Account
-from web3 import Web3
 
 from verinfer.chain.bindings import BatchRegistryContract, TxSender
 from verinfer.chain.deploy import Deployment
+from verinfer.chain.rpc import bounded_web3
 from verinfer.da_client.sinks import BatchCommitment
 
 
@@ -26,7 +26,7 @@ class ChainBatchSink:
     def connect(cls, rpc_url: str, deployment: Path, *, private_key: bytes) -> ChainBatchSink:
         """The BatchRegistry of ``deployment`` (a deployment.json) over ``rpc_url``, committing
         as the account of ``private_key``."""
-        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+        w3 = bounded_web3(rpc_url)
         dep = Deployment.load(deployment)
         account = Account.from_key(private_key)
         registry = BatchRegistryContract(w3, dep.batch_registry, TxSender(w3, account))

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fastapi import FastAPI
-from web3 import Web3
 
 from verinfer.chain.deploy import Deployment
+from verinfer.chain.rpc import bounded_web3
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.explorer.app import create_app
 from verinfer.explorer.follower import ChainFollower
@@ -38,7 +38,7 @@ class Explorer:
     def __init__(self, cfg: ExplorerConfig) -> None:
         self.cfg = cfg
         self.deployment = Deployment.load(cfg.deployment)
-        self.w3 = Web3(Web3.HTTPProvider(cfg.rpc_url, request_kwargs={"timeout": 10}))
+        self.w3 = bounded_web3(cfg.rpc_url, deadline_s=10.0)
         da_cfg = DAConfig(local_store=str(cfg.da_store) if cfg.da_store else None,
                           redis_url=cfg.da_redis_url)
         clients = [open_client(b, da_cfg) for b, on in (("local", cfg.da_store),

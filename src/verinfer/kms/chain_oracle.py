@@ -46,6 +46,7 @@ from web3.providers.rpc.utils import ExceptionRetryConfiguration
 
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
+from verinfer.chain.rpc import bounded_provider
 from verinfer.chain.structs import Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.httpserve import redact_url
@@ -89,13 +90,15 @@ class ChainCommitteeOracle:
     def connect(cls, rpc_url: str, deployment: Path | Deployment, *, timeout_s: float = 3.0,
                 retries: int = 1) -> ChainCommitteeOracle:
         """Bind ``deployment`` (a deployment.json path or a Deployment) on ``rpc_url``.
-        ``timeout_s`` bounds each RPC request; a refused or dropped connection is retried
-        ``retries`` times, a timeout is not: a dead or stuck node turns into a refusal within
-        seconds (the enclave runner waits 5 s per shard, and the shard's event loop waits with
-        it). Raises DeploymentFileError for an unreadable deployment file."""
+        ``timeout_s`` bounds each whole RPC call, retries included, and its answer holds at
+        most 32 MiB (``verinfer.chain.rpc``: a node that drips its answer is cut at the
+        deadline); a refused or dropped connection is retried ``retries`` times, a timeout is
+        not: a dead or stuck node turns into a refusal within seconds (the enclave runner waits
+        5 s per shard, and the shard's event loop waits with it). Raises DeploymentFileError
+        for an unreadable deployment file."""
         d = deployment if isinstance(deployment, Deployment) else Deployment.load(deployment)
-        provider = Web3.HTTPProvider(
-            rpc_url, request_kwargs={"timeout": timeout_s},
+        provider = bounded_provider(
+            rpc_url, deadline_s=timeout_s,
             exception_retry_configuration=ExceptionRetryConfiguration(
                 errors=(requests.ConnectionError,),
                 retries=retries, backoff_factor=0.05))

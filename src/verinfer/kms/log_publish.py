@@ -44,6 +44,7 @@ import rfc8785
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
+from verinfer.chain.rpc import bounded_web3
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.errors import KmsError
 from verinfer.kms.release_log import ReleaseLogError, SignedHead
@@ -351,7 +352,7 @@ def published_heads_cli(refs: Sequence[str], address: str, rpc_url: str,
     from verinfer.da_client.pointer import Pointer
 
     _, router = _da(da_store, da_redis_url)
-    return published_heads(Web3(Web3.HTTPProvider(rpc_url)), router, refs, address=address,
+    return published_heads(bounded_web3(rpc_url), router, refs, address=address,
                            parse_pointer=Pointer.parse)
 
 
@@ -370,7 +371,7 @@ def publisher_cli(directory: Path, private_key_env: str, rpc_url: str, da_store:
                                   f"environment variable {private_key_env} is not set")
     clients, _ = _da(da_store, da_redis_url)
     pub = LogHeadPublisher(load_directory(directory), clients[0],
-                           Web3(Web3.HTTPProvider(rpc_url)), Account.from_key(key),
+                           bounded_web3(rpc_url), Account.from_key(key),
                            index_path=index)
     if interval_s <= 0:
         echo(json.dumps({**pub.publish_once().index_line(), "failed": {}}))

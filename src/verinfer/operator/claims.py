@@ -47,6 +47,7 @@ from verinfer.chain.bindings import (
 )
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.errors import ContractRevertError, RpcDeadlineError
+from verinfer.chain.rpc import bounded_web3
 from verinfer.chain.structs import ClaimStatus
 from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import inclusion_proof
@@ -156,7 +157,7 @@ class ClaimResponder:
         its state in ``state_dir`` (the operator directory)."""
         dep = Deployment.load(deployment)
         rpc_deadline = float(kw.get("rpc_deadline_s", RPC_DEADLINE_S))
-        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": rpc_deadline}))
+        w3 = bounded_web3(rpc_url, deadline_s=rpc_deadline)
         send_deadline = float(kw.get("send_deadline_s", SEND_DEADLINE_S))
         sender = TxSender(w3, Account.from_key(private_key), timeout=send_deadline * 0.8)
         return cls(w3, ChallengeManagerContract(w3, dep.challenge_manager, sender),

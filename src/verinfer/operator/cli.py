@@ -139,10 +139,10 @@ def init(
 def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str, str]:
     """Governance approves the engine fingerprint of this process's image (issue 17)."""
     from eth_account import Account
-    from web3 import Web3
 
     from verinfer.chain.bindings import TxSender
     from verinfer.chain.deploy import Deployment
+    from verinfer.chain.rpc import bounded_web3
     from verinfer.chain.structs import Kind
     from verinfer.engine.fingerprint import local_fingerprint
     from verinfer.errors import VerinferError
@@ -150,7 +150,7 @@ def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str
     fp = local_fingerprint()
     try:
         key = parse_hex_lenient(os.environ.get(key_env, ""), 32, key_env)
-        w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+        w3 = bounded_web3(rpc_url)
         gov = Deployment.load(deployment).bind(w3, TxSender(w3, Account.from_key(key)))
         if not gov.config.is_approved(Kind.ENGINE_FINGERPRINT, fp.hash):
             gov.config.approve(Kind.ENGINE_FINGERPRINT, fp.hash)
@@ -173,17 +173,17 @@ def _chain(directory: Path) -> tuple[Deployment, TxSender]:
     """The operator's deployment and transaction sender (rpc and deployment from its chain
     sink config)."""
     from eth_account import Account
-    from web3 import Web3
 
     from verinfer.chain.bindings import TxSender
     from verinfer.chain.deploy import Deployment
+    from verinfer.chain.rpc import bounded_web3
 
     cfg = OperatorConfig.load(directory)
     sink = cfg.sink
     if not isinstance(sink, ChainSink):
         raise fail("this operator has no chain configured (operator init --rpc-url "
                    "--deployment)")
-    w3 = Web3(Web3.HTTPProvider(sink.rpc_url, request_kwargs={"timeout": 30}))
+    w3 = bounded_web3(sink.rpc_url)
     sender = TxSender(w3, Account.from_key(cfg.private_key()))
     return Deployment.load(Path(sink.deployment)), sender
 

@@ -217,12 +217,11 @@ def open_sink(cfg: OperatorConfig) -> BatchSink:
 
 def _bind_chain(sink: ChainSink, domain: Domain) -> Any:
     """Checks the chain binding (see the module doc); returns the bound contracts."""
-    from web3 import Web3
-
     from verinfer.chain.deploy import Deployment
+    from verinfer.chain.rpc import bounded_web3
 
     dep = Deployment.load(Path(sink.deployment))
-    w3 = Web3(Web3.HTTPProvider(sink.rpc_url, request_kwargs={"timeout": 30}))
+    w3 = bounded_web3(sink.rpc_url)
     try:
         connected = int(w3.eth.chain_id)
     except Exception as e:  # any RPC failure: the binding is unproven

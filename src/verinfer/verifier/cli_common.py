@@ -12,6 +12,7 @@ from web3 import Web3
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.keys import load_account
+from verinfer.chain.rpc import bounded_web3
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.errors import VerinferError
 from verinfer.verifier.chain_view import ChainView
@@ -37,7 +38,7 @@ class Wiring:
 def wire(rpc_url: str, deployment: Path, keystore: Path | None, da_store: Path | None,
          da_redis_url: str | None, *, need_account: bool = True) -> Wiring:
     d = Deployment.load(deployment)
-    w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
+    w3 = bounded_web3(rpc_url)
     account = None
     try:
         account = load_account(keystore)

@@ -87,18 +87,11 @@ CASES = {
 }
 
 #: Findings not fixed yet: (service, attack) -> the finding. Strict: a fix turns it XPASS.
-OPEN_FINDINGS: dict[tuple[str, str], str] = {
-    ("operator", "slow_body"): "bodies in progress are capped in total (64 MiB), not per client "
-                               "address: one address's 16 stalled 4 MiB bodies take the whole "
-                               "cap and honest requests get 503 server_busy until the body "
-                               "deadline (30 s) frees it",
-    ("operator", "idle"): "connections are capped in total (512), not per client address: 600 "
-                          "idle connections from one address take every slot, and honest "
-                          "clients get 503 until the header deadline (10 s) frees them",
-    ("kms_shard", "idle"): "connections are capped in total (--max-connections), not per "
-                           "client address: 600 idle connections from one address take every "
-                           "slot; /health and /v1/nonce from others get 503",
-}
+#: Empty since a2805e5 (per-address caps: connections, bodies in progress) — it held the
+#: operator's slow bodies (honest 1/56 served, 503 server_busy) and the operator's and the
+#: shard's idle connections (every probe 503) — and dddc674 (the chain RPC's whole-call
+#: deadline, the explorer's follower case below).
+OPEN_FINDINGS: dict[tuple[str, str], str] = {}
 
 
 #: times a case that misses on /health latency alone is measured again
@@ -142,14 +135,11 @@ def test_open_findings_name_real_cases() -> None:
         assert attack in CASES[service], (service, attack)
 
 
-@pytest.mark.xfail(strict=True, reason="the explorer's chain follower reads its RPC with a "
-                   "per-read timeout (web3's 10 s): an RPC that drips a byte every 50 ms holds "
-                   "it for ever, the index stops and every page's footer still says nothing "
-                   "is wrong (follower_error empty); it needs a whole-answer deadline")
 def test_explorer_says_when_its_chain_rpc_drips(explorer: Service) -> None:
     """The explorer's RPC peer has dripped since it started (``explorer_service``). 15 s
     after the start, a call with a whole-answer deadline of 10 s has failed and the status
-    the pages show names the error."""
+    the pages show names the error. Before dddc674 (web3's timeout was per read) the follower
+    waited for ever and the footer said nothing was wrong (xfail until then)."""
     time.sleep(max(0.0, explorer.started_at + 15 - time.monotonic()))
     status, body = http_request(explorer.host, explorer.port, "GET", "/api/status")
     assert status == 200
@@ -157,15 +147,9 @@ def test_explorer_says_when_its_chain_rpc_drips(explorer: Service) -> None:
     assert state["follower_error"], state
 
 
-NO_HEADER_DEADLINE = ("served by uvicorn.run without verinfer.httpserve: no deadline for a "
-                      "request's headers, so a connection that stalls before them is held "
-                      "for ever (bench: 1000 idle and 64 slowloris connections still open "
-                      "after 14 s)")
-
-
 @pytest.mark.parametrize("service", [
     "operator", "kms_shard",
-    pytest.param("explorer", marks=pytest.mark.xfail(strict=True, reason=NO_HEADER_DEADLINE)),
+    "explorer",  # xfail until a2805e5: bare uvicorn.run, no header deadline (held for ever)
     pytest.param("fake_eigenda", marks=pytest.mark.xfail(
         strict=True, reason="a test double on http.server: a thread per connection, no "
                             "deadline of any kind")),

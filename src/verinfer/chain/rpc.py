@@ -163,8 +163,9 @@ class _DeadlineAdapter(HTTPAdapter):
 class BoundedSession(requests.Session):
     """A requests session whose every request ends within ``deadline_s`` (or the caller's
     tighter :func:`_call_deadline`) and whose answer holds at most ``max_answer_bytes``
-    (decoded). Requests through a proxy (``HTTP(S)_PROXY``) keep the size cap; the deadline
-    then holds between pieces of the body only."""
+    (decoded). Requests through a proxy (``HTTP(S)_PROXY``) keep the size cap, but the deadline
+    is then checked only between 64 KiB pieces of the body (requests' proxy managers do not
+    use :class:`_DeadlineResponse`)."""
 
     def __init__(self, deadline_s: float = RPC_DEADLINE_S,
                  max_answer_bytes: int = RPC_MAX_ANSWER_BYTES) -> None:

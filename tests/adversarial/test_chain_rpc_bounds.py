@@ -25,7 +25,12 @@ from pathlib import Path
 import pytest
 
 from verinfer.chain.errors import ChainError
-from verinfer.chain.rpc import RpcAnswerTooLarge, RpcDeadlineExceeded, bounded_web3
+from verinfer.chain.rpc import (
+    BoundedSession,
+    RpcAnswerTooLarge,
+    RpcDeadlineExceeded,
+    bounded_web3,
+)
 from verinfer.testing.hostile import HostilePeer, operator_start_against_rpc
 
 MIB = 1024 * 1024
@@ -45,6 +50,17 @@ def test_a_dripping_or_silent_rpc_is_cut_at_the_whole_call_deadline(mode: str) -
         took = time.monotonic() - t0
     assert 0.9 < took < 2.0, took
     assert isinstance(err.value, ChainError) and "within 1 s" in str(err.value)
+
+
+def test_the_deadline_holds_through_an_http_proxy() -> None:
+    """``HTTP_PROXY`` set: requests sends through its own proxy manager; the drip (here the
+    proxy itself) is cut at the deadline all the same."""
+    with HostilePeer("drip") as proxy:
+        session = BoundedSession(deadline_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(RpcDeadlineExceeded):
+            session.post("http://rpc.invalid/", data=b"{}", proxies={"http": proxy.url})
+    assert time.monotonic() - t0 < 2.0
 
 
 def test_a_declared_huge_answer_is_refused_before_its_body() -> None:

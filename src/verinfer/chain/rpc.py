@@ -32,6 +32,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import ProxyManager
 from web3 import Web3
 from web3.providers.rpc import HTTPProvider
 
@@ -154,18 +155,26 @@ class _HTTPSPool(HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
+_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
 class _DeadlineAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = _POOLS
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if type(manager) is ProxyManager:  # an HTTP(S) proxy (SOCKS keeps its own pools)
+            manager.pool_classes_by_scheme = _POOLS
+        return manager
 
 
 class BoundedSession(requests.Session):
     """A requests session whose every request ends within ``deadline_s`` (or the caller's
     tighter :func:`_call_deadline`) and whose answer holds at most ``max_answer_bytes``
-    (decoded). Requests through a proxy (``HTTP(S)_PROXY``) keep the size cap, but the deadline
-    is then checked only between 64 KiB pieces of the body (requests' proxy managers do not
-    use :class:`_DeadlineResponse`)."""
+    (decoded), through an HTTP(S) proxy too (``HTTP(S)_PROXY``); through a SOCKS proxy the
+    deadline is checked only between 64 KiB pieces of the body."""
 
     def __init__(self, deadline_s: float = RPC_DEADLINE_S,
                  max_answer_bytes: int = RPC_MAX_ANSWER_BYTES) -> None:

@@ -137,3 +137,18 @@ def test_stalled_bodies_from_one_address_leave_room_for_others(
     finally:
         for s in stalled:
             s.close()
+
+
+def test_a_trusted_proxy_is_not_held_to_one_address_share() -> None:
+    """Every client behind a trusted proxy shares its address: its connections are not
+    counted (the global cap still holds)."""
+    with serving(BodyGuard(_echo, LIMITS), LIMITS, trusted_proxies=[ATTACKER]) as addr:
+        conns = [_connect(addr, ATTACKER) for _ in range(LIMITS.max_connections_per_client + 4)]
+        try:
+            time.sleep(0.3)
+            for s in conns:  # each one is served: none was refused at connect
+                s.sendall(b"GET /h HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.9\r\n\r\n")
+                assert _answer(s)[0] == 200
+        finally:
+            for s in conns:
+                s.close()

@@ -10,11 +10,13 @@ Prints, per service and attack: RSS growth (peak during the attack minus just be
 p99, data-directory growth, honest requests that succeeded meanwhile, whether an honest request
 succeeds after, and what the attack's requests were answered. The last line is one JSON
 object: ``rss_growth_mb_max`` (target <= 256), ``health_p99_ms_max`` (<= 250),
-``disk_growth_mb_max`` (<= 64), ``honest_success_ratio`` (1.0), ``over_budget`` (the cases
-past a target) and every case's row.
+``disk_growth_mb_max`` (<= 64), ``honest_success_ratio`` (1.0), the same four without the
+fake EigenDA proxy (``services_only``: it is a test double), ``over_budget`` (the cases past a
+target), ``outbound`` (the operator and the explorer started against a hostile chain RPC) and
+every case's row.
 
 Usage (from the repository root): ``.venv/bin/python bench/hostile.py [--fast]
-[--service operator ...] [--attack flood ...]``; the full scale takes about 5 minutes.
+[--service operator ...] [--attack flood ...]``; the full scale takes about 7 minutes.
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ def _services(work: Path) -> dict[str, Callable[[], AbstractContextManager[Servi
         "kms_shard": lambda: kms_shard_service(work),
         "explorer": lambda: explorer_service(work),
         "fake_eigenda": lambda: fake_eigenda_service(work),
+    }
+
+
+TEST_DOUBLES = {"fake_eigenda"}
+
+
+def _overall(results: list[CaseResult]) -> dict[str, float]:
+    honest_n = sum(r.honest_n for r in results)
+    return {
+        "rss_growth_mb_max": max((r.rss_growth_mb for r in results), default=0.0),
+        "health_p99_ms_max": max((r.health_p99_ms for r in results), default=0.0),
+        "disk_growth_mb_max": max((r.disk_growth_mb for r in results), default=0.0),
+        "honest_success_ratio": round(sum(r.honest_ok for r in results) / honest_n, 4)
+        if honest_n else 0.0,
     }
 
 
@@ -117,16 +133,13 @@ def main() -> None:
                       f"({seen} RPC requests, RSS peak {peak:.0f} MB)", flush=True)
         if args.keep:
             print(f"scratch directory: {work}", file=sys.stderr)
-    honest_n = sum(r.honest_n for r in results)
     over = [f"{r.service}/{r.attack}: {'; '.join(r.over_budget())}" for r in results
             if r.over_budget()]
     print(json.dumps({
         "scale": "fast" if args.fast else "full",
-        "rss_growth_mb_max": max((r.rss_growth_mb for r in results), default=0.0),
-        "health_p99_ms_max": max((r.health_p99_ms for r in results), default=0.0),
-        "disk_growth_mb_max": max((r.disk_growth_mb for r in results), default=0.0),
-        "honest_success_ratio": round(sum(r.honest_ok for r in results) / honest_n, 4)
-        if honest_n else 0.0,
+        **_overall(results),
+        # the fake EigenDA proxy is a test double (never deployed): the same keys without it
+        "services_only": _overall([r for r in results if r.service not in TEST_DOUBLES]),
         "targets": {"rss_growth_mb_max": BUDGET.rss_growth_mb,
                     "health_p99_ms_max": BUDGET.health_p99_ms,
                     "disk_growth_mb_max": BUDGET.disk_growth_mb,

@@ -27,6 +27,11 @@ DIRECTORY_MARKERS = {
 }
 SHARED_REDIS = ("127.0.0.1", 6379)
 XDIST_FIRST = {"e2e": 0, "slow": 1, "integration": 2, "adversarial": 3, "unit": 4}
+# The longest files of a CI run (--durations at the last landing, 3 workers): started first so
+# that none of them is what the other workers wait for at the end.
+XDIST_HEAVIEST = ("e2e/test_image.py", "e2e/test_vllm_backend.py",
+                  "slow/test_bench_smoke_gemma.py", "integration/test_bench_smoke.py",
+                  "e2e/test_devnet_challenges.py", "slow/test_gemma_correctness.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,10 +51,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_xdist_rank)
 
 
-def _xdist_rank(item: pytest.Item) -> int:
+def _xdist_rank(item: pytest.Item) -> tuple[int, int]:
     path = Path(str(item.path)).resolve()
-    top = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else ""
-    return XDIST_FIRST.get(top, len(XDIST_FIRST))
+    rel = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else ""
+    heavy = XDIST_HEAVIEST.index(rel) if rel in XDIST_HEAVIEST else len(XDIST_HEAVIEST)
+    return heavy, XDIST_FIRST.get(rel.split("/")[0], len(XDIST_FIRST))
 
 
 def _redis_answers() -> bool:

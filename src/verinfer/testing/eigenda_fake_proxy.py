@@ -20,14 +20,27 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 PROXY_MAX_BODY_BYTES = 32 * 1024 * 1024
+#: bodies being received at once, all connections together: past it a put is answered 503
+#: unread (16 stalled 32 MiB puts held 512 MB before, docs/budgets.md); one client address may
+#: hold at most half of it, so one client cannot refuse every other
+PROXY_MAX_IN_PROGRESS_BYTES = 64 * 1024 * 1024
+#: seconds a connection may stay silent while the proxy waits for a request line, a header or
+#: the next piece of a body; then it is closed
+PROXY_IDLE_TIMEOUT_S = 10.0
 CERT_VERSION_V2 = b"\x01"
 
 
 class FakeEigenDAProxy:
     """Start with ``start()`` (binds 127.0.0.1 on a free port), stop with ``stop()``."""
 
-    def __init__(self, *, max_body_bytes: int = PROXY_MAX_BODY_BYTES) -> None:
+    def __init__(self, *, max_body_bytes: int = PROXY_MAX_BODY_BYTES,
+                 max_in_progress_bytes: int = PROXY_MAX_IN_PROGRESS_BYTES,
+                 idle_timeout_s: float = PROXY_IDLE_TIMEOUT_S) -> None:
         self.max_body_bytes = max_body_bytes
+        self.max_in_progress_bytes = max_in_progress_bytes
+        self.idle_timeout_s = idle_timeout_s
+        self._in_progress = 0
+        self._in_progress_by: dict[str, int] = {}
         self.blobs: dict[bytes, bytes] = {}
         self.fail_next_puts = 0  # answer 503 to this many puts
         self.corrupt_gets = False  # flip a bit in every blob served
@@ -49,6 +62,7 @@ class FakeEigenDAProxy:
 
         class Handler(_Handler):
             state = proxy
+            timeout = proxy.idle_timeout_s  # socket timeout: request line, headers, body reads
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -80,6 +94,25 @@ class FakeEigenDAProxy:
             if not self.lie_on_puts:
                 self.blobs[cert] = blob
             return cert
+
+    def _reserve(self, client: str, n: int) -> bool:
+        with self._lock:
+            mine = self._in_progress_by.get(client, 0)
+            if (self._in_progress + n > self.max_in_progress_bytes
+                    or mine + n > self.max_in_progress_bytes // 2):
+                return False
+            self._in_progress += n
+            self._in_progress_by[client] = mine + n
+            return True
+
+    def _release(self, client: str, n: int) -> None:
+        with self._lock:
+            self._in_progress -= n
+            left = self._in_progress_by[client] - n
+            if left:
+                self._in_progress_by[client] = left
+            else:
+                del self._in_progress_by[client]
 
     def _load(self, cert: bytes) -> bytes | None:
         with self._lock:
@@ -137,7 +170,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # do not read an oversized body
             self._reply(413, b"request body too large", "text/plain")
             return
-        body = self.rfile.read(length)
+        client = str(self.client_address[0])
+        if not self.state._reserve(client, length):
+            self.close_connection = True  # do not read it: too many bodies arriving at once
+            self._reply(503, b"too many request bodies in progress", "text/plain")
+            return
+        try:
+            body = self.rfile.read(length)
+        except OSError:  # silent past idle_timeout_s (TimeoutError) or reset: drop it
+            self.close_connection = True
+            return
+        finally:
+            self.state._release(client, length)
+        if len(body) < length:  # the client closed before sending its whole body
+            self.close_connection = True
+            return
         if not self._mode_ok(parts.query):
             return
         cert = self.state._store(body)

@@ -45,9 +45,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"{rel}: tests live in one of {sorted(DIRECTORY_MARKERS)}")
         item.add_marker(getattr(pytest.mark, marker))
     if hasattr(config, "workerinput"):
-        # Under pytest-xdist (.ci/run: `-n 3 --dist loadfile`) the controller hands out whole
-        # files in this order: the long ones (real processes, the devnet, the image builds,
-        # the real Gemma) first, so that no worker starts a ten-minute file at the end.
+        # Under pytest-xdist (.ci/run: `-n 3 --dist loadfile --no-loadscope-reorder`; without
+        # the last flag xdist sorts files by their number of tests) the controller hands out
+        # whole files in this order: the long ones (real processes, the devnet, the image
+        # builds, the real Gemma) first, so that no worker starts a ten-minute file at the end.
         items.sort(key=_xdist_rank)
 
 

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,9 +36,10 @@ import pytest
 import redis
 from openai import OpenAI
 
-from verinfer.chain.structs import ClaimStatus, Status
+from verinfer.chain.structs import ETHER, ClaimStatus, Status
 from verinfer.devnet.harness import Devnet
 from verinfer.engine.engine import Engine
+from verinfer.explorer.rows import eth
 from verinfer.testing.evidence import chat_body
 from verinfer.verifier.challenger import Located
 
@@ -241,6 +243,8 @@ def test_slash_appears_on_operator_page_after_a_cheat(browser: Browser, explorer
     page.goto(f"{explorer}/operator/{operator}")
     page.evaluate("window.__explorerProbe = 'operator page'")
     assert page.locator("tr.slash-row").count() == 0
+    stake_before = page.locator("#stake").inner_text()  # "20 ETH"
+    slash = devnet.read.config.params().slash_amount
     engine = Engine.from_path(Path(devnet.state["model"]))
     try:
         cheat = devnet.unsafe_operator_factory(engine).unsafe_tampered_text(
@@ -255,8 +259,9 @@ def test_slash_appears_on_operator_page_after_a_cheat(browser: Browser, explorer
     row.first.wait_for(timeout=30_000)  # appears live, without a reload
     assert page.evaluate("window.__explorerProbe") == "operator page"
     text = row.first.inner_text()
-    assert "reexecution" in text and "1 ETH" in text and f"challenge {cid}" in text
-    assert page.locator("#stake").inner_text() == "19 ETH"
+    assert "reexecution" in text and eth(slash) in text and f"challenge {cid}" in text
+    left = int(Decimal(stake_before.removesuffix(" ETH")) * ETHER) - slash
+    assert page.locator("#stake").inner_text() == eth(left)
 
 
 def test_light_audits_and_kms_pages(browser: Browser, explorer: str, devnet: Devnet,

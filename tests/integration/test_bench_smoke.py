@@ -40,9 +40,11 @@ SMOKE_TESTS: dict[str, str | None] = {
     "da": "integration/test_bench_smoke.py::test_da_bench",
     "engine": "slow/test_bench_smoke_gemma.py::test_engine_bench",
     "explorer": "integration/test_bench_smoke.py::test_explorer_bench",
+    "game": "integration/test_bench_smoke.py::test_game_bench",
     "gas": "integration/test_bench_smoke.py::test_gas_bench",
     "hf_baseline_probe": "slow/test_bench_smoke_gemma.py::test_hf_baseline_probe_bench",
     "hf_reference": None,  # the HF loading library of engine/serve/hf_baseline_probe: no main
+    "hostile": "integration/test_bench_smoke.py::test_hostile_bench",
     "image": "e2e/test_bench_smoke_optional.py::test_image_bench",
     "kernels": "integration/test_bench_smoke.py::test_kernels_bench",
     "kms": "integration/test_bench_smoke.py::test_kms_bench",
@@ -151,6 +153,22 @@ def test_gas_bench() -> None:
         "commit_batch_gas", "open_challenge_gas", "open_challenge_gas_first",
         "draw_committee_gas", "draw_gas_1000_verifiers", "register_verifier_gas_max",
         "commit_vote_gas", "reveal_vote_gas", "gas_per_receipt_1024")})
+
+
+def test_game_bench() -> None:
+    out = run_bench("game", "--steps", "20", "--episode-steps", "10", timeout=300)
+    expect(out, {"steps": count, "actions": mapping, "violations": count, "seed": count,
+                 "steps_per_s": rate, "payoffs_eth": mapping, "outcomes": mapping})
+    assert out["steps"] == 20 and sum(out["actions"].values()) == 20
+    assert out["violations"] == 0, out["violation_kinds"]
+
+
+def test_hostile_bench() -> None:
+    out = run_bench("hostile", "--fast", "--service", "fake_eigenda", "--attack", "flood",
+                    timeout=300)
+    expect(out, {"rss_growth_mb_max": number, "health_p99_ms_max": rate,
+                 "disk_growth_mb_max": number, "honest_success_ratio": rate})
+    assert out["scale"] == "fast" and out["over_budget"] == [], out["over_budget"]
 
 
 def test_explorer_bench() -> None:

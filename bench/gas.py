@@ -41,9 +41,11 @@ MANY_VERIFIERS = 1000
 SMOKE_VERIFIERS = 20
 
 
-def _register_many(w3: Web3, d: object, n: int, stake: int, fp: bytes) -> tuple[int, int]:
+def _register_many(w3: Web3, d: object, n: int, stake: int, fp: bytes, model: bytes
+                   ) -> tuple[int, int]:
     """Registers n fresh verifiers (funded with anvil_setBalance), sending the signed
-    transactions back to back and waiting for the last; each declares ``fp``. Returns the largest
+    transactions back to back and waiting for the last; each declares (``fp``, ``model``).
+    Returns the largest
     gasUsed of a registration and of a declaration."""
     stakes = d.bind(w3).stakes.contract  # type: ignore[attr-defined]
     hashes, declares = [], []
@@ -55,8 +57,8 @@ def _register_many(w3: Web3, d: object, n: int, stake: int, fp: bytes) -> tuple[
             "from": acct.address, "value": stake, "gas": 1_500_000, "nonce": 0,
             "chainId": w3.eth.chain_id, "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 0})
         hashes.append(w3.eth.send_raw_transaction(acct.sign_transaction(tx).raw_transaction))
-        # committees are drawn from the verifiers declared for the receipt's fingerprint
-        tx = stakes.functions.declareFingerprint(fp).build_transaction({
+        # committees are drawn from the verifiers declared for the receipt's (fingerprint, model)
+        tx = stakes.functions.declareFingerprint(fp, model).build_transaction({
             "from": acct.address, "gas": 1_500_000, "nonce": 1,
             "chainId": w3.eth.chain_id, "maxFeePerGas": 10**10, "maxPriorityFeePerGas": 0})
         declares.append(w3.eth.send_raw_transaction(acct.sign_transaction(tx).raw_transaction))
@@ -78,7 +80,8 @@ def _register_many(w3: Web3, d: object, n: int, stake: int, fp: bytes) -> tuple[
 def _resolve_worst(w3: Web3, gov: LocalAccount, op: LocalAccount, challenger: LocalAccount
                    ) -> tuple[int, int, int]:
     """Deploys a fresh system with committee_size = MAX_COMMITTEE_SIZE, fills one pool with that
-    many minimum-stake verifiers each declared on MAX_DECLARATIONS fingerprints, opens and draws
+    many minimum-stake verifiers each declared on MAX_DECLARATIONS (fingerprint, model) pools,
+    opens and draws
     a challenge that nobody votes on, and resolves it. Returns (resolve gasUsed, committee size,
     declarations per member)."""
     probe = deploy_all(w3, gov, default_params())
@@ -103,7 +106,7 @@ def _resolve_worst(w3: Web3, gov: LocalAccount, op: LocalAccount, challenger: Lo
                                  [acct.address, hex(ETHER)])
         as_(acct).stakes.register(Role.VERIFIER, params.min_verifier_stake)
         for fp in fps:
-            as_(acct).stakes.declare_fingerprint(fp)
+            as_(acct).stakes.declare_fingerprint(fp, model)
     increase_time(w3, d.bind(w3).stakes.coverage_notice())
     domain = Domain(chain_id=d.chain_id, verifying_contract=d.challenge_manager)
     now = int(w3.eth.get_block("latest")["timestamp"])
@@ -147,7 +150,7 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
         as_(op).stakes.register(Role.OPERATOR, 2 * ETHER)
         for v in verifiers:
             as_(v).stakes.register(Role.VERIFIER, ETHER)
-            as_(v).stakes.declare_fingerprint(fp)
+            as_(v).stakes.declare_fingerprint(fp, model)
         # receipts rely on the coverage coverageNotice before their issuedAt
         increase_time(w3, d.bind(w3).stakes.coverage_notice())
         domain = Domain(chain_id=d.chain_id, verifying_contract=d.challenge_manager)
@@ -194,7 +197,7 @@ def main(many_verifiers: int = MANY_VERIFIERS) -> dict[str, object]:
         bond = as_(verifiers[-1]).stakes.bond(ETHER)
         # The same draw with 1,000 more verifiers registered.
         register_worst, declare_worst = _register_many(w3, d, many_verifiers,
-                                                       params.min_verifier_stake, fp)
+                                                       params.min_verifier_stake, fp, model)
         n_verifiers = d.bind(w3).stakes.verifier_count()
         idx3 = 9
         p3 = tree.proof(idx3)

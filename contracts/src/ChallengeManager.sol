@@ -13,6 +13,7 @@ import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
 import {IBatchRegistryTypes} from "./types/BatchRegistryTypes.sol";
 import {ReceiptLib} from "./lib/ReceiptLib.sol";
 import {BatchMerkle} from "./lib/BatchMerkle.sol";
+import {PoolKey} from "./lib/PoolKey.sol";
 
 /// @title ChallengeManager
 /// @notice The implementation of IChallengeManager (the dispute rules are stated there, function
@@ -153,7 +154,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         // declared verifier cannot unbond below the minimum), so its committee is never empty
         // for lack of declared verifiers.
         return config.isReceiptConfigValid(r.modelId, r.engineFingerprintHash, r.keyEpoch, r.issuedAt)
-            && stakes.isCoveredAt(r.engineFingerprintHash, r.issuedAt);
+            && stakes.isCoveredAt(PoolKey.key(r.engineFingerprintHash, r.modelId), r.issuedAt);
     }
 
     function _storeChallenge(
@@ -173,7 +174,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         c.targetBlock = uint40(block.number) + p.drawDelayBlocks;
         c.snapshotBlock = uint48(block.number);
         c.lockedStake = uint256(p.slashAmount).toUint96();
-        c.fingerprintHash = r.engineFingerprintHash;
+        c.pool = PoolKey.key(r.engineFingerprintHash, r.modelId);
         // The full liability, whatever other disputes hold (never blocked, never shared).
         stakes.lock(r.operator, p.slashAmount);
         emit ChallengeOpened(id, digest, r.operator, msg.sender, bid, msg.value, c.targetBlock);
@@ -237,7 +238,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         // and a sybil X (1 ETH), the committee was {X} and X dismissed the fraud.
         // INVARIANT: the committee is empty only if the pool had no weight at the snapshot.
         (address[] memory chosen, uint256[] memory weights, uint256 total) =
-            stakes.drawCommittee(c.fingerprintHash, seed, c.snapshotBlock, p.committeeSize, address(0));
+            stakes.drawCommittee(c.pool, seed, c.snapshotBlock, p.committeeSize, address(0));
         if (chosen.length == 0) {
             _finishWithoutCommittee(id, c);
             return;

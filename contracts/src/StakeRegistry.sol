@@ -6,6 +6,7 @@ import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {IProtocolConfig} from "./interfaces/IProtocolConfig.sol";
 import {IStakeRegistry} from "./interfaces/IStakeRegistry.sol";
 import {IProtocolConfigTypes} from "./types/ProtocolConfigTypes.sol";
+import {PoolKey} from "./lib/PoolKey.sol";
 
 /// @title StakeRegistry
 /// @notice The implementation of IStakeRegistry (the staking and liability rules are stated
@@ -390,64 +391,69 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     // ---- fingerprint declarations ---------------------------------------------------------
 
     /// @inheritdoc IStakeRegistry
-    function declareFingerprint(bytes32 fingerprint) external {
+    function declareFingerprint(bytes32 fingerprint, bytes32 modelId) external {
         Account storage a = _accounts[msg.sender];
         if (a.role != Role.Verifier) revert NotVerifier(msg.sender);
         if (fingerprint == ALL_VERIFIERS) revert FingerprintNotApproved(fingerprint);
+        bytes32 pool = PoolKey.key(fingerprint, modelId);
         Declaration[] storage ds = _declarations[msg.sender];
-        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
+        (bool found, uint256 i) = _findDeclaration(ds, pool);
         if (found) {
             Declaration storage d = ds[i];
-            if (d.leaveAt == 0) revert AlreadyDeclared(msg.sender, fingerprint);
+            if (d.leaveAt == 0) revert AlreadyDeclared(msg.sender, pool);
             // Cancels a pending undeclaration: the verifier never left the pool, it counts again.
             d.leaveAt = 0;
-            if (d.slot != 0) _moveCoverage(fingerprint, 0, _latest(_pools[fingerprint].leaf[d.slot]));
-            emit FingerprintDeclared(msg.sender, fingerprint);
+            if (d.slot != 0) _moveCoverage(pool, 0, _latest(_pools[pool].leaf[d.slot]));
+            emit FingerprintDeclared(msg.sender, pool, fingerprint, modelId);
             return;
         }
         if (!config.isApproved(IProtocolConfigTypes.Kind.EngineFingerprint, fingerprint)) {
             revert FingerprintNotApproved(fingerprint);
         }
+        if (!config.isApproved(IProtocolConfigTypes.Kind.Model, modelId)) revert ModelNotApproved(modelId);
+        // INVARIANT: at most MAX_DECLARATIONS pool keys ((fingerprint, model) pairs) per verifier.
         if (ds.length >= MAX_DECLARATIONS) revert TooManyDeclarations(msg.sender, MAX_DECLARATIONS);
         uint256 active = uint256(a.stake) - a.unbonding;
         uint256 w = active >= minVerifierStake ? active : 0;
-        (uint256 slot,) = _setPoolWeight(fingerprint, msg.sender, 0, w);
-        ds.push(Declaration(fingerprint, uint24(slot), 0));
-        _moveCoverage(fingerprint, 0, w);
-        emit FingerprintDeclared(msg.sender, fingerprint);
+        (uint256 slot,) = _setPoolWeight(pool, msg.sender, 0, w);
+        ds.push(Declaration(pool, uint24(slot), 0));
+        _moveCoverage(pool, 0, w);
+        emit FingerprintDeclared(msg.sender, pool, fingerprint, modelId);
     }
 
     /// @inheritdoc IStakeRegistry
-    function undeclareFingerprint(bytes32 fingerprint) external returns (uint64 leaveAt) {
+    function undeclareFingerprint(bytes32 fingerprint, bytes32 modelId) external returns (uint64 leaveAt) {
+        bytes32 pool = PoolKey.key(fingerprint, modelId);
         Declaration[] storage ds = _declarations[msg.sender];
-        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
-        if (!found) revert NotDeclared(msg.sender, fingerprint);
+        (bool found, uint256 i) = _findDeclaration(ds, pool);
+        if (!found) revert NotDeclared(msg.sender, pool);
         Declaration storage d = ds[i];
-        if (d.leaveAt != 0) revert AlreadyLeaving(msg.sender, fingerprint, d.leaveAt);
-        // INVARIANT: a verifier counted in a fingerprint's coverage at time t stays drawable for
+        if (d.leaveAt != 0) revert AlreadyLeaving(msg.sender, pool, d.leaveAt);
+        // INVARIANT: a verifier counted in a pool's coverage at time t stays drawable for
         // it until after t + coverageNotice + maxDisputeSpan: every challenge of a receipt
         // relying on that coverage (issued at t + coverageNotice, published in time) opens
         // before then. It stops counting now: receipts issued from now + coverageNotice on do
         // not rely on it, and an operator sees that coverageNotice ahead.
         leaveAt = uint64(block.timestamp + config.maxDisputeSpan(config.params()) + coverageNotice);
         d.leaveAt = leaveAt;
-        if (d.slot != 0) _moveCoverage(fingerprint, _latest(_pools[fingerprint].leaf[d.slot]), 0);
-        emit FingerprintUndeclareRequested(msg.sender, fingerprint, leaveAt);
+        if (d.slot != 0) _moveCoverage(pool, _latest(_pools[pool].leaf[d.slot]), 0);
+        emit FingerprintUndeclareRequested(msg.sender, pool, leaveAt);
     }
 
     /// @inheritdoc IStakeRegistry
-    function completeUndeclare(address account, bytes32 fingerprint) external {
+    function completeUndeclare(address account, bytes32 fingerprint, bytes32 modelId) external {
+        bytes32 pool = PoolKey.key(fingerprint, modelId);
         Declaration[] storage ds = _declarations[account];
-        (bool found, uint256 i) = _findDeclaration(ds, fingerprint);
-        if (!found) revert NotDeclared(account, fingerprint);
+        (bool found, uint256 i) = _findDeclaration(ds, pool);
+        if (!found) revert NotDeclared(account, pool);
         uint64 leaveAt = ds[i].leaveAt;
         if (leaveAt == 0 || block.timestamp < leaveAt) {
-            revert UndeclareNotReady(account, fingerprint, leaveAt, block.timestamp);
+            revert UndeclareNotReady(account, pool, leaveAt, block.timestamp);
         }
-        _setPoolWeight(fingerprint, account, ds[i].slot, 0);
+        _setPoolWeight(pool, account, ds[i].slot, 0);
         ds[i] = ds[ds.length - 1];
         ds.pop();
-        emit FingerprintUndeclared(account, fingerprint);
+        emit FingerprintUndeclared(account, pool);
     }
 
     function _findDeclaration(Declaration[] storage ds, bytes32 fp) internal view returns (bool, uint256) {

@@ -268,9 +268,9 @@ contract ChallengeManagerTest is Fixture {
     /// challenging verifier sits (before: excluded, a committee of 2).
     function test_drawCommittee_challengerVerifierSits_succeeds() public {
         vm.prank(verifiers[3]);
-        stakes.undeclareFingerprint(FINGERPRINT);
+        stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.coverageNotice());
-        stakes.completeUndeclare(verifiers[3], FINGERPRINT);
+        stakes.completeUndeclare(verifiers[3], FINGERPRINT, MODEL);
         vm.roll(block.number + 1);
         Posted memory p = postBatch(HONEST_OUT, 2, 0);
         vm.prank(verifiers[0]);
@@ -642,11 +642,11 @@ contract ChallengeManagerTest is Fixture {
         for (uint256 i = 0; i < verifiers.length; i++) {
             if (verifiers[i] == stay) continue;
             vm.prank(verifiers[i]);
-            stakes.undeclareFingerprint(FINGERPRINT);
+            stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         }
         vm.warp(block.timestamp + stakes.config().maxDisputeSpan(config.params()) + stakes.coverageNotice());
         for (uint256 i = 0; i < verifiers.length; i++) {
-            if (verifiers[i] != stay) stakes.completeUndeclare(verifiers[i], FINGERPRINT);
+            if (verifiers[i] != stay) stakes.completeUndeclare(verifiers[i], FINGERPRINT, MODEL);
         }
         vm.roll(block.number + 1);
     }

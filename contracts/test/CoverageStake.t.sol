@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
+import {PoolKey} from "../src/lib/PoolKey.sol";
 import {TwoFingerprints} from "./utils/TwoFingerprints.sol";
 import {CoverageRef} from "./utils/CoverageRef.sol";
 import {StakeRegistry} from "../src/StakeRegistry.sol";
@@ -29,7 +30,7 @@ contract CoverageStakeTest is TwoFingerprints {
         vm.prank(v);
         stakes.register{value: amount}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(v);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
     }
 
     function _openAs(address who, Posted memory p) internal returns (uint256 id) {
@@ -53,19 +54,19 @@ contract CoverageStakeTest is TwoFingerprints {
     function test_coverageWeight_followsBondUnbondSlash_succeeds() public {
         address v = verifiers[0];
         vm.prank(v);
-        stakes.declareFingerprint(FP2);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 5 ether);
+        stakes.declareFingerprint(FP2, MODEL);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 5 ether);
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 20 ether);
         vm.warp(block.timestamp + 1);
         vm.prank(v);
         stakes.bond{value: 3 ether}();
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 8 ether, "bond");
-        vm.assertEq(stakes.coverageWeightAt(FINGERPRINT, _now()), 23 ether, "every declared pool");
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 8 ether, "bond");
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FINGERPRINT, MODEL), _now()), 23 ether, "every declared pool");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 23 ether);
         vm.warp(block.timestamp + 1);
         vm.prank(v);
         stakes.requestUnbond(2 ether);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 6 ether, "unbond request");
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 6 ether, "unbond request");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 21 ether);
         vm.warp(block.timestamp + 1);
         vm.startPrank(address(cm));
@@ -73,46 +74,46 @@ contract CoverageStakeTest is TwoFingerprints {
         stakes.slashLocked(v, 1.5 ether);
         vm.stopPrank();
         // stake 8 - 1.5 = 6.5, still 2 unbonding: active 4.5
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 4.5 ether, "slash");
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 4.5 ether, "slash");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 19.5 ether);
-        vm.assertEq(stakes.coverageAt(FP2, _now()), 1, "count view unchanged in meaning");
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), _now()), 1, "count view unchanged in meaning");
         // The history by time is final.
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now() - 3), 5 ether);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now() - 2), 8 ether);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now() - 1), 6 ether);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now() - 3), 5 ether);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now() - 2), 8 ether);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now() - 1), 6 ether);
         vm.assertEq(stakes.verifierWeightAtTime(_now() - 2), 23 ether);
     }
 
     function test_coverageWeight_slashBelowMinimum_stopsCounting_succeeds() public {
         address v = verifiers[0];
         vm.prank(v);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.startPrank(address(cm));
         stakes.lock(v, 4.5 ether);
         stakes.slashLocked(v, 4.5 ether); // 0.5 ether left: below the 1 ether minimum
         vm.stopPrank();
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 0);
-        vm.assertEq(stakes.coverageAt(FP2, _now()), 0);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 0);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), _now()), 0);
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 15 ether);
         vm.prank(v);
         stakes.bond{value: 2 ether}(); // back above the minimum: counts again
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 2.5 ether);
-        vm.assertEq(stakes.coverageAt(FP2, _now()), 1);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 2.5 ether);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), _now()), 1);
     }
 
     function test_coverageWeight_leavingDeclarationNoLongerCounts_succeeds() public {
         address v = verifiers[0];
         vm.prank(v);
-        stakes.undeclareFingerprint(FINGERPRINT);
-        vm.assertEq(stakes.coverageWeightAt(FINGERPRINT, _now()), 15 ether);
+        stakes.undeclareFingerprint(FINGERPRINT, MODEL);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FINGERPRINT, MODEL), _now()), 15 ether);
         vm.prank(v);
         stakes.bond{value: 3 ether}(); // still in the pool, not in the coverage
-        vm.assertEq(stakes.coverageWeightAt(FINGERPRINT, _now()), 15 ether);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FINGERPRINT, MODEL), _now()), 15 ether);
         vm.assertEq(stakes.verifierWeightAtTime(_now()), 23 ether);
         vm.prank(v);
-        stakes.declareFingerprint(FINGERPRINT); // cancels: counts again with its weight now
-        vm.assertEq(stakes.coverageWeightAt(FINGERPRINT, _now()), 23 ether);
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, _now()), 4);
+        stakes.declareFingerprint(FINGERPRINT, MODEL); // cancels: counts again with its weight now
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FINGERPRINT, MODEL), _now()), 23 ether);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), _now()), 4);
     }
 
     /// Random bonds, unbond requests, slashes, undeclarations and re-declarations of FP2 by the
@@ -121,7 +122,7 @@ contract CoverageStakeTest is TwoFingerprints {
     function testFuzz_coverageWeightFollowsStake(uint256[12] memory ops) public {
         for (uint256 i = 0; i < 4; i++) {
             vm.prank(verifiers[i]);
-            stakes.declareFingerprint(FP2);
+            stakes.declareFingerprint(FP2, MODEL);
         }
         for (uint256 k = 0; k < ops.length; k++) {
             address v = verifiers[ops[k] % 4];
@@ -146,16 +147,16 @@ contract CoverageStakeTest is TwoFingerprints {
                 (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(v);
                 bool leaving = false;
                 for (uint256 j = 0; j < fps.length; j++) {
-                    if (fps[j] == FP2) leaving = leaveAt[j] != 0;
+                    if (fps[j] == PoolKey.key(FP2, MODEL)) leaving = leaveAt[j] != 0;
                 }
                 vm.prank(v);
-                if (leaving) stakes.declareFingerprint(FP2);
-                else stakes.undeclareFingerprint(FP2);
+                if (leaving) stakes.declareFingerprint(FP2, MODEL);
+                else stakes.undeclareFingerprint(FP2, MODEL);
             }
         }
-        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, verifiers, FP2);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), sum, "coverage weight");
-        vm.assertEq(stakes.coverageAt(FP2, _now()), count, "coverage count");
+        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, verifiers, PoolKey.key(FP2, MODEL));
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), sum, "coverage weight");
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), _now()), count, "coverage count");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), total, "total by time");
         vm.assertEq(stakes.verifierWeightAtTime(_now()), stakes.totalWeightAt(block.number), "same as the draw tree");
     }
@@ -172,12 +173,12 @@ contract CoverageStakeTest is TwoFingerprints {
         uint64 t = _now();
         vm.assertEq(stakes.verifierWeightAtTime(t), 25 ether);
         uint64 notice = stakes.coverageNotice();
-        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice), "exactly 10%");
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + notice), "exactly 10%");
         vm.warp(t + 1);
         vm.prank(verifiers[1]);
         stakes.bond{value: 1}();
-        vm.assertFalse(stakes.isCoveredAt(FP2, t + 1 + notice), "one wei short of 10%");
-        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice), "the earlier time is final");
+        vm.assertFalse(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + 1 + notice), "one wei short of 10%");
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + notice), "the earlier time is final");
     }
 
     /// Any weights: covered iff the declared weight is > 0 and at least 10% of the total,
@@ -191,7 +192,7 @@ contract CoverageStakeTest is TwoFingerprints {
         stakes.register{value: fp2Stake}(IStakeRegistryTypes.Role.Verifier);
         if (declare) {
             vm.prank(v);
-            stakes.declareFingerprint(FP2);
+            stakes.declareFingerprint(FP2, MODEL);
         }
         vm.deal(verifiers[2], 1000 ether);
         vm.prank(verifiers[2]);
@@ -199,19 +200,19 @@ contract CoverageStakeTest is TwoFingerprints {
         uint256 covered = declare ? fp2Stake : 0;
         uint256 total = 20 ether + uint256(fp2Stake) + otherBond;
         bool expected = covered != 0 && covered * 10_000 >= 1000 * total;
-        vm.assertEq(stakes.isCoveredAt(FP2, _now() + stakes.coverageNotice()), expected);
+        vm.assertEq(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), _now() + stakes.coverageNotice()), expected);
     }
 
     /// Several changes under one timestamp: the last one is the value at that time.
     function test_coverageWeight_sameTimestamp_lastWriteWins_succeeds() public {
         vm.prank(verifiers[0]);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.prank(verifiers[0]);
         stakes.bond{value: 1 ether}();
         vm.prank(verifiers[1]);
-        stakes.declareFingerprint(FP2);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now()), 11 ether);
-        vm.assertEq(stakes.coverageWeightAt(FP2, _now() - 1), 0);
+        stakes.declareFingerprint(FP2, MODEL);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now()), 11 ether);
+        vm.assertEq(stakes.coverageWeightAt(PoolKey.key(FP2, MODEL), _now() - 1), 0);
     }
 
     // ---- attack: a sybil captures a small pool ----------------------------------------------
@@ -224,7 +225,7 @@ contract CoverageStakeTest is TwoFingerprints {
         _joinFp2(sybil, 1 ether);
         vm.warp(block.timestamp + stakes.coverageNotice());
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.coverageAt(FP2, _now()), 1, "the sybil alone declared FP2");
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), _now()), 1, "the sybil alone declared FP2");
         Posted memory p = postUnder(FP2, OTHER_OUT, 2, 0);
         uint256 stakeBefore = stakes.accountOf(operator).stake;
         uint256 id = open(p);
@@ -237,7 +238,7 @@ contract CoverageStakeTest is TwoFingerprints {
     function test_attackSybilCapture_needsTheFraction_succeeds() public {
         _joinFp2(sybil, uint256(20 ether) / 9 + 1); // 2.22.. ether: just over 10% of 22.22..
         vm.warp(block.timestamp + stakes.coverageNotice());
-        vm.assertTrue(stakes.isCoveredAt(FP2, _now()), "10% covers");
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), _now()), "10% covers");
         uint256 total = stakes.verifierWeightAtTime(_now());
         vm.assertGe(stakes.weightOf(sybil) * 10_000, MIN_COVERAGE_BPS * total, "the sybil holds 10%");
     }
@@ -254,12 +255,14 @@ contract CoverageStakeTest is TwoFingerprints {
         vm.warp(block.timestamp + stakes.coverageNotice());
         vm.roll(block.number + 1);
         Posted memory p = postUnder(FP2, HONEST_OUT, 2, 0);
-        vm.assertTrue(stakes.isCoveredAt(FP2, p.receipt.issuedAt), "covered when signed");
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), p.receipt.issuedAt), "covered when signed");
         vm.warp(block.timestamp + 1);
         vm.prank(verifiers[3]);
         stakes.bond{value: 95 ether}();
-        vm.assertFalse(stakes.isCoveredAt(FP2, _now() + stakes.coverageNotice()), "later receipts uncovered");
-        vm.assertTrue(stakes.isCoveredAt(FP2, p.receipt.issuedAt), "the earlier one stays covered");
+        vm.assertFalse(
+            stakes.isCoveredAt(PoolKey.key(FP2, MODEL), _now() + stakes.coverageNotice()), "later receipts uncovered"
+        );
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), p.receipt.issuedAt), "the earlier one stays covered");
         vm.warp(block.timestamp + 1 hours);
         vm.roll(block.number + 1);
         uint256 stakeBefore = stakes.accountOf(operator).stake;
@@ -325,7 +328,7 @@ contract CoverageStakeTest is TwoFingerprints {
             if (mask & (1 << i) == 0) continue;
             declared++;
             vm.prank(verifiers[i]);
-            stakes.declareFingerprint(FP2);
+            stakes.declareFingerprint(FP2, MODEL);
         }
         vm.warp(block.timestamp + stakes.coverageNotice());
         vm.roll(block.number + 1);

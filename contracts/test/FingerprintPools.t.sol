@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
+import {PoolKey} from "../src/lib/PoolKey.sol";
 import {TwoFingerprints} from "./utils/TwoFingerprints.sol";
 import {IChallengeManagerTypes} from "../src/types/ChallengeManagerTypes.sol";
 import {IProtocolConfigTypes} from "../src/types/ProtocolConfigTypes.sol";
@@ -28,23 +29,23 @@ contract FingerprintPoolsTest is TwoFingerprints {
         vm.prank(fp2Verifier);
         stakes.register{value: 3 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(fp2Verifier);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
     }
 
     // ---- declarations: unit ----------------------------------------------------------------
 
     function test_declareFingerprint_entersPoolAndCoverage_succeeds() public {
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, uint64(block.timestamp)), 4);
-        vm.assertEq(stakes.coverageAt(FP2, uint64(block.timestamp)), 0);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp)), 4);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), uint64(block.timestamp)), 0);
         _registerFp2Verifier();
-        vm.assertEq(stakes.coverageAt(FP2, uint64(block.timestamp)), 1);
-        vm.assertEq(stakes.coverageAt(FP2, uint64(block.timestamp - 1)), 0, "checkpointed by time");
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), uint64(block.timestamp)), 1);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FP2, MODEL), uint64(block.timestamp - 1)), 0, "checkpointed by time");
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.poolWeightAt(FP2, block.number - 1), 3 ether);
-        vm.assertEq(stakes.poolWeightAt(FINGERPRINT, block.number - 1), 20 ether);
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FP2, MODEL), block.number - 1), 3 ether);
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FINGERPRINT, MODEL), block.number - 1), 20 ether);
         (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(fp2Verifier);
         vm.assertEq(fps.length, 1);
-        vm.assertEq(fps[0], FP2);
+        vm.assertEq(fps[0], PoolKey.key(FP2, MODEL));
         vm.assertEq(uint256(leaveAt[0]), 0);
     }
 
@@ -52,27 +53,29 @@ contract FingerprintPoolsTest is TwoFingerprints {
         bytes32 fp = keccak256("never approved");
         vm.prank(verifiers[0]);
         vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.FingerprintNotApproved.selector, fp));
-        stakes.declareFingerprint(fp);
+        stakes.declareFingerprint(fp, MODEL);
     }
 
     function test_declareFingerprint_allVerifiersKey_reverts() public {
         vm.prank(verifiers[0]);
         vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.FingerprintNotApproved.selector, bytes32(0)));
-        stakes.declareFingerprint(bytes32(0));
+        stakes.declareFingerprint(bytes32(0), MODEL);
     }
 
     function test_declareFingerprint_notVerifier_reverts() public {
         vm.prank(operator);
         vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotVerifier.selector, operator));
-        stakes.declareFingerprint(FINGERPRINT);
+        stakes.declareFingerprint(FINGERPRINT, MODEL);
     }
 
     function test_declareFingerprint_twice_reverts() public {
         vm.prank(verifiers[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(IStakeRegistryErrors.AlreadyDeclared.selector, verifiers[0], FINGERPRINT)
+            abi.encodeWithSelector(
+                IStakeRegistryErrors.AlreadyDeclared.selector, verifiers[0], PoolKey.key(FINGERPRINT, MODEL)
+            )
         );
-        stakes.declareFingerprint(FINGERPRINT);
+        stakes.declareFingerprint(FINGERPRINT, MODEL);
     }
 
     function test_declareFingerprint_tooMany_reverts() public {
@@ -82,61 +85,75 @@ contract FingerprintPoolsTest is TwoFingerprints {
             vm.stopPrank();
             config.approve(IProtocolConfigTypes.Kind.EngineFingerprint, fp);
             vm.startPrank(verifiers[0]);
-            stakes.declareFingerprint(fp);
+            stakes.declareFingerprint(fp, MODEL);
         }
         vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.TooManyDeclarations.selector, verifiers[0], 4));
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.stopPrank();
     }
 
     function test_undeclareFingerprint_notDeclared_reverts() public {
         vm.prank(verifiers[0]);
-        vm.expectRevert(abi.encodeWithSelector(IStakeRegistryErrors.NotDeclared.selector, verifiers[0], FP2));
-        stakes.undeclareFingerprint(FP2);
+        vm.expectRevert(
+            abi.encodeWithSelector(IStakeRegistryErrors.NotDeclared.selector, verifiers[0], PoolKey.key(FP2, MODEL))
+        );
+        stakes.undeclareFingerprint(FP2, MODEL);
     }
 
     function test_undeclareFingerprint_twice_reverts() public {
         vm.prank(verifiers[0]);
-        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT);
+        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         vm.assertEq(uint256(leaveAt), block.timestamp + _span());
         vm.prank(verifiers[0]);
         vm.expectRevert(
-            abi.encodeWithSelector(IStakeRegistryErrors.AlreadyLeaving.selector, verifiers[0], FINGERPRINT, leaveAt)
+            abi.encodeWithSelector(
+                IStakeRegistryErrors.AlreadyLeaving.selector, verifiers[0], PoolKey.key(FINGERPRINT, MODEL), leaveAt
+            )
         );
-        stakes.undeclareFingerprint(FINGERPRINT);
+        stakes.undeclareFingerprint(FINGERPRINT, MODEL);
     }
 
     function test_completeUndeclare_beforeDelay_reverts() public {
         vm.prank(verifiers[0]);
-        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT);
+        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         vm.warp(leaveAt - 1);
         vm.expectRevert(
             abi.encodeWithSelector(
-                IStakeRegistryErrors.UndeclareNotReady.selector, verifiers[0], FINGERPRINT, leaveAt, leaveAt - 1
+                IStakeRegistryErrors.UndeclareNotReady.selector,
+                verifiers[0],
+                PoolKey.key(FINGERPRINT, MODEL),
+                leaveAt,
+                leaveAt - 1
             )
         );
-        stakes.completeUndeclare(verifiers[0], FINGERPRINT);
+        stakes.completeUndeclare(verifiers[0], FINGERPRINT, MODEL);
     }
 
     function test_completeUndeclare_neverRequested_reverts() public {
         vm.expectRevert(
             abi.encodeWithSelector(
-                IStakeRegistryErrors.UndeclareNotReady.selector, verifiers[0], FINGERPRINT, 0, block.timestamp
+                IStakeRegistryErrors.UndeclareNotReady.selector,
+                verifiers[0],
+                PoolKey.key(FINGERPRINT, MODEL),
+                0,
+                block.timestamp
             )
         );
-        stakes.completeUndeclare(verifiers[0], FINGERPRINT);
+        stakes.completeUndeclare(verifiers[0], FINGERPRINT, MODEL);
     }
 
     function test_undeclare_coverageDropsAtOnce_poolAfterDelay_succeeds() public {
         vm.prank(verifiers[0]);
-        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT);
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, uint64(block.timestamp)), 3, "stops counting at once");
+        uint64 leaveAt = stakes.undeclareFingerprint(FINGERPRINT, MODEL);
+        vm.assertEq(
+            stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp)), 3, "stops counting at once"
+        );
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.poolWeightAt(FINGERPRINT, block.number - 1), 20 ether, "still drawable");
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FINGERPRINT, MODEL), block.number - 1), 20 ether, "still drawable");
         vm.warp(leaveAt);
-        stakes.completeUndeclare(verifiers[0], FINGERPRINT); // anyone may
+        stakes.completeUndeclare(verifiers[0], FINGERPRINT, MODEL); // anyone may
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.poolWeightAt(FINGERPRINT, block.number - 1), 15 ether);
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FINGERPRINT, MODEL), block.number - 1), 15 ether);
         (bytes32[] memory fps,) = stakes.declarationsOf(verifiers[0]);
         vm.assertEq(fps.length, 0);
     }
@@ -148,22 +165,24 @@ contract FingerprintPoolsTest is TwoFingerprints {
         uint64 notice = stakes.coverageNotice();
         _registerFp2Verifier();
         uint64 t = uint64(block.timestamp);
-        vm.assertFalse(stakes.isCoveredAt(FP2, t), "not yet: declared less than the notice ago");
-        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice), "covered after the notice");
+        vm.assertFalse(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t), "not yet: declared less than the notice ago");
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + notice), "covered after the notice");
         vm.warp(t + 100);
         vm.prank(fp2Verifier);
-        stakes.undeclareFingerprint(FP2);
-        vm.assertTrue(stakes.isCoveredAt(FP2, t + notice + 99), "what the operator saw stays");
-        vm.assertFalse(stakes.isCoveredAt(FP2, t + notice + 100), "left: receipts from here on are uncovered");
-        vm.assertFalse(stakes.isCoveredAt(FP2, notice - 1), "no underflow");
+        stakes.undeclareFingerprint(FP2, MODEL);
+        vm.assertTrue(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + notice + 99), "what the operator saw stays");
+        vm.assertFalse(
+            stakes.isCoveredAt(PoolKey.key(FP2, MODEL), t + notice + 100), "left: receipts from here on are uncovered"
+        );
+        vm.assertFalse(stakes.isCoveredAt(PoolKey.key(FP2, MODEL), notice - 1), "no underflow");
     }
 
     function test_redeclare_cancelsPendingUndeclare_succeeds() public {
         vm.startPrank(verifiers[0]);
-        stakes.undeclareFingerprint(FINGERPRINT);
-        stakes.declareFingerprint(FINGERPRINT);
+        stakes.undeclareFingerprint(FINGERPRINT, MODEL);
+        stakes.declareFingerprint(FINGERPRINT, MODEL);
         vm.stopPrank();
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, uint64(block.timestamp)), 4);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp)), 4);
         (, uint64[] memory leaveAt) = stakes.declarationsOf(verifiers[0]);
         vm.assertEq(uint256(leaveAt[0]), 0);
     }
@@ -178,17 +197,17 @@ contract FingerprintPoolsTest is TwoFingerprints {
         stakes.requestUnbond(4.5 ether);
         vm.prank(verifiers[0]);
         stakes.requestUnbond(4 ether); // down to the minimum: allowed
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, uint64(block.timestamp)), 4);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp)), 4);
     }
 
     function test_bond_movesWeightInEveryDeclaredPool_succeeds() public {
         vm.prank(verifiers[0]);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.prank(verifiers[0]);
         stakes.bond{value: 3 ether}();
         vm.roll(block.number + 1);
-        vm.assertEq(stakes.poolWeightAt(FINGERPRINT, block.number - 1), 23 ether);
-        vm.assertEq(stakes.poolWeightAt(FP2, block.number - 1), 8 ether);
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FINGERPRINT, MODEL), block.number - 1), 23 ether);
+        vm.assertEq(stakes.poolWeightAt(PoolKey.key(FP2, MODEL), block.number - 1), 8 ether);
         vm.assertEq(stakes.totalWeightAt(block.number - 1), 23 ether);
     }
 
@@ -254,11 +273,12 @@ contract FingerprintPoolsTest is TwoFingerprints {
             vm.prank(coalition[i]);
             stakes.register{value: 50 ether}(IStakeRegistryTypes.Role.Verifier);
             vm.prank(coalition[i]);
-            stakes.declareFingerprint(FINGERPRINT);
+            stakes.declareFingerprint(FINGERPRINT, MODEL);
         }
         bytes32 seed = keccak256(abi.encode(blockhash(cm.challenge(id).targetBlock), id));
         vm.roll(block.number + 1);
-        (address[] memory live,,) = stakes.drawCommittee(FINGERPRINT, seed, block.number - 1, 3, challenger);
+        (address[] memory live,,) =
+            stakes.drawCommittee(PoolKey.key(FINGERPRINT, MODEL), seed, block.number - 1, 3, challenger);
         uint256 coalitionSeatsLive = 0;
         for (uint256 i = 0; i < live.length; i++) {
             if (uint160(live[i]) >= 0xBAD000 && uint160(live[i]) < 0xBAD008) coalitionSeatsLive++;
@@ -286,9 +306,9 @@ contract FingerprintPoolsTest is TwoFingerprints {
         vm.roll(block.number + 1);
         for (uint256 i = 0; i < verifiers.length; i++) {
             vm.prank(verifiers[i]);
-            stakes.undeclareFingerprint(FINGERPRINT);
+            stakes.undeclareFingerprint(FINGERPRINT, MODEL);
             vm.expectRevert(); // cannot leave the pool before the delay, nor unbond below minimum
-            stakes.completeUndeclare(verifiers[i], FINGERPRINT);
+            stakes.completeUndeclare(verifiers[i], FINGERPRINT, MODEL);
             vm.prank(verifiers[i]);
             vm.expectRevert();
             stakes.requestUnbond(5 ether);
@@ -319,10 +339,10 @@ contract FingerprintPoolsTest is TwoFingerprints {
         vm.warp(block.timestamp + 1);
         for (uint256 i = 0; i < verifiers.length; i++) {
             vm.prank(verifiers[i]);
-            stakes.undeclareFingerprint(FINGERPRINT);
+            stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         }
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, uint64(block.timestamp)), 0);
-        vm.assertEq(stakes.coverageAt(FINGERPRINT, p.receipt.issuedAt), 4);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp)), 0);
+        vm.assertEq(stakes.coverageAt(PoolKey.key(FINGERPRINT, MODEL), p.receipt.issuedAt), 4);
         vm.warp(block.timestamp + 1 days - 10); // the challenge window's end
         vm.roll(block.number + 1);
         uint256 stakeBefore = stakes.accountOf(operator).stake;
@@ -349,7 +369,7 @@ contract FingerprintPoolsTest is TwoFingerprints {
         for (uint256 i = 0; i < 4; i++) {
             if (mask & (1 << i) == 0) continue;
             vm.prank(verifiers[i]);
-            stakes.declareFingerprint(FP2);
+            stakes.declareFingerprint(FP2, MODEL);
         }
         vm.roll(block.number + 1);
         uint256 snapshot = block.number - 1;
@@ -358,11 +378,11 @@ contract FingerprintPoolsTest is TwoFingerprints {
             bool declared_ = mask & (1 << i) != 0;
             if (declared_ && leaveMask & (1 << i) == 0) continue;
             vm.prank(verifiers[i]);
-            if (declared_) stakes.undeclareFingerprint(FP2);
-            else stakes.declareFingerprint(FP2);
+            if (declared_) stakes.undeclareFingerprint(FP2, MODEL);
+            else stakes.declareFingerprint(FP2, MODEL);
         }
         vm.roll(block.number + 1);
-        (address[] memory ms,,) = stakes.drawCommittee(FP2, seed, snapshot, 3, address(0));
+        (address[] memory ms,,) = stakes.drawCommittee(PoolKey.key(FP2, MODEL), seed, snapshot, 3, address(0));
         uint256 declared = 0;
         for (uint256 i = 0; i < 4; i++) {
             if (mask & (1 << i) != 0) declared++;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
+import {PoolKey} from "../src/lib/PoolKey.sol";
 import {Test} from "./utils/Test.sol";
 import {Fixture} from "./utils/Fixture.sol";
 import {CoverageRef} from "./utils/CoverageRef.sol";
@@ -126,7 +127,7 @@ contract ProtocolHandler is Fixture {
         if (!stakes.isActiveOperator(operator)) return;
         // The honest operator refuses to sign while no declared verifier covers its fingerprint
         // (such a receipt is invalid on its face); the mixed one signs anyway.
-        if (honest && !stakes.isCoveredAt(FINGERPRINT, uint64(block.timestamp))) return;
+        if (honest && !stakes.isCoveredAt(PoolKey.key(FINGERPRINT, MODEL), uint64(block.timestamp))) return;
         n = bound(n, 1, 9);
         posted.push(postBatch(HONEST_OUT, n, n / 2));
         allDigests.push(digestOf(posted[posted.length - 1].receipt));
@@ -149,9 +150,9 @@ contract ProtocolHandler is Fixture {
             liveChallenges.push(id);
             // The committee's pool: verifiers declared for the receipt's fingerprint now (the end
             // of the open block), leaving ones included.
-            uint256 used = stakes.poolSlotsUsed(FINGERPRINT);
+            uint256 used = stakes.poolSlotsUsed(PoolKey.key(FINGERPRINT, MODEL));
             for (uint256 slot = 1; slot <= used; slot++) {
-                (address who, uint256 w) = stakes.poolSlotAt(FINGERPRINT, slot, block.number);
+                (address who, uint256 w) = stakes.poolSlotAt(PoolKey.key(FINGERPRINT, MODEL), slot, block.number);
                 if (w != 0) seatsAtOpen[id].push(Seat(slot, who, w));
             }
         }
@@ -305,8 +306,9 @@ contract ProtocolHandler is Fixture {
             }
             if (logs[i].topics[0] != IChallengeManager.MemberPenalized.selector) continue;
             address m = address(uint160(uint256(logs[i].topics[2])));
-            if (m == colluder()) colluderPaid = true;
-            else if (!captured && cm.vote(id, m).state == IChallengeManagerTypes.VoteState.Revealed) {
+            if (m == colluder()) {
+                colluderPaid = true;
+            } else if (!captured && cm.vote(id, m).state == IChallengeManagerTypes.VoteState.Revealed) {
                 honestRevealerPaid = true;
             }
         }
@@ -368,13 +370,13 @@ contract ProtocolHandler is Fixture {
         (bytes32[] memory fps, uint64[] memory leaveAt) = stakes.declarationsOf(v);
         vm.startPrank(v);
         if (fps.length == 0) {
-            if (stakes.activeStake(v) >= 1 ether) stakes.declareFingerprint(FINGERPRINT);
+            if (stakes.activeStake(v) >= 1 ether) stakes.declareFingerprint(FINGERPRINT, MODEL);
         } else if (leaveAt[0] == 0) {
-            stakes.undeclareFingerprint(FINGERPRINT);
+            stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         } else if (block.timestamp >= leaveAt[0]) {
-            stakes.completeUndeclare(v, FINGERPRINT);
+            stakes.completeUndeclare(v, FINGERPRINT, MODEL);
         } else {
-            stakes.declareFingerprint(FINGERPRINT);
+            stakes.declareFingerprint(FINGERPRINT, MODEL);
         }
         vm.stopPrank();
     }
@@ -616,11 +618,12 @@ abstract contract ProtocolInvariants is Test {
     /// the accounts, and the total by time is the draw tree's total.
     function invariant_coverageIsSumOfCountingDeclarations() public view {
         (StakeRegistry stakes,,, address[] memory vs) = handler.systems();
-        bytes32 fp = keccak256("fingerprint"); // the fixture's FINGERPRINT
-        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, vs, fp);
+        // the fixture's (FINGERPRINT, MODEL) pool
+        bytes32 pool = PoolKey.key(keccak256("fingerprint"), keccak256("model"));
+        (uint256 sum, uint256 count, uint256 total) = CoverageRef.recompute(stakes, vs, pool);
         uint64 t = uint64(block.timestamp);
-        vm.assertEq(stakes.coverageWeightAt(fp, t), sum, "coverage weight == counting declarations");
-        vm.assertEq(stakes.coverageAt(fp, t), count, "coverage count == counting declarations");
+        vm.assertEq(stakes.coverageWeightAt(pool, t), sum, "coverage weight == counting declarations");
+        vm.assertEq(stakes.coverageAt(pool, t), count, "coverage count == counting declarations");
         vm.assertEq(stakes.verifierWeightAtTime(t), total, "total by time == all weights");
         vm.assertEq(stakes.verifierWeightAtTime(t), stakes.totalWeightAt(block.number), "== the draw tree's");
     }

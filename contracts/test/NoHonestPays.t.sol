@@ -28,7 +28,9 @@ contract NoHonestPaysTest is TwoFingerprints {
         vm.warp(claimBy + 1);
         vm.prank(challenger);
         vm.expectRevert(
-            abi.encodeWithSelector(IChallengeManagerErrors.ClaimWindowClosed.selector, digestOf(r), claimBy, claimBy + 1)
+            abi.encodeWithSelector(
+                IChallengeManagerErrors.ClaimWindowClosed.selector, digestOf(r), claimBy, claimBy + 1
+            )
         );
         cm.claimUnpublished{value: 1 ether}(r, sig);
     }
@@ -47,7 +49,9 @@ contract NoHonestPaysTest is TwoFingerprints {
         IProtocolConfigTypes.Params memory p = defaultParams();
         p.claimWindow = p.challengeWindow + 1;
         vm.expectRevert(
-            abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "claimWindow not in [1, challengeWindow]")
+            abi.encodeWithSelector(
+                IProtocolConfigErrors.InvalidParams.selector, "claimWindow not in [1, challengeWindow]"
+            )
         );
         config.setParams(p);
     }
@@ -133,11 +137,11 @@ contract NoHonestPaysTest is TwoFingerprints {
         vm.prank(H);
         stakes.register{value: 3 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(H);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.prank(X);
         stakes.register{value: 1 ether}(IStakeRegistryTypes.Role.Verifier);
         vm.prank(X);
-        stakes.declareFingerprint(FP2);
+        stakes.declareFingerprint(FP2, MODEL);
         vm.warp(block.timestamp + stakes.coverageNotice() + 1);
         vm.roll(block.number + 1);
         Posted memory p = postUnder(FP2, HONEST_OUT, 2, 0);
@@ -231,7 +235,9 @@ contract NoHonestPaysTest is TwoFingerprints {
         IProtocolConfigTypes.Params memory p = defaultParams();
         p.committeeSize = config.MAX_COMMITTEE_SIZE() + 1;
         vm.expectRevert(
-            abi.encodeWithSelector(IProtocolConfigErrors.InvalidParams.selector, "committeeSize not in [1, MAX_COMMITTEE_SIZE]")
+            abi.encodeWithSelector(
+                IProtocolConfigErrors.InvalidParams.selector, "committeeSize not in [1, MAX_COMMITTEE_SIZE]"
+            )
         );
         config.setParams(p);
     }
@@ -259,7 +265,7 @@ contract NoHonestPaysTest is TwoFingerprints {
             vm.startPrank(verifiers[i]);
             stakes.requestUnbond(4 ether);
             for (uint256 k = 1; k < maxDecl; k++) {
-                stakes.declareFingerprint(fps[k]);
+                stakes.declareFingerprint(fps[k], MODEL);
             }
             vm.stopPrank();
         }
@@ -270,7 +276,7 @@ contract NoHonestPaysTest is TwoFingerprints {
             stakes.register{value: 1 ether}(IStakeRegistryTypes.Role.Verifier);
             for (uint256 k = 0; k < maxDecl; k++) {
                 vm.prank(v);
-                stakes.declareFingerprint(fps[k]);
+                stakes.declareFingerprint(fps[k], MODEL);
             }
         }
         vm.warp(block.timestamp + stakes.coverageNotice() + 1);
@@ -336,6 +342,9 @@ contract NoHonestPaysTest is TwoFingerprints {
         config.approve(IProtocolConfigTypes.Kind.Model, MODEL);
         vm.assertEq(uint256(config.approval(IProtocolConfigTypes.Kind.Model, MODEL).until), 0, "open again");
         vm.assertEq(config.approvalHistory(IProtocolConfigTypes.Kind.Model, MODEL).length, 1);
-        vm.assertTrue(config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, uint64(block.timestamp + 365 days)), "approved on");
+        vm.assertTrue(
+            config.isApprovedAt(IProtocolConfigTypes.Kind.Model, MODEL, uint64(block.timestamp + 365 days)),
+            "approved on"
+        );
     }
 }

@@ -208,9 +208,9 @@ contract SlashingGameTest is Fixture {
         // verifiers[0] leaves the fingerprint's pool first (a declared verifier cannot unbond
         // below the minimum); the others cover the receipt.
         vm.prank(verifiers[0]);
-        stakes.undeclareFingerprint(FINGERPRINT);
+        stakes.undeclareFingerprint(FINGERPRINT, MODEL);
         vm.warp(block.timestamp + config.maxDisputeSpan(config.params()) + stakes.coverageNotice());
-        stakes.completeUndeclare(verifiers[0], FINGERPRINT);
+        stakes.completeUndeclare(verifiers[0], FINGERPRINT, MODEL);
         vm.roll(block.number + 1);
         uint256 id = open(postBatch(HONEST_OUT, 2, 0));
         uint256 openBlock = block.number;
@@ -223,7 +223,7 @@ contract SlashingGameTest is Fixture {
         vm.prank(newcomer);
         stakes.register{value: 9 ether}(IStakeRegistryTypes.Role.Verifier); // takes the freed slot
         vm.prank(newcomer);
-        stakes.declareFingerprint(FINGERPRINT);
+        stakes.declareFingerprint(FINGERPRINT, MODEL);
         vm.assertEq(uint256(stakes.accountOf(newcomer).slot), slot0);
         (address owner, uint256 w) = stakes.slotAt(slot0, openBlock);
         vm.assertEq(owner, verifiers[0]);

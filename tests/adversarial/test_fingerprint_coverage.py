@@ -44,6 +44,7 @@ from verinfer.chain.structs import (
     Role,
     Status,
     default_params,
+    pool_key,
 )
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
@@ -51,6 +52,9 @@ from verinfer.receipts.merkle import build_tree
 MODEL = hashlib.sha256(b"weights").digest()
 FP_OLD = hashlib.sha256(b"engine fingerprint: image v1").digest()  # 4 verifiers run it
 FP_NEW = hashlib.sha256(b"engine fingerprint: image v2").digest()  # approved, few run it
+MODEL_B = hashlib.sha256(b"other weights").digest()  # approved; the FP_OLD verifiers lack it
+# draw pools and coverage are per (fingerprint, model)
+POOL_OLD, POOL_NEW = pool_key(FP_OLD, MODEL), pool_key(FP_NEW, MODEL)
 ALL_VERIFIERS = b"\x00" * 32
 HONEST = hashlib.sha256(b"honest output").digest()
 TAMPERED = hashlib.sha256(b"tampered output").digest()
@@ -86,13 +90,15 @@ def _deploy_net(w3: Web3, min_coverage_bps: int = MIN_COVERAGE_BPS) -> Net:
     n = Net(w3, d, a[0], a[1], a[2], a[3:7], a[7], a[8:10])
     gov = n.as_(n.gov)
     gov.config.approve(Kind.MODEL, MODEL)
+    gov.config.approve(Kind.MODEL, MODEL_B)
     gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_OLD)
     gov.config.approve(Kind.ENGINE_FINGERPRINT, FP_NEW)
     gov.config.register_key_epoch(1, b"\x04" * 32, b"\x11" * 32, 2, 3)
     n.as_(n.operator).stakes.register(Role.OPERATOR, 5 * ETHER)
     for v in n.old:
         n.as_(v).stakes.register(Role.VERIFIER, ETHER)
-        assert ensure_declared(n.as_(v), v.address, [FP_OLD]).declared == (FP_OLD,)
+        decl = ensure_declared(n.as_(v), v.address, [(FP_OLD, MODEL)])
+        assert decl.declared == ((FP_OLD, MODEL),)
     n.as_(n.new).stakes.register(Role.VERIFIER, ETHER)
     assert n.view.stakes.coverage_notice() == COVERAGE_NOTICE
     assert n.view.stakes.min_coverage_bps() == min_coverage_bps
@@ -112,10 +118,12 @@ class Opened:
     receipt: Receipt
 
 
-def _post(net: Net, fp: bytes, out: bytes, tag: bytes) -> tuple[Receipt, bytes, object, Domain]:
-    """A committed two-receipt batch under ``fp``, issued now; returns its first receipt."""
+def _post(net: Net, fp: bytes, out: bytes, tag: bytes, model: bytes = MODEL
+          ) -> tuple[Receipt, bytes, object, Domain]:
+    """A committed two-receipt batch of ``model`` under ``fp``, issued now; returns its first
+    receipt."""
     domain = Domain(chain_id=net.d.chain_id, verifying_contract=net.d.challenge_manager)
-    rs = [Receipt(operator=net.operator.address, chain_id=net.d.chain_id, model_id=MODEL,
+    rs = [Receipt(operator=net.operator.address, chain_id=net.d.chain_id, model_id=model,
                   engine_fingerprint_hash=fp, req_hash=hashlib.sha256(tag + b"%d" % i).digest(),
                   out_hash=out, key_epoch=1,
                   ciphertext_hash=hashlib.sha256(b"ct" + tag + b"%d" % i).digest(),
@@ -136,8 +144,8 @@ def _open(net: Net, receipt: Receipt, root: bytes, tree: object, domain: Domain,
 
 
 def _post_and_open(net: Net, fp: bytes, out: bytes, tag: bytes,
-                   by: LocalAccount | None = None) -> Opened:
-    receipt, root, tree, domain = _post(net, fp, out, tag)
+                   by: LocalAccount | None = None, model: bytes = MODEL) -> Opened:
+    receipt, root, tree, domain = _post(net, fp, out, tag, model)
     return Opened(_open(net, receipt, root, tree, domain, by), receipt)
 
 
@@ -187,10 +195,11 @@ def test_low_coverage_cheat_is_slashed_not_inconclusive(net: Net) -> None:
     assert info.status is Status.SLASHED and info.members == 0
     assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
 
-    assert ensure_declared(net.as_(net.new), net.new.address, [FP_NEW]).declared == (FP_NEW,)
+    decl = ensure_declared(net.as_(net.new), net.new.address, [(FP_NEW, MODEL)])
+    assert decl.declared == ((FP_NEW, MODEL),)
     increase_time(net.w3, COVERAGE_NOTICE)
     covered = _post_and_open(net, FP_NEW, TAMPERED, b"covered")
-    assert net.view.challenges.challenge(covered.cid).fingerprint_hash == FP_NEW
+    assert net.view.challenges.challenge(covered.cid).pool == POOL_NEW
     mine(net.w3, P.draw_delay_blocks + 1)
     net.as_(net.challenger).challenges.draw_committee(covered.cid)
     members = [m.account for m in net.view.challenges.committee(covered.cid)]
@@ -204,6 +213,33 @@ def test_low_coverage_cheat_is_slashed_not_inconclusive(net: Net) -> None:
     assert net.view.stakes.account_of(net.operator.address).stake == before - 2 * P.slash_amount
 
 
+def test_fraud_on_a_model_few_hold_is_slashed(net: Net) -> None:
+    """Issue 31 finding 4. The 4 FP_OLD verifiers hold only MODEL; the own engine's fingerprint
+    is the same for every model. A tampered MODEL_B receipt under FP_OLD: before, its
+    committee came from FP_OLD's pool (all MODEL holders, who abstain): Inconclusive, each
+    member paid the non-reveal penalty, the bond came back. Now (FP_OLD, MODEL_B) is its own
+    pool: uncovered, slashed at open; once ``net.new`` declares it, ``net.new`` alone judges."""
+    assert net.view.stakes.is_covered_at(POOL_OLD, net.now())
+    assert not net.view.stakes.is_covered_at(pool_key(FP_OLD, MODEL_B), net.now())
+    stakes_before = {v.address: net.view.stakes.account_of(v.address).stake for v in net.old}
+    before = net.view.stakes.account_of(net.operator.address).stake
+    uncovered = _post_and_open(net, FP_OLD, TAMPERED, b"model-b", model=MODEL_B)
+    info = net.view.challenges.challenge(uncovered.cid)
+    assert info.status is Status.SLASHED and info.members == 0
+    assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
+
+    decl = ensure_declared(net.as_(net.new), net.new.address, [(FP_OLD, MODEL_B)])
+    assert decl.declared == ((FP_OLD, MODEL_B),)
+    increase_time(net.w3, COVERAGE_NOTICE)
+    covered = _post_and_open(net, FP_OLD, TAMPERED, b"model-b covered", model=MODEL_B)
+    assert net.view.challenges.challenge(covered.cid).pool == pool_key(FP_OLD, MODEL_B)
+    assert _draw(net, covered.cid) == [net.new.address]
+    _vote(net, covered.cid, {net.new.address: HONEST})  # MODEL_B really gives HONEST
+    assert net.view.challenges.challenge(covered.cid).status is Status.SLASHED
+    assert {v.address: net.view.stakes.account_of(v.address).stake
+            for v in net.old} == stakes_before  # no MODEL holder drawn nor penalised
+
+
 def test_declare_after_seed_is_never_drawn(net: Net) -> None:
     """Once blockhash(target) is public, two heavy accounts register and declare FP_OLD.
     The draw reads FP_OLD's pool at the open block: they are never seated, though a draw of
@@ -212,15 +248,15 @@ def test_declare_after_seed_is_never_drawn(net: Net) -> None:
     mine(net.w3, P.draw_delay_blocks + 1)  # the seed exists now
     for s in net.spare:
         net.as_(s).stakes.register(Role.VERIFIER, 500 * ETHER)
-        ensure_declared(net.as_(s), s.address, [FP_OLD])
+        ensure_declared(net.as_(s), s.address, [(FP_OLD, MODEL)])
     mine(net.w3, 1)
     seed, snapshot = _seed_and_snapshot(net, opened.cid)
-    live = _draw_from(net, FP_OLD, seed, net.w3.eth.block_number - 1)
+    live = _draw_from(net, POOL_OLD, seed, net.w3.eth.block_number - 1)
     assert {s.address for s in net.spare} & set(live), "a live-state draw seats the newcomers"
     net.as_(net.challenger).challenges.draw_committee(opened.cid)
     members = {m.account for m in net.view.challenges.committee(opened.cid)}
     assert members <= {v.address for v in net.old}
-    assert members == set(_draw_from(net, FP_OLD, seed, snapshot))
+    assert members == set(_draw_from(net, POOL_OLD, seed, snapshot))
 
 
 def test_undeclare_to_dodge_does_not_escape(net: Net) -> None:
@@ -234,14 +270,14 @@ def test_undeclare_to_dodge_does_not_escape(net: Net) -> None:
     baseline = net.view.challenges.committee(opened.cid)
     assert _rpc(net.w3, "evm_revert", snap)
     for v in net.old:
-        net.as_(v).stakes.undeclare_fingerprint(FP_OLD)
+        net.as_(v).stakes.undeclare_fingerprint(FP_OLD, MODEL)
         with pytest.raises(ContractRevertError) as e:
-            net.as_(v).stakes.complete_undeclare(v.address, FP_OLD)
+            net.as_(v).stakes.complete_undeclare(v.address, FP_OLD, MODEL)
         assert e.value.error_name == "UndeclareNotReady"
         with pytest.raises(ContractRevertError) as e:
             net.as_(v).stakes.request_unbond(ETHER)
         assert e.value.error_name == "DeclaredVerifierBelowMinimum"
-    assert net.view.stakes.coverage_at(FP_OLD, net.now()) == 0  # no new receipt may rely on them
+    assert net.view.stakes.coverage_at(POOL_OLD, net.now()) == 0  # no new receipt may rely on them
     net.as_(net.challenger).challenges.draw_committee(opened.cid)
     members = net.view.challenges.committee(opened.cid)
     assert members == baseline and len(members) == P.committee_size
@@ -261,13 +297,13 @@ def test_honest_operator_not_slashed_after_verifiers_leave(net: Net) -> None:
     they asked to leave is uncovered, which the operator can see (``is_covered_at``) and must
     refuse to sign: it is slashed at open."""
     receipt, root, tree, domain = _post(net, FP_OLD, HONEST, b"honest")
-    assert net.view.stakes.is_covered_at(FP_OLD, receipt.issued_at)
+    assert net.view.stakes.is_covered_at(POOL_OLD, receipt.issued_at)
     increase_time(net.w3, 1)
     for v in net.old:
-        net.as_(v).stakes.undeclare_fingerprint(FP_OLD)
+        net.as_(v).stakes.undeclare_fingerprint(FP_OLD, MODEL)
     # receipts from now + notice on are uncovered; the operator sees it that long ahead
-    assert not net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE)
-    assert net.view.stakes.is_covered_at(FP_OLD, net.now() + COVERAGE_NOTICE - 2)
+    assert not net.view.stakes.is_covered_at(POOL_OLD, net.now() + COVERAGE_NOTICE)
+    assert net.view.stakes.is_covered_at(POOL_OLD, net.now() + COVERAGE_NOTICE - 2)
     increase_time(net.w3, P.challenge_window - 60)  # the end of the receipt's window
     before = net.view.stakes.account_of(net.operator.address).stake
     cid = _open(net, receipt, root, tree, domain)
@@ -298,10 +334,10 @@ def test_sybil_alone_in_a_small_pool_is_slashed_at_open(net: Net) -> None:
     minCoverageBps = 0, on the same chain) the sybil is the whole committee and dismisses it."""
     sybil = net.spare[0]
     net.as_(sybil).stakes.register(Role.VERIFIER, P.min_verifier_stake)
-    ensure_declared(net.as_(sybil), sybil.address, [FP_NEW])
+    ensure_declared(net.as_(sybil), sybil.address, [(FP_NEW, MODEL)])
     increase_time(net.w3, COVERAGE_NOTICE)
-    assert net.view.stakes.coverage_at(FP_NEW, net.now()) == 1  # one declared verifier
-    assert not net.view.stakes.is_covered_at(FP_NEW, net.now())
+    assert net.view.stakes.coverage_at(POOL_NEW, net.now()) == 1  # one declared verifier
+    assert not net.view.stakes.is_covered_at(POOL_NEW, net.now())
     before = net.view.stakes.account_of(net.operator.address).stake
     opened = _post_and_open(net, FP_NEW, TAMPERED, b"sybil")
     info = net.view.challenges.challenge(opened.cid)
@@ -310,7 +346,7 @@ def test_sybil_alone_in_a_small_pool_is_slashed_at_open(net: Net) -> None:
 
     old = _deploy_net(net.w3, min_coverage_bps=0)
     old.as_(sybil).stakes.register(Role.VERIFIER, P.min_verifier_stake)
-    ensure_declared(old.as_(sybil), sybil.address, [FP_NEW])
+    ensure_declared(old.as_(sybil), sybil.address, [(FP_NEW, MODEL)])
     increase_time(old.w3, COVERAGE_NOTICE)
     captured = _post_and_open(old, FP_NEW, TAMPERED, b"sybil")
     assert old.view.challenges.challenge(captured.cid).status is Status.AWAITING_DRAW
@@ -324,14 +360,14 @@ def test_lone_declared_verifier_challenges_and_sits(net: Net) -> None:
     tampered FP_NEW receipt and challenges it itself. Excluding the challenger (the pre-fix
     draw) leaves nobody: Inconclusive, the cheat free. Now nobody else being drawable, it sits,
     and its vote slashes."""
-    ensure_declared(net.as_(net.new), net.new.address, [FP_NEW])
+    ensure_declared(net.as_(net.new), net.new.address, [(FP_NEW, MODEL)])
     increase_time(net.w3, COVERAGE_NOTICE)
     before = net.view.stakes.account_of(net.operator.address).stake
     opened = _post_and_open(net, FP_NEW, TAMPERED, b"lone", by=net.new)
     assert net.view.challenges.challenge(opened.cid).challenger == net.new.address
     assert _draw(net, opened.cid) == [net.new.address]
     seed, snapshot = _seed_and_snapshot(net, opened.cid)
-    assert _draw_from(net, FP_NEW, seed, snapshot, exclude=net.new.address) == []
+    assert _draw_from(net, POOL_NEW, seed, snapshot, exclude=net.new.address) == []
     _vote(net, opened.cid, {net.new.address: HONEST})  # FP_NEW really gives HONEST
     assert net.view.challenges.challenge(opened.cid).status is Status.SLASHED
     assert net.view.stakes.account_of(net.operator.address).stake == before - P.slash_amount
@@ -343,14 +379,14 @@ def test_honest_receipt_survives_a_later_large_bond(net: Net) -> None:
     coverageNotice on are uncovered (the operator sees it that long ahead and stops serving
     FP_NEW: the liveness cost). The earlier receipt is judged on the weights at its issuedAt:
     not an invalid receipt, dismissed by its committee, the operator keeps its stake."""
-    ensure_declared(net.as_(net.new), net.new.address, [FP_NEW])
+    ensure_declared(net.as_(net.new), net.new.address, [(FP_NEW, MODEL)])
     increase_time(net.w3, COVERAGE_NOTICE)
     receipt, root, tree, domain = _post(net, FP_NEW, HONEST, b"before-bond")
-    assert net.view.stakes.is_covered_at(FP_NEW, receipt.issued_at)
+    assert net.view.stakes.is_covered_at(POOL_NEW, receipt.issued_at)
     increase_time(net.w3, 1)
     net.as_(net.spare[1]).stakes.register(Role.VERIFIER, 50 * ETHER)
-    assert not net.view.stakes.is_covered_at(FP_NEW, net.now() + COVERAGE_NOTICE)
-    assert net.view.stakes.is_covered_at(FP_NEW, receipt.issued_at)  # final
+    assert not net.view.stakes.is_covered_at(POOL_NEW, net.now() + COVERAGE_NOTICE)
+    assert net.view.stakes.is_covered_at(POOL_NEW, receipt.issued_at)  # final
     increase_time(net.w3, P.challenge_window // 2)  # a challenge later in the window
     before = net.view.stakes.account_of(net.operator.address).stake
     cid = _open(net, receipt, root, tree, domain)

@@ -84,7 +84,8 @@ def test_unapproved_identity_is_refused_until_governance_approves(
         verifier = Deployment.load(dep).bind(node.web3(),
                                              TxSender(node.web3(), dev_accounts(4)[3]))
         verifier.stakes.register(Role.VERIFIER, gov.config.params().min_verifier_stake)
-        verifier.stakes.declare_fingerprint(bytes.fromhex(fp_hash[2:]))
+        verifier.stakes.declare_fingerprint(bytes.fromhex(fp_hash[2:]),
+                                            bytes.fromhex(health["model_id"][2:]))
         while not c.get("/health").json()["ready"]:
             assert time.monotonic() < deadline, c.get("/health").json()
             time.sleep(0.1)

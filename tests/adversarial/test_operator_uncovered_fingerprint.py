@@ -11,25 +11,28 @@ from __future__ import annotations
 
 import pytest
 
+from verinfer.chain.structs import pool_key
 from verinfer.operator.readiness import NotReadyError, Readiness
 from verinfer.operator.runtime import ChainIdentity, CoverageGuard
 from verinfer.receipts.eip712 import Receipt
 
 FP = b"\x0f" * 32
 OTHER_FP = b"\x0e" * 32
+MODEL = b"\x01" * 32
+OTHER_MODEL = b"\x05" * 32
 
 
 class _Stakes:
-    """Coverage of one fingerprint as a set of issuedAt seconds it is NOT covered at."""
+    """Coverage of one pool, (FP, MODEL), as a set of issuedAt seconds it is NOT covered at."""
 
     def __init__(self, uncovered: set[int], *, fail: bool = False) -> None:
         self.uncovered, self.fail, self.reads = uncovered, fail, 0
 
-    def is_covered_at(self, fingerprint: bytes, issued_at: int) -> bool:
+    def is_covered_at(self, pool: bytes, issued_at: int) -> bool:
         self.reads += 1
         if self.fail:
             raise ConnectionError("rpc down")
-        return fingerprint == FP and issued_at not in self.uncovered
+        return pool == pool_key(FP, MODEL) and issued_at not in self.uncovered
 
 
 class _Config:
@@ -37,8 +40,8 @@ class _Config:
         return True
 
 
-def _receipt(issued_at: int, fp: bytes = FP) -> Receipt:
-    return Receipt(operator="0x" + "11" * 20, chain_id=31337, model_id=b"\x01" * 32,
+def _receipt(issued_at: int, fp: bytes = FP, model: bytes = MODEL) -> Receipt:
+    return Receipt(operator="0x" + "11" * 20, chain_id=31337, model_id=model,
                    engine_fingerprint_hash=fp, req_hash=b"\x02" * 32, out_hash=b"\x03" * 32,
                    key_epoch=1, ciphertext_hash=b"\x04" * 32, issued_at=issued_at)
 
@@ -54,6 +57,10 @@ def test_a_dip_in_coverage_is_refused_exactly_at_its_seconds() -> None:
     guard(_receipt(1_000_007))
     with pytest.raises(NotReadyError):  # a fingerprint nobody declared
         guard(_receipt(1_000_007, OTHER_FP))
+    # issue 31 finding 4: the same fingerprint with a model nobody declared (the own engine's
+    # fingerprint is the same for every model): its pool is uncovered, so it is refused
+    with pytest.raises(NotReadyError, match="model"):
+        guard(_receipt(1_000_007, FP, OTHER_MODEL))
 
 
 def test_answers_are_cached_per_second_and_rpc_failure_refuses() -> None:
@@ -70,7 +77,7 @@ def test_readiness_blocks_while_uncovered_now() -> None:
     readiness = Readiness()
     now = [3_000_000.0]
     stakes = _Stakes(uncovered={3_000_000})
-    ident = ChainIdentity(readiness, _Config(), b"\x01" * 32, FP, stakes=stakes,
+    ident = ChainIdentity(readiness, _Config(), MODEL, FP, stakes=stakes,
                           wall_clock=lambda: now[0])
     ident()
     assert "identity" in readiness.reasons()

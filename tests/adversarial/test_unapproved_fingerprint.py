@@ -79,7 +79,8 @@ def test_receipt_under_an_unapproved_image_is_slashed_at_challenge_open(
         w3 = node.web3()
         r = roles(1)
         d = deploy_network(w3, r, tiny_engine, devnet_params())  # approves tiny_engine's only
-        register_verifiers(w3, d, r, [tiny_engine.fingerprint.hash])  # covers it
+        # covers it
+        register_verifiers(w3, d, r, [(tiny_engine.fingerprint.hash, tiny_engine.model_id)])
         gov = bind(w3, d)
         assert not gov.config.is_approved(
             Kind.ENGINE_FINGERPRINT, rogue_engine.fingerprint.hash)

@@ -105,7 +105,8 @@ def net(tiny_engine: Engine, tiny_path: Path,
         net.nodes = [net.node(i) for i in range(3)]
         for n in net.nodes:
             assert n.ensure_registered(ETHER)
-            assert n.ensure_declared([tiny_engine.fingerprint.hash]).declared
+            assert n.ensure_declared([(tiny_engine.fingerprint.hash,
+                                       tiny_engine.model_id)]).declared
         yield net
 
 

@@ -52,6 +52,7 @@ from verinfer.chain.structs import (
     Status,
     VoteState,
     is_future_dated,
+    pool_key,
 )
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
@@ -192,16 +193,17 @@ def test_committee_is_drawn_from_verifiers_declared_for_the_receipts_fingerprint
     ev = devnet.unsafe_operator_factory(engine).honest(chat_body("declared", max_tokens=4,
                                                                  seed=81))
     devnet.unsafe_publish_as_operator([ev])
-    fp = ev.signed.receipt.engine_fingerprint_hash
+    # pools are per (fingerprint, model); the devnet's verifiers hold every model it serves
+    pool = pool_key(ev.signed.receipt.engine_fingerprint_hash, ev.signed.receipt.model_id)
     verifiers = devnet.state["accounts"]["verifiers"]
     for v in verifiers:
-        assert devnet.read.stakes.declarations_of(v) == {fp: 0}
-    assert devnet.read.stakes.coverage_at(fp, ev.signed.receipt.issued_at) == len(verifiers)
+        assert devnet.read.stakes.declarations_of(v).get(pool) == 0
+    assert devnet.read.stakes.coverage_at(pool, ev.signed.receipt.issued_at) == len(verifiers)
     ch = devnet.challenger()
     kind, cid = ch.open(devnet.wait_located("0x" + ev.digest.hex()))
     assert kind == "challenge"
     assert ch.wait(cid, timeout_s=240) is Status.DISMISSED
-    assert devnet.read.challenges.challenge(cid).fingerprint_hash == fp
+    assert devnet.read.challenges.challenge(cid).pool == pool
     members = [m.account for m in devnet.read.challenges.committee(cid)]
     assert set(members) <= set(verifiers)
     assert len(members) == devnet_params(committee_size=min(4, len(verifiers))).committee_size

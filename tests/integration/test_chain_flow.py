@@ -60,7 +60,7 @@ def net() -> Iterator[Net]:
         n.as_(n.operator).stakes.register(Role.OPERATOR, 5 * ETHER)
         for v in n.verifiers:
             n.as_(v).stakes.register(Role.VERIFIER, ETHER)
-            n.as_(v).stakes.declare_fingerprint(FINGERPRINT)  # drawn for FINGERPRINT receipts
+            n.as_(v).stakes.declare_fingerprint(FINGERPRINT, MODEL)  # drawn for these receipts
         increase_time(w3, COVERAGE_NOTICE)  # receipts rely on coverage this long before them
         yield n
 

@@ -94,7 +94,7 @@ def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
         n.as_(n.operator).stakes.register(Role.OPERATOR, 20 * ETHER)
         for v in n.verifiers:
             n.as_(v).stakes.register(Role.VERIFIER, ETHER)
-            n.as_(v).stakes.declare_fingerprint(FINGERPRINT)
+            n.as_(v).stakes.declare_fingerprint(FINGERPRINT, MODEL)
         increase_time(w3, COVERAGE_NOTICE)
         yield n
 

@@ -57,7 +57,7 @@ def approve_identity(node: Anvil, dep: Path, base: str, timeout_s: float = 30) -
         time.sleep(0.2)
     verifier = Deployment.load(dep).bind(w3, TxSender(w3, dev_accounts(3)[2]))
     verifier.stakes.register(Role.VERIFIER, gov.config.params().min_verifier_stake)
-    verifier.stakes.declare_fingerprint(fp)
+    verifier.stakes.declare_fingerprint(fp, bytes.fromhex(health["model_id"][2:]))
     while not httpx.get(base + "/health").json()["ready"]:
         assert time.monotonic() < deadline, httpx.get(base + "/health").json()
         time.sleep(0.2)

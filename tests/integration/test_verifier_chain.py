@@ -104,7 +104,8 @@ def stack(tiny_engine: Engine, tiny_path: Path,
                              NodeConfig(tmp / f"v{i}.json", unsafe_devnet_mine=True),
                              log=_tagged_log(i))
             assert n.ensure_registered(ETHER)
-            assert n.ensure_declared([tiny_engine.fingerprint.hash]).declared
+            assert n.ensure_declared([(tiny_engine.fingerprint.hash,
+                                       tiny_engine.model_id)]).declared
             nodes.append(n)
         # the shards read committees from the chain (ChainCommitteeOracle)
         with ShardProcesses(lay, chain=ChainSource(node.url, tmp / "deployment.json"),

@@ -97,7 +97,7 @@ def chain() -> Iterator[tuple[Web3, Deployment, list[LocalAccount]]]:
         d.bind(w3, TxSender(w3, accts[1])).stakes.register(Role.OPERATOR, 5 * ETHER)
         verifier = d.bind(w3, TxSender(w3, accts[3]))
         verifier.stakes.register(Role.VERIFIER, ETHER)
-        verifier.stakes.declare_fingerprint(FINGERPRINT)
+        verifier.stakes.declare_fingerprint(FINGERPRINT, MODEL)
         increase_time(w3, COVERAGE_NOTICE)
         yield w3, d, accts
 

@@ -38,6 +38,8 @@ interface IStakeRegistryErrors {
     error NotVerifier(address account);
     /// @notice The fingerprint hash is not an approved engine fingerprint now.
     error FingerprintNotApproved(bytes32 fingerprint);
+    /// @notice The model of a declaration is not an approved model.
+    error ModelNotApproved(bytes32 modelId);
     /// @notice The verifier already declared this fingerprint (and is not leaving it).
     error AlreadyDeclared(address account, bytes32 fingerprint);
     /// @notice The verifier has not declared this fingerprint.

@@ -18,8 +18,11 @@ import {IProtocolConfig} from "./IProtocolConfig.sol";
 ///
 ///         Verifiers are drawn into committees by their draw weight (active stake, or 0 below
 ///         the minimum) as it was at the end of a past block, from the pool of verifiers declared
-///         for the receipt's engine fingerprint (a verifier re-executes only under its own
-///         fingerprint and abstains on any other; an abstention is a non-reveal, penalised).
+///         for the receipt's (engine fingerprint, model) pair, keyed PoolKey.key(fingerprint,
+///         modelId) (a verifier re-executes only under its own fingerprint and with a model it
+///         holds, and abstains otherwise; an abstention is a non-reveal, penalised). The
+///         own-engine fingerprint is the same for every model, so pools and coverage are per pair:
+///         below, "fingerprint" in coverage and pool arguments means that pool key.
 ///
 ///         Fingerprint declarations: `declareFingerprint` adds the caller to the fingerprint's pool
 ///         from the end of this block and to its coverage from now. `undeclareFingerprint` takes
@@ -52,9 +55,12 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     event WeightChanged(address indexed account, uint256 slot, uint256 weight);
     /// @notice A verifier's draw weight in a fingerprint's pool changed (from the end of this block).
     event DeclaredWeightChanged(bytes32 indexed fingerprint, address indexed account, uint256 slot, uint256 weight);
-    /// @notice `account` declared that it re-executes receipts of `fingerprint` (or cancelled its
-    ///         pending undeclaration).
-    event FingerprintDeclared(address indexed account, bytes32 indexed fingerprint);
+    /// @notice `account` declared that it re-executes receipts of `modelId` under `fingerprint`
+    ///         (pool key `pool` = PoolKey.key(fingerprint, modelId)), or cancelled its pending
+    ///         undeclaration.
+    event FingerprintDeclared(
+        address indexed account, bytes32 indexed pool, bytes32 indexed fingerprint, bytes32 modelId
+    );
     /// @notice `account` stops counting for `fingerprint`'s coverage now and leaves its pool at
     ///         `leaveAt` (by `completeUndeclare`).
     event FingerprintUndeclareRequested(address indexed account, bytes32 indexed fingerprint, uint64 leaveAt);
@@ -120,16 +126,19 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     ///         which must be an approved engine fingerprint now; at most MAX_DECLARATIONS. It
     ///         enters the fingerprint's draw pool from the end of this block and its coverage from
     ///         now. On a declaration with a pending undeclaration it cancels that undeclaration.
-    function declareFingerprint(bytes32 fingerprint) external;
+    ///         Pools and coverage are per (fingerprint, model): the pool key is
+    ///         PoolKey.key(fingerprint, modelId), and `modelId` must be an approved model now. The
+    ///         MAX_DECLARATIONS bound counts pool keys.
+    function declareFingerprint(bytes32 fingerprint, bytes32 modelId) external;
 
     /// @notice Starts leaving `fingerprint`: the caller stops counting for its coverage now, and
     ///         stays in its draw pool (drawn, so penalised for not revealing) until `leaveAt` =
     ///         now + ProtocolConfig.maxDisputeSpan + coverageNotice.
     /// @return leaveAt When `completeUndeclare` may remove the caller from the pool.
-    function undeclareFingerprint(bytes32 fingerprint) external returns (uint64 leaveAt);
+    function undeclareFingerprint(bytes32 fingerprint, bytes32 modelId) external returns (uint64 leaveAt);
 
     /// @notice Removes `account` from `fingerprint`'s pool once its undeclaration is due (anyone).
-    function completeUndeclare(address account, bytes32 fingerprint) external;
+    function completeUndeclare(address account, bytes32 fingerprint, bytes32 modelId) external;
 
     // ---- ChallengeManager hooks ---------------------------------------------------------
 

@@ -61,7 +61,7 @@ interface IChallengeManagerTypes {
         uint112 totalWeight; // committee stake weight
         uint48 snapshotBlock; // the open block: the draw uses verifier weights as of its end
         uint128 memberPenalty; // non-reveal penalty locked on each member at the draw
-        bytes32 fingerprintHash; // the receipt's engine fingerprint: the committee's pool
+        bytes32 pool; // PoolKey.key(the receipt's engine fingerprint, its modelId): the committee's pool
     }
 
     /// @notice A committee seat: the verifier and its stake weight at the draw.

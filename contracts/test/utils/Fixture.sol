@@ -86,7 +86,7 @@ abstract contract Fixture is Test {
             vm.prank(v);
             stakes.register{value: 5 ether}(IStakeRegistryTypes.Role.Verifier);
             vm.prank(v);
-            stakes.declareFingerprint(FINGERPRINT);
+            stakes.declareFingerprint(FINGERPRINT, MODEL);
         }
         // Receipts rely on coverage COVERAGE_NOTICE before their issuedAt.
         vm.warp(T0 + 10 + stakes.coverageNotice());
@@ -179,7 +179,24 @@ abstract contract Fixture is Test {
         }
     }
 
+    /// @dev The same under engine fingerprint `fp` and model `model` (salted by both).
+    function postFor(bytes32 fp, bytes32 model, bytes32 outHash, uint256 n, uint256 index)
+        internal
+        returns (Posted memory p)
+    {
+        unchecked {
+            return _postFor(fp, model, outHash, n, index, uint256(outHash) + uint256(fp) + uint256(model));
+        }
+    }
+
     function _post(bytes32 fp, bytes32 outHash, uint256 n, uint256 index, uint256 salt)
+        private
+        returns (Posted memory p)
+    {
+        return _postFor(fp, MODEL, outHash, n, index, salt);
+    }
+
+    function _postFor(bytes32 fp, bytes32 model, bytes32 outHash, uint256 n, uint256 index, uint256 salt)
         private
         returns (Posted memory p)
     {
@@ -187,6 +204,7 @@ abstract contract Fixture is Test {
         for (uint256 i = 0; i < n; i++) {
             ReceiptLib.Receipt memory r = makeReceipt(outHash, i + salt);
             r.engineFingerprintHash = fp;
+            r.modelId = model;
             digests[i] = digestOf(r);
             if (i == index) p.receipt = r;
         }

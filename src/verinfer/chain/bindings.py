@@ -233,32 +233,37 @@ class StakeRegistryContract(_Bound):
 
     # ---- fingerprint declarations (committees are drawn from the receipt's fingerprint pool)
 
-    def declare_fingerprint(self, fingerprint_hash: bytes) -> TxReceipt:
-        """Declare that this verifier re-executes receipts of `fingerprint_hash` (an approved
-        engine fingerprint): it is drawn for them and penalised like any abstainer if it does
-        not reveal."""
-        return self._send(self.contract.functions.declareFingerprint(fingerprint_hash))
+    def declare_fingerprint(self, fingerprint_hash: bytes, model_id: bytes) -> TxReceipt:
+        """Declare that this verifier re-executes receipts of model `model_id` under
+        `fingerprint_hash` (both approved): it joins the pool `pool_key(fingerprint_hash,
+        model_id)`, is drawn for those receipts and penalised like any abstainer if it does not
+        reveal."""
+        return self._send(self.contract.functions.declareFingerprint(fingerprint_hash, model_id))
 
-    def undeclare_fingerprint(self, fingerprint_hash: bytes) -> TxReceipt:
-        """Stop covering `fingerprint_hash` now; stay drawable for it until `leaveAt`
-        (now + maxDisputeSpan), then `complete_undeclare`."""
-        return self._send(self.contract.functions.undeclareFingerprint(fingerprint_hash))
+    def undeclare_fingerprint(self, fingerprint_hash: bytes, model_id: bytes) -> TxReceipt:
+        """Stop covering (`fingerprint_hash`, `model_id`) now; stay drawable for it until
+        `leaveAt` (now + maxDisputeSpan), then `complete_undeclare`."""
+        return self._send(self.contract.functions.undeclareFingerprint(fingerprint_hash, model_id))
 
-    def complete_undeclare(self, account: str, fingerprint_hash: bytes) -> TxReceipt:
-        return self._send(self.contract.functions.completeUndeclare(account, fingerprint_hash))
+    def complete_undeclare(self, account: str, fingerprint_hash: bytes,
+                           model_id: bytes) -> TxReceipt:
+        return self._send(self.contract.functions.completeUndeclare(account, fingerprint_hash,
+                                                                     model_id))
 
     def declarations_of(self, who: str) -> dict[bytes, int]:
-        """`who`'s declared fingerprint hashes -> leaveAt (0 = staying)."""
+        """`who`'s declared pool keys (structs.pool_key(fingerprint, model)) -> leaveAt
+        (0 = staying)."""
         fps, leave = self._call(self.contract.functions.declarationsOf(who))
         return {bytes(f): int(t) for f, t in zip(fps, leave, strict=True)}
 
-    def coverage_at(self, fingerprint_hash: bytes, at: int) -> int:
-        """Verifiers declared for `fingerprint_hash`, with weight, not leaving, at time `at`."""
-        return int(self._call(self.contract.functions.coverageAt(fingerprint_hash, at)))
+    def coverage_at(self, pool: bytes, at: int) -> int:
+        """Verifiers declared for pool `pool` (a pool key: structs.pool_key), with
+        weight, not leaving, at time `at`."""
+        return int(self._call(self.contract.functions.coverageAt(pool, at)))
 
-    def coverage_weight_at(self, fingerprint_hash: bytes, at: int) -> int:
+    def coverage_weight_at(self, pool: bytes, at: int) -> int:
         """Summed draw weight of the verifiers counted by `coverage_at` at time `at`."""
-        return int(self._call(self.contract.functions.coverageWeightAt(fingerprint_hash, at)))
+        return int(self._call(self.contract.functions.coverageWeightAt(pool, at)))
 
     def verifier_weight_at_time(self, at: int) -> int:
         """Summed draw weight of all verifiers at time `at` (the coverage rule's denominator)."""
@@ -269,19 +274,20 @@ class StakeRegistryContract(_Bound):
         reach for its receipts to be valid; immutable."""
         return int(self._call(self.contract.functions.minCoverageBps()))
 
-    def is_covered_at(self, fingerprint_hash: bytes, issued_at: int) -> bool:
-        """A receipt of `fingerprint_hash` issued at `issued_at` can be judged (else it is
+    def is_covered_at(self, pool: bytes, issued_at: int) -> bool:
+        """`pool` is a pool key (structs.pool_key(the receipt's engine fingerprint,
+        its model)). A receipt of that pool issued at `issued_at` can be judged (else it is
         invalid on its face and slashed at open): the declared weight `coverage_notice()` before
         it was > 0 and at least `min_coverage_bps()` of all verifier weight then, so what an
         operator checks before signing is already final."""
-        return bool(self._call(self.contract.functions.isCoveredAt(fingerprint_hash, issued_at)))
+        return bool(self._call(self.contract.functions.isCoveredAt(pool, issued_at)))
 
     def coverage_notice(self) -> int:
         return int(self._call(self.contract.functions.coverageNotice()))
 
-    def pool_weight_at(self, fingerprint_hash: bytes, block: int) -> int:
-        """Sum of draw weights in `fingerprint_hash`'s pool as of the end of `block`."""
-        return int(self._call(self.contract.functions.poolWeightAt(fingerprint_hash, block)))
+    def pool_weight_at(self, pool: bytes, block: int) -> int:
+        """Sum of draw weights in `pool`'s pool as of the end of `block`."""
+        return int(self._call(self.contract.functions.poolWeightAt(pool, block)))
 
 
 class BatchRegistryContract(_Bound):

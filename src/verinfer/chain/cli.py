@@ -1,5 +1,5 @@
 """`verinfer chain ...`: deploy the contracts and manage operator/verifier stake, and the
-engine fingerprints a verifier declares (it is drawn only for receipts under those)."""
+(engine fingerprint, model) pairs a verifier declares (it is drawn only for receipts of those)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from verinfer.chain.errors import StakeActionError
 from verinfer.chain.keys import load_account
 from verinfer.chain.rpc import bounded_web3
 from verinfer.chain.stake import StakeAction, StakeResult, ensure_declared, stake_action
-from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Role, default_params
+from verinfer.chain.structs import ETHER, MIN_COVERAGE_BPS, Role, default_params, pool_key
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import to_hex
@@ -107,96 +107,133 @@ def operator_register(stake: Annotated[str, typer.Option(help="ETH to bond.")],
 FingerprintOpt = Annotated[list[str], typer.Option(
     "--fingerprint", help="Engine fingerprint hash (0x + 64 hex) this verifier re-executes; "
     "repeat for several. Committees of a receipt are drawn only from verifiers declared for "
-    "its fingerprint; a drawn member that does not reveal is penalised.")]
+    "its (fingerprint, model) pair; a drawn member that does not reveal is penalised.")]
 
+ModelOpt = Annotated[list[str], typer.Option(
+    "--model", help="Model id (0x + 64 hex: sha256 of the weights) this verifier holds, "
+    "declared with each --fingerprint: one --model for every --fingerprint, or one per "
+    "--fingerprint in the same order. Pools are per (fingerprint, model).")]
 
 OptionalFingerprintOpt = Annotated[list[str] | None, typer.Option(
     "--fingerprint", help="Engine fingerprint hash (0x + 64 hex) to declare after registering; "
-    "repeat for several (see `verinfer chain verifier declare`).")]
+    "repeat for several, with --model (see `verinfer chain verifier declare`).")]
+
+OptionalModelOpt = Annotated[list[str] | None, typer.Option(
+    "--model", help="Model id (0x + 64 hex) declared with --fingerprint (see `verinfer chain "
+    "verifier declare`).")]
 
 
-def parse_fingerprint(text: str) -> bytes:
-    """'0x' + 64 hex -> 32 bytes."""
+def _parse_hash32(text: str, what: str) -> bytes:
     h = text[2:] if text.lower().startswith("0x") else text
     try:
         raw = bytes.fromhex(h)
     except ValueError as e:
-        raise typer.BadParameter(f"not a hex fingerprint hash: {text!r}") from e
+        raise typer.BadParameter(f"not a hex {what}: {text!r}") from e
     if len(raw) != 32:
-        raise typer.BadParameter(f"a fingerprint hash is 32 bytes, got {len(raw)}: {text!r}")
+        raise typer.BadParameter(f"a {what} is 32 bytes, got {len(raw)}: {text!r}")
     return raw
 
 
-def _declare(fingerprints: list[str], deployment: Path, rpc: str, keystore: Path | None) -> None:
+def parse_fingerprint(text: str) -> bytes:
+    """'0x' + 64 hex -> 32 bytes."""
+    return _parse_hash32(text, "fingerprint hash")
+
+
+def parse_model_id(text: str) -> bytes:
+    """'0x' + 64 hex -> 32 bytes."""
+    return _parse_hash32(text, "model id")
+
+
+def parse_pairs(fingerprints: list[str], models: list[str]) -> list[tuple[bytes, bytes]]:
+    """--fingerprint and --model values -> (fingerprint hash, model id) pairs: one model for
+    every fingerprint, or one per fingerprint in order."""
     fps = [parse_fingerprint(f) for f in fingerprints]
+    mids = [parse_model_id(m) for m in models]
+    if len(mids) == 1:
+        return [(f, mids[0]) for f in fps]
+    if len(mids) != len(fps):
+        raise typer.BadParameter(f"give one --model for every --fingerprint or one per "
+                                 f"--fingerprint: got {len(fps)} fingerprints and "
+                                 f"{len(mids)} models")
+    return list(zip(fps, mids, strict=True))
+
+
+def _declare(pairs: list[tuple[bytes, bytes]], deployment: Path, rpc: str,
+             keystore: Path | None) -> None:
     try:
         s = _sender(rpc, keystore)
         d = Deployment.load(deployment)
-        res = ensure_declared(d.bind(s.w3, s), s.address, fps)
+        res = ensure_declared(d.bind(s.w3, s), s.address, pairs)
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
-    for f in res.declared:
-        typer.echo(f"{s.address} declared fingerprint {to_hex(f)}")
-    for f in res.already:
-        typer.echo(f"{s.address} already declared fingerprint {to_hex(f)}")
+    for f, m in res.declared:
+        typer.echo(f"{s.address} declared fingerprint {to_hex(f)} model {to_hex(m)}")
+    for f, m in res.already:
+        typer.echo(f"{s.address} already declared fingerprint {to_hex(f)} model {to_hex(m)}")
     if res.unapproved:
-        bad = ", ".join(to_hex(f) for f in res.unapproved)
-        raise fail(StakeActionError(f"not approved engine fingerprints (not declared): {bad}",
-                                    param="fingerprint"), exit_code=2)
+        bad = ", ".join(f"{to_hex(f)} model {to_hex(m)}" for f, m in res.unapproved)
+        raise fail(StakeActionError(f"not approved engine fingerprints or models "
+                                    f"(not declared): {bad}", param="fingerprint"), exit_code=2)
 
 
 @verifier_app.command("register")
 def verifier_register(stake: Annotated[str, typer.Option(help="ETH to bond.")],
                       deployment: DeploymentOpt, rpc: RpcOpt = "",
                       keystore: KeystoreOpt = None,
-                      fingerprint: OptionalFingerprintOpt = None) -> None:
-    """Register the key as a verifier, bonding --stake ETH, and declare each --fingerprint."""
-    for f in fingerprint or []:
-        parse_fingerprint(f)  # refuse a bad one before bonding anything
+                      fingerprint: OptionalFingerprintOpt = None,
+                      model: OptionalModelOpt = None) -> None:
+    """Register the key as a verifier, bonding --stake ETH, and declare each (--fingerprint,
+    --model) pair."""
+    # refuse bad input before bonding anything
+    pairs = parse_pairs(fingerprint or [], model or [])
     _register(Role.VERIFIER, stake, deployment, rpc, keystore)
-    if fingerprint:
-        _declare(fingerprint, deployment, rpc, keystore)
+    if pairs:
+        _declare(pairs, deployment, rpc, keystore)
 
 
 @verifier_app.command("declare")
-def verifier_declare(fingerprint: FingerprintOpt, deployment: DeploymentOpt, rpc: RpcOpt = "",
-                     keystore: KeystoreOpt = None) -> None:
-    """Declare (approved) engine fingerprints this verifier re-executes."""
-    _declare(fingerprint, deployment, rpc, keystore)
+def verifier_declare(fingerprint: FingerprintOpt, model: ModelOpt, deployment: DeploymentOpt,
+                     rpc: RpcOpt = "", keystore: KeystoreOpt = None) -> None:
+    """Declare (approved) (engine fingerprint, model) pairs this verifier re-executes."""
+    _declare(parse_pairs(fingerprint, model), deployment, rpc, keystore)
 
 
 @verifier_app.command("undeclare")
 def verifier_undeclare(fingerprint: Annotated[str, typer.Option(
                            "--fingerprint", help="The fingerprint hash to stop covering.")],
+                       model: Annotated[str, typer.Option(
+                           "--model", help="The model id declared with it.")],
                        deployment: DeploymentOpt, rpc: RpcOpt = "",
                        keystore: KeystoreOpt = None) -> None:
-    """Stop covering a fingerprint now; stay drawable (and liable) for it until the printed
-    time (now + the longest dispute span), then `complete-undeclare`."""
-    fp = parse_fingerprint(fingerprint)
+    """Stop covering a (fingerprint, model) pair now; stay drawable (and liable) for it until
+    the printed time (now + the longest dispute span), then `complete-undeclare`."""
+    fp, mid = parse_fingerprint(fingerprint), parse_model_id(model)
     try:
         s = _sender(rpc, keystore)
         stakes = Deployment.load(deployment).bind(s.w3, s).stakes
-        stakes.undeclare_fingerprint(fp)
-        leave_at = stakes.declarations_of(s.address)[fp]
+        stakes.undeclare_fingerprint(fp, mid)
+        leave_at = stakes.declarations_of(s.address)[pool_key(fp, mid)]
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
-    typer.echo(f"{s.address} leaves fingerprint {to_hex(fp)} at {leave_at} "
-               f"(then: verinfer chain verifier complete-undeclare)")
+    typer.echo(f"{s.address} leaves fingerprint {to_hex(fp)} model {to_hex(mid)} at "
+               f"{leave_at} (then: verinfer chain verifier complete-undeclare)")
 
 
 @verifier_app.command("complete-undeclare")
 def verifier_complete_undeclare(fingerprint: Annotated[str, typer.Option(
                                     "--fingerprint", help="The fingerprint hash to leave.")],
+                                model: Annotated[str, typer.Option(
+                                    "--model", help="The model id declared with it.")],
                                 deployment: DeploymentOpt, rpc: RpcOpt = "",
                                 keystore: KeystoreOpt = None) -> None:
-    """Leave a fingerprint's draw pool once the undeclaration is due."""
-    fp = parse_fingerprint(fingerprint)
+    """Leave a (fingerprint, model) draw pool once the undeclaration is due."""
+    fp, mid = parse_fingerprint(fingerprint), parse_model_id(model)
     try:
         s = _sender(rpc, keystore)
-        Deployment.load(deployment).bind(s.w3, s).stakes.complete_undeclare(s.address, fp)
+        Deployment.load(deployment).bind(s.w3, s).stakes.complete_undeclare(s.address, fp, mid)
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
-    typer.echo(f"{s.address} left fingerprint {to_hex(fp)}")
+    typer.echo(f"{s.address} left fingerprint {to_hex(fp)} model {to_hex(mid)}")
 
 
 @operator_app.command("stake")

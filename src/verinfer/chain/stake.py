@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.errors import StakeActionError
-from verinfer.chain.structs import Kind, Role, StakeAccount
+from verinfer.chain.structs import Kind, Role, StakeAccount, pool_key
 
 
 class StakeAction(enum.StrEnum):
@@ -65,36 +65,47 @@ def stake_action(deployment: Deployment, sender: TxSender, action: StakeAction,
                        bytes(tx["transactionHash"]))
 
 
+#: One declaration: (engine fingerprint hash, model id), 32 bytes each. Its pool is
+#: structs.pool_key(fingerprint, model).
+Pair = tuple[bytes, bytes]
+
+
 @dataclass(frozen=True)
 class Declared:
-    """What :func:`ensure_declared` did: fingerprint hashes newly declared (or whose pending
-    undeclaration it cancelled), already declared, and skipped because governance has not
-    approved them (the contract refuses those: nobody can be drawn for them)."""
+    """What :func:`ensure_declared` did: (fingerprint hash, model id) pairs newly declared (or
+    whose pending undeclaration it cancelled), already declared, and skipped because governance
+    has not approved the fingerprint or the model (the contract refuses those: nobody can be
+    drawn for them)."""
 
-    declared: tuple[bytes, ...]
-    already: tuple[bytes, ...]
-    unapproved: tuple[bytes, ...]
+    declared: tuple[Pair, ...]
+    already: tuple[Pair, ...]
+    unapproved: tuple[Pair, ...]
 
 
-def ensure_declared(contracts: Contracts, me: str, fingerprint_hashes: Iterable[bytes]) -> Declared:
+def ensure_declared(contracts: Contracts, me: str, pairs: Iterable[Pair]) -> Declared:
     """Declare ``me`` (a registered verifier; ``contracts`` bound to its key) for every approved
-    fingerprint hash in ``fingerprint_hashes`` it does not cover yet, so that it is drawn into
-    the committees of receipts under them (StakeRegistry.declareFingerprint). Declaring is a
-    promise: a drawn member that does not reveal is penalised. The one implementation behind
-    ``verinfer chain verifier register|declare``, the verifier node's start and the devnet."""
-    wanted = list(dict.fromkeys(bytes(f) for f in fingerprint_hashes))
-    for f in wanted:
+    (engine fingerprint hash, model id) pair in ``pairs`` it does not cover yet, so that it is
+    drawn into the committees of receipts of that model under that fingerprint
+    (StakeRegistry.declareFingerprint; pools are per pair: the own engine's fingerprint is the
+    same for every model). Declaring is a promise: a drawn member that does not reveal is
+    penalised. The one implementation behind ``verinfer chain verifier register|declare``, the
+    verifier node's start and the devnet."""
+    wanted = list(dict.fromkeys((bytes(f), bytes(m)) for f, m in pairs))
+    for f, m in wanted:
         if len(f) != 32:
             raise StakeActionError(f"a fingerprint hash is 32 bytes, got {len(f)}",
                                    param="fingerprint")
+        if len(m) != 32:
+            raise StakeActionError(f"a model id is 32 bytes, got {len(m)}", param="model")
     have = contracts.stakes.declarations_of(me)
     new, already, unapproved = [], [], []
-    for f in wanted:
-        if have.get(f, None) == 0:
-            already.append(f)
-        elif not contracts.config.is_approved(Kind.ENGINE_FINGERPRINT, f):
-            unapproved.append(f)
+    for f, m in wanted:
+        if have.get(pool_key(f, m), None) == 0:
+            already.append((f, m))
+        elif not (contracts.config.is_approved(Kind.ENGINE_FINGERPRINT, f)
+                  and contracts.config.is_approved(Kind.MODEL, m)):
+            unapproved.append((f, m))
         else:
-            contracts.stakes.declare_fingerprint(f)  # also cancels a pending undeclaration
-            new.append(f)
+            contracts.stakes.declare_fingerprint(f, m)  # also cancels a pending undeclaration
+            new.append((f, m))
     return Declared(tuple(new), tuple(already), tuple(unapproved))

@@ -6,6 +6,8 @@ import enum
 from dataclasses import astuple, dataclass, fields
 from typing import Any
 
+from eth_utils import keccak
+
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
 
 ETHER = 10**18
@@ -15,6 +17,18 @@ ETHER = 10**18
 #: match the receipt. It counts as a reveal (no non-reveal penalty) and as a vote against the
 #: receipt (docs/contracts.md, "Full challenge").
 INVALID_EVIDENCE = bytes.fromhex("88125df9f43e00325e4590494da3734bbf8e7a71319ee1999de6d2699848b454")
+
+def pool_key(fingerprint_hash: bytes, model_id: bytes) -> bytes:
+    """PoolKey.key (contracts/src/lib/PoolKey.sol): keccak256(abi.encode(fingerprintHash,
+    modelId)), the key of a verifier draw pool and of its coverage. Pools are per (engine
+    fingerprint, model): the own engine's fingerprint is the same for every model, and a
+    verifier judges only the models it holds."""
+    fp, mid = bytes(fingerprint_hash), bytes(model_id)
+    if len(fp) != 32 or len(mid) != 32:
+        raise ValueError(f"a fingerprint hash and a model id are 32 bytes each, got "
+                         f"{len(fp)} and {len(mid)}")
+    return keccak(fp + mid)
+
 
 #: StakeRegistry.coverageNotice of a production deployment (seconds): a receipt issued at t is
 #: valid only if its engine fingerprint was covered (MIN_COVERAGE_BPS) at t - this (read the
@@ -191,7 +205,7 @@ class ChallengeInfo:
     total_weight: int
     snapshot_block: int  # the open block: the draw uses verifier weights as of its end
     member_penalty: int
-    fingerprint_hash: bytes = b""  # the receipt's engine fingerprint: the committee's pool
+    pool: bytes = b""  # pool_key(the receipt's engine fingerprint, its model): the committee's pool
 
     @classmethod
     def from_tuple(cls, t: Any) -> ChallengeInfo:

@@ -165,11 +165,18 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
     r = roles(verifiers)
     with console.status("deploying contracts, KMS epoch…"):
         # the other models are only hashed (their model id), not loaded: seconds saved
+        extra_ids = [sha256_file(p) for p in extra]
         d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)),
-                           more_model_ids=[sha256_file(p) for p in extra], fingerprints=fps)
+                           more_model_ids=extra_ids, fingerprints=fps)
         d.save(directory / "deployment.json")
-        # before the operator signs: receipts need a declared verifier for their fingerprint
-        register_verifiers(w3, d, r, [fp.hash for fp in fps])
+        # before the operator signs: receipts need a declared verifier for their (fingerprint,
+        # model); every devnet verifier holds every model
+        mids = [engine.model_id, *extra_ids]
+        if choice.per_model_fingerprint:
+            pairs = [(choice.fingerprint(p).hash, mid) for p, mid in zip(models, mids, strict=True)]
+        else:
+            pairs = [(engine.fingerprint.hash, mid) for mid in mids]
+        register_verifiers(w3, d, r, pairs)
         lay = provision_kms(directory / "kms", engine, fingerprints=fps)
         register_epoch(w3, d, r, lay)
     engine.close()

@@ -75,8 +75,8 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
     where it names the weights, as vLLM's does), each with its enclave measurement."""
     # No coverage notice: the devnet's operator signs (on its wall clock) right after its
     # verifiers declared; production deployments read coverage COVERAGE_NOTICE earlier. The
-    # production coverage share: every devnet verifier declares every approved fingerprint
-    # (register_verifiers), so each fingerprint holds all of the verifier stake.
+    # production coverage share: every devnet verifier declares every approved (fingerprint,
+    # model) pair (register_verifiers), so each pool holds all of the verifier stake.
     d = deploy_all(w3, r.governance, params, coverage_notice_s=0,
                    min_coverage_bps=MIN_COVERAGE_BPS)
     gov = bind(w3, d, r.governance)
@@ -90,17 +90,18 @@ def deploy_network(w3: Web3, r: Roles, engine: Engine, params: Params,
     return d
 
 
-def register_verifiers(w3: Web3, d: Deployment, r: Roles, fingerprints: Sequence[bytes],
+def register_verifiers(w3: Web3, d: Deployment, r: Roles, pairs: Sequence[tuple[bytes, bytes]],
                        stake_wei: int = ETHER) -> None:
-    """Registers each verifier of ``r`` (unless registered) and declares ``fingerprints`` (the
-    approved engine fingerprint hashes the devnet's verifiers run), before the operator signs
-    anything: a receipt signed while its fingerprint has no declared verifier is invalid on its
-    face (slashed at open), and committees are drawn only from declared verifiers."""
+    """Registers each verifier of ``r`` (unless registered) and declares ``pairs`` (the
+    approved (engine fingerprint hash, model id) pairs the devnet's verifiers run), before the
+    operator signs anything: a receipt signed while its (fingerprint, model) has no declared
+    verifier is invalid on its face (slashed at open), and committees are drawn only from the
+    verifiers declared for it."""
     for v in r.verifiers:
         c = bind(w3, d, v)
         if c.stakes.account_of(v.address).role is not Role.VERIFIER:
             c.stakes.register(Role.VERIFIER, stake_wei)
-        ensure_declared(c, v.address, fingerprints)
+        ensure_declared(c, v.address, pairs)
 
 
 def _distinct(fps: Sequence[EngineFingerprint]) -> list[EngineFingerprint]:

@@ -51,7 +51,7 @@ class LocalStack:
         r = self.roles = roles(self.n_verifiers)
         self.d = deploy_network(w3, r, self.engine, self.params)
         self.d.save(self.root / "deployment.json")
-        register_verifiers(w3, self.d, r, [self.engine.fingerprint.hash])
+        register_verifiers(w3, self.d, r, [(self.engine.fingerprint.hash, self.engine.model_id)])
         self.lay = provision_kms(self.root / "kms", self.engine)
         rec = register_epoch(w3, self.d, r, self.lay)
         self.da = LocalDAClient(self.root / "da")

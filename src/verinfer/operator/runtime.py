@@ -106,7 +106,7 @@ class ChainIdentity:
     def __call__(self) -> None:
         """Every call while blocked (approval is picked up within one monitor tick), else
         once per ``interval_s``."""
-        from verinfer.chain.structs import Kind
+        from verinfer.chain.structs import Kind, pool_key
 
         now = self.clock()
         if (self._checked_at is not None and self.NAME not in self.readiness.reasons()
@@ -120,9 +120,10 @@ class ChainIdentity:
             problems.append(f"engine fingerprint {to_hex(self.fingerprint_hash)} is not "
                             "approved on chain")
         elif self.stakes is not None and not self.stakes.is_covered_at(
-                self.fingerprint_hash, int(self.wall_clock())):
+                pool_key(self.fingerprint_hash, self.model_id), int(self.wall_clock())):
             problems.append(f"no verifier is declared for engine fingerprint "
-                            f"{to_hex(self.fingerprint_hash)} with enough stake (under "
+                            f"{to_hex(self.fingerprint_hash)} and model "
+                            f"{to_hex(self.model_id)} with enough stake (under "
                             "minCoverageBps of all verifier stake; coverage read "
                             "coverageNotice before now)")
         if problems:
@@ -133,14 +134,14 @@ class ChainIdentity:
 
 
 class CoverageGuard:
-    """Refuses (503, :class:`NotReadyError`) to sign a receipt whose engine fingerprint was not
-    covered at ``issuedAt - coverageNotice`` (``StakeRegistry.isCoveredAt``: no declared
-    verifier, or declared stake under ``minCoverageBps`` of all verifier stake): the
+    """Refuses (503, :class:`NotReadyError`) to sign a receipt whose (engine fingerprint,
+    model) pool was not covered at ``issuedAt - coverageNotice`` (``StakeRegistry.isCoveredAt``:
+    no declared verifier, or declared stake under ``minCoverageBps`` of all verifier stake): the
     contract would find it invalid on its face and slash it at open, so signing it hands a
     challenger the stake. Exact per receipt, where the readiness monitor only samples: a
     verifier set that dips to zero for a few seconds (the last verifier undeclaring and
     re-declaring to farm challenges) is caught. The answer for a past instant never changes,
-    so it is cached per (fingerprint, second); a failed read refuses too (fail closed)."""
+    so it is cached per (pool key, second); a failed read refuses too (fail closed)."""
 
     CACHE_MAX = 4096
 
@@ -150,7 +151,10 @@ class CoverageGuard:
         self._cache: dict[tuple[bytes, int], bool] = {}
 
     def __call__(self, receipt: Receipt) -> None:
-        key = (receipt.engine_fingerprint_hash, receipt.issued_at)
+        from verinfer.chain.structs import pool_key  # the chain layer only where it is used
+
+        # the pool of the receipt's (fingerprint, model): its committee is drawn from it
+        key = (pool_key(receipt.engine_fingerprint_hash, receipt.model_id), receipt.issued_at)
         with self._lock:
             covered = self._cache.get(key)
         if covered is None:
@@ -158,7 +162,8 @@ class CoverageGuard:
                 covered = bool(self.stakes.is_covered_at(*key))
             except Exception as e:  # any RPC failure: coverage unproven, so do not sign
                 raise NotReadyError(f"cannot read the coverage of engine fingerprint "
-                                    f"{to_hex(key[0])} from the chain: {e}"[:500],
+                                    f"{to_hex(receipt.engine_fingerprint_hash)} model "
+                                    f"{to_hex(receipt.model_id)} from the chain: {e}"[:500],
                                     retry_after=self.retry_after_s) from None
             with self._lock:
                 if len(self._cache) >= self.CACHE_MAX:
@@ -166,7 +171,8 @@ class CoverageGuard:
                 self._cache[key] = covered
         if not covered:
             raise NotReadyError(f"no verifier was declared for engine fingerprint "
-                                f"{to_hex(key[0])} coverageNotice before issuedAt "
+                                f"{to_hex(receipt.engine_fingerprint_hash)} and model "
+                                f"{to_hex(receipt.model_id)} coverageNotice before issuedAt "
                                 f"{receipt.issued_at}: the receipt would be slashable",
                                 retry_after=self.retry_after_s)
 

@@ -31,6 +31,7 @@ from verinfer.verifier.cli_common import (
 )
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
 from verinfer.verifier.node import NodeConfig, VerifierNode
+from verinfer.verifier.reexec import model_file_id
 from verinfer.verifier.reports import SignedAuditReport
 from verinfer.verifier.votes import Verdict
 
@@ -101,13 +102,15 @@ def run(
                             log=lambda m: console.log(m), tx_lock=lock)
         if node.ensure_registered(int(stake * ETHER)):
             console.log(f"registered verifier {acct.address} with {stake} ETH")
-        # Committees are drawn only from verifiers declared for the receipt's fingerprint:
-        # declare the ones this node re-executes under (one per model for vLLM).
-        decl = node.ensure_declared(choice.fingerprint(p).hash for p in paths)
-        for f in decl.declared:
-            console.log(f"declared engine fingerprint {to_hex(f)}")
-        for f in decl.unapproved:
-            console.log(f"[yellow]engine fingerprint {to_hex(f)} is not approved on chain: "
+        # Committees are drawn only from verifiers declared for the receipt's (fingerprint,
+        # model): declare each model this node holds with the fingerprint it re-executes
+        # under (the own engine's is the same for every model; vLLM's names the weights).
+        decl = node.ensure_declared((choice.fingerprint(p).hash, model_file_id(p)) for p in paths)
+        for f, m in decl.declared:
+            console.log(f"declared engine fingerprint {to_hex(f)} model {to_hex(m)}")
+        for f, m in decl.unapproved:
+            console.log(f"[yellow]engine fingerprint {to_hex(f)} or model {to_hex(m)} is not "
+                        "approved on chain: "
                         "not declared, so never drawn for it[/yellow]")
     except VerinferError as e:
         raise fail(e) from e

@@ -117,12 +117,13 @@ class VerifierNode:
             self.c.stakes.register(Role.VERIFIER, stake_wei)
         return True
 
-    def ensure_declared(self, fingerprint_hashes: Iterable[bytes]) -> Declared:
-        """Declares the engine fingerprints this verifier re-executes (the approved ones it
-        does not cover yet): committees of a receipt are drawn only from verifiers declared for
-        its fingerprint, so a verifier that never declares is never drawn."""
+    def ensure_declared(self, pairs: Iterable[tuple[bytes, bytes]]) -> Declared:
+        """Declares the (engine fingerprint hash, model id) pairs this verifier re-executes
+        (the approved ones it does not cover yet): committees of a receipt are drawn only from
+        verifiers declared for its (fingerprint, model), so a verifier that never declares is
+        never drawn, and one holding model A is never drawn for a receipt of model B."""
         with self.tx_lock:
-            return ensure_declared(self.c, self.me, fingerprint_hashes)
+            return ensure_declared(self.c, self.me, pairs)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool], poll_s: float = 0.25) -> None:

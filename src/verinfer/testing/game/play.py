@@ -28,6 +28,7 @@ from verinfer.chain.structs import (
     Kind,
     Params,
     Status,
+    pool_key,
 )
 from verinfer.errors import VerinferError
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
@@ -268,8 +269,9 @@ class Game:
         w = self.w
         now = self._now()
         # the operator signs only what the chain would accept as valid (operator/readiness.py)
+        pool = pool_key(FINGERPRINT, MODEL)
         ok = (bool(w.view("StakeRegistry", "isActiveOperator", [w.address("honest_op")])[0])
-              and bool(w.view("StakeRegistry", "isCoveredAt", [FINGERPRINT, now])[0])
+              and bool(w.view("StakeRegistry", "isCoveredAt", [pool, now])[0])
               and bool(w.view("ProtocolConfig", "isReceiptConfigValid",
                               [MODEL, FINGERPRINT, KEY_EPOCH, now])[0]))
         if not ok:
@@ -412,9 +414,9 @@ class Game:
         elif op == "withdraw":
             self.w.tx(by, "StakeRegistry", "withdraw", [])
         elif op in ("declareFingerprint", "undeclareFingerprint"):
-            self.w.tx(by, "StakeRegistry", op, [FINGERPRINT])
+            self.w.tx(by, "StakeRegistry", op, [FINGERPRINT, MODEL])
         elif op == "completeUndeclare":
-            self.w.tx(by, "StakeRegistry", op, [target, FINGERPRINT])
+            self.w.tx(by, "StakeRegistry", op, [target, FINGERPRINT, MODEL])
         elif op == "syncWeight":
             self.w.tx(by, "StakeRegistry", op, [target])
         elif op == "syncParams":
@@ -784,9 +786,9 @@ class Checker:
         is the committee the params promise: its honest share must decide."""
         w = self.w
         blk = info.snapshot_block
-        used = int(w.view("StakeRegistry", "poolSlotsUsed", [info.fingerprint_hash])[0])
+        used = int(w.view("StakeRegistry", "poolSlotsUsed", [info.pool])[0])
         fn = abi_functions("StakeRegistry")["poolSlotAt"]
-        reqs = [Rpc.call_req(w.addr["StakeRegistry"], fn, [info.fingerprint_hash, k, blk])
+        reqs = [Rpc.call_req(w.addr["StakeRegistry"], fn, [info.pool, k, blk])
                 for k in range(1, used + 1)]
         pool = [(to_checksum_address(o), int(x)) for o, x in
                 (fn.decode(bytes.fromhex(r[2:])) for r in w.rpc.batch(reqs)) if int(x) > 0]

@@ -197,11 +197,11 @@ class World:
             self.tx(who, "StakeRegistry", "register", [Role.OPERATOR], value=3 * ETHER)
         for i in range(n_honest):
             self.tx(f"verifier{i}", "StakeRegistry", "register", [Role.VERIFIER], value=ETHER)
-            self.tx(f"verifier{i}", "StakeRegistry", "declareFingerprint", [FINGERPRINT])
+            self.tx(f"verifier{i}", "StakeRegistry", "declareFingerprint", [FINGERPRINT, MODEL])
         for i in range(n_sybils):
             self.tx(f"sybil{i}", "StakeRegistry", "register", [Role.VERIFIER],
                     value=params.min_verifier_stake)
-            self.tx(f"sybil{i}", "StakeRegistry", "declareFingerprint", [FINGERPRINT])
+            self.tx(f"sybil{i}", "StakeRegistry", "declareFingerprint", [FINGERPRINT, MODEL])
         self.jump(COVERAGE_NOTICE + 1)
         self.coinbase = self.rpc.req("eth_getBlockByNumber", ["latest", False])["miner"]
         self.snapshot = self.rpc.req("evm_snapshot", [])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -33,8 +33,10 @@ class Anvil:
 
     def __init__(self, *, port: int | None = None, chain_id: int = 31337,
                  binary: Path | None = None, startup_timeout: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 extra_args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
+        self.extra_args = tuple(extra_args)  # more anvil flags (the game's fixed genesis, fees)
         self.chain_id = chain_id
         self.binary = binary or tool_path("anvil")
         self.startup_timeout = startup_timeout
@@ -50,7 +52,7 @@ class Anvil:
             raise AnvilError(f"{self.binary} not found: run scripts/bootstrap-contracts")
         self._proc = subprocess.Popen(
             [str(self.binary), "--host", "127.0.0.1", "--port", str(self.port),
-             "--chain-id", str(self.chain_id), "--silent"],
+             "--chain-id", str(self.chain_id), "--silent", *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

@@ -9,7 +9,6 @@ JSON-RPC batch. The honest daemons keep their own path (web3 and ``TxSender``).
 
 from __future__ import annotations
 
-import subprocess
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -22,7 +21,6 @@ from eth_utils import function_signature_to_4byte_selector
 
 from verinfer.chain.anvil import Anvil
 from verinfer.chain.artifacts import decode_revert, load_artifact
-from verinfer.chain.errors import AnvilError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 
 #: Genesis time of the game's anvil: fixed, so that block hashes (the committee seed) and
@@ -35,30 +33,10 @@ class GameAnvil(Anvil):
     only to the block producer, so ETH is conserved among the accounts the game watches) and
     one-second blocks that ignore the wall clock."""
 
-    def start(self) -> GameAnvil:
-        if not self.binary.exists():
-            raise AnvilError(f"{self.binary} not found: run scripts/bootstrap-contracts")
-        self._proc = subprocess.Popen(
-            [str(self.binary), "--host", "127.0.0.1", "--port", str(self.port),
-             "--chain-id", str(self.chain_id), "--silent", "--timestamp", str(GENESIS_TIME),
-             "--base-fee", "0", "--gas-price", "0", "--disable-min-priority-fee",
-             "--code-size-limit", "100000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                err = self._proc.stderr.read().decode() if self._proc.stderr else ""
-                raise AnvilError(f"anvil exited with {self._proc.returncode}: {err}")
-            try:
-                r = httpx.post(self.url, json={"jsonrpc": "2.0", "id": 1, "method": "eth_chainId",
-                                               "params": []}, timeout=1.0)
-                if r.status_code == 200 and int(r.json()["result"], 16) == self.chain_id:
-                    return self
-            except httpx.HTTPError:
-                pass
-            self._sleep(0.1)
-        self.stop()
-        raise AnvilError(f"anvil did not answer on {self.url} within {self.startup_timeout}s")
+    def __init__(self) -> None:
+        super().__init__(extra_args=("--timestamp", str(GENESIS_TIME), "--base-fee", "0",
+                                     "--gas-price", "0", "--disable-min-priority-fee",
+                                     "--code-size-limit", "100000"))
 
 
 @dataclass(frozen=True)

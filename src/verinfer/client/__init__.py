@@ -1,0 +1,27 @@
+"""The verified client (docs/client.md): drop-in ``openai`` clients that check every answer's
+receipt — signature, staked operator, chain and contract, the request this client sent, the
+bytes it received, issuedAt, model, fingerprint, coverage — before the app sees it."""
+
+from verinfer.client.errors import (
+    CHECKS,
+    ClientConfigError,
+    VerificationError,
+    VerificationWarning,
+)
+from verinfer.client.models import ClientModel
+from verinfer.client.openai_client import AsyncVerifiedOpenAI, Policy, VerifiedOpenAI
+from verinfer.client.verify import Checked, Received, Verifier
+
+__all__ = [
+    "CHECKS",
+    "AsyncVerifiedOpenAI",
+    "Checked",
+    "ClientConfigError",
+    "ClientModel",
+    "Policy",
+    "Received",
+    "VerificationError",
+    "VerificationWarning",
+    "VerifiedOpenAI",
+    "Verifier",
+]

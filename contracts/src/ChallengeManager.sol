@@ -247,6 +247,9 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         c.members = uint16(chosen.length);
         c.totalWeight = total.toUint112();
         c.memberPenalty = p.nonRevealPenalty;
+        c.quorumBps = p.quorumBps;
+        c.challengerRewardBps = p.challengerRewardBps;
+        c.majorityRewardBps = p.majorityRewardBps;
         c.commitDeadline = uint64(block.timestamp) + p.commitPeriod;
         c.revealDeadline = c.commitDeadline + p.revealPeriod;
         for (uint256 i = 0; i < chosen.length; i++) {
@@ -313,21 +316,18 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         if (block.timestamp <= c.revealDeadline && c.reveals < c.members) {
             revert TooEarlyToResolve(id, c.revealDeadline, block.timestamp);
         }
-        IProtocolConfigTypes.Params memory p = config.params();
         (uint256 receiptWeight, bytes32 alt, uint256 altWeight, uint256 invalidWeight) = _tally(id, c.receiptOutHash);
 
-        // Exact integer comparison: weight·BPS >= τ·W, no rounding either way.
-        uint256 quorum = uint256(p.quorumBps) * c.totalWeight;
         ReceiptState storage rs = _receipts[c.receiptDigest];
         rs.liveChallenge = 0;
-        if (receiptWeight * BPS >= quorum) {
+        if (_decided(c, receiptWeight)) {
             c.status = Status.Dismissed;
             c.majorityOutHash = c.receiptOutHash;
             _settleMembers(id, c.memberPenalty, Status.Dismissed, c.receiptOutHash);
             stakes.unlock(c.operator, c.lockedStake);
             _payMajority(id, c.receiptOutHash, bytes32(0), receiptWeight, c.bond);
             emit ChallengeResolved(id, Status.Dismissed, c.receiptOutHash, 0);
-        } else if ((altWeight + invalidWeight) * BPS >= quorum) {
+        } else if (_decided(c, altWeight + invalidWeight)) {
             // Against the receipt: the best other output plus "evidence unavailable/invalid"
             // (the operator answers for its evidence). The recorded value is the larger part.
             bytes32 verdict = altWeight >= invalidWeight ? alt : INVALID_EVIDENCE;
@@ -337,8 +337,8 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
             uint256 slashed = _slashOperator(c.operator, c.lockedStake, c.receiptDigest, Fault.Reexecution, id);
             // INVARIANT: a receipt is marked slashed only when stake was taken.
             if (slashed != 0) rs.slashed = true;
-            uint256 toChallenger = _payChallenger(c.challenger, c.bond, slashed, p.challengerRewardBps);
-            uint256 pool = (slashed * p.majorityRewardBps) / BPS;
+            uint256 toChallenger = _payChallenger(c.challenger, c.bond, slashed, c.challengerRewardBps);
+            uint256 pool = (slashed * c.majorityRewardBps) / BPS;
             _payMajority(id, alt, INVALID_EVIDENCE, altWeight + invalidWeight, pool);
             _burn(slashed - toChallenger - pool);
             emit ChallengeResolved(id, Status.Slashed, verdict, slashed);
@@ -349,6 +349,21 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
             _credit(c.challenger, c.bond);
             emit ChallengeResolved(id, Status.Inconclusive, bytes32(0), 0);
         }
+    }
+
+    /// @dev Whether `weight` of the committee's total decides the challenge: weight·BPS >= τ·W
+    ///      with the τ fixed at the draw (exact integers, no rounding either way), or, in a
+    ///      committee of m >= 3 seats, weight·m >= (m - 1)·W. ProtocolConfig bounds τ by
+    ///      (n - 1)/n for a full committee of n = committeeSize seats; a pool with fewer declared
+    ///      verifiers gives m < n seats, and there n - 1 of n is more than m - 1 of m: under
+    ///      (6 seats, τ 8333) a committee of 4 needed all 4, so one colluding seat blocked every
+    ///      verdict. The bound holds for the committee actually drawn. (m - 1)/m > 1/2 for
+    ///      m >= 3, so at most one side is ever decided.
+    function _decided(Challenge storage c, uint256 weight) internal view returns (bool) {
+        uint256 total = c.totalWeight;
+        if (weight * BPS >= uint256(c.quorumBps) * total) return true;
+        uint256 m = c.members;
+        return m >= 3 && weight * m >= (m - 1) * total;
     }
 
     /// @dev Stake on the receipt's outHash, the best-supported other output, and stake on
@@ -475,6 +490,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         cl.bond = msg.value.toUint96();
         cl.publishBy = publishBy.toUint64();
         cl.lockedStake = p.slashAmount;
+        cl.challengerRewardBps = p.challengerRewardBps;
         stakes.lock(r.operator, p.slashAmount);
         emit ClaimOpened(id, digest, r.operator, msg.sender, cl.publishBy, cl.responseDeadline);
         if (futureDated) {
@@ -526,7 +542,7 @@ contract ChallengeManager is EIP712, ReentrancyGuard, IChallengeManager {
         uint256 slashed = _slashOperator(cl.operator, cl.lockedStake, cl.receiptDigest, Fault.Unpublished, id);
         // INVARIANT: a receipt is marked slashed only when stake was taken.
         if (slashed != 0) rs.unpublishedSlashed = true;
-        uint256 toClaimant = _payChallenger(cl.claimant, cl.bond, slashed, config.params().challengerRewardBps);
+        uint256 toClaimant = _payChallenger(cl.claimant, cl.bond, slashed, cl.challengerRewardBps);
         _burn(slashed - toClaimant);
         emit ClaimUpheld(id, slashed);
     }

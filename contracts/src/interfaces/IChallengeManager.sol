@@ -179,7 +179,10 @@ interface IChallengeManager is IChallengeManagerTypes, IChallengeManagerErrors {
     ///         Stake >= τ on the receipt's outHash dismisses (bond to that majority); stake >= τ on
     ///         another value slashes (α to the challenger with the bond back, β to that majority,
     ///         the rest burnt); otherwise inconclusive (bond back). Quorum is exact: weight·10000
-    ///         >= τ·W in integers. Non-revealers lose the penalty in every outcome; so does a
+    ///         >= τ·W in integers, or, in a committee of m >= 3 seats, weight·m >= (m - 1)·W (a
+    ///         pool smaller than committeeSize must not let one seat block). τ, α and β are the
+    ///         ones in force at the draw (a later setParams does not reach a drawn dispute; a
+    ///         claim pays the α in force when it opened). Non-revealers lose the penalty in every outcome; so does a
     ///         revealer outvoted by a decided quorum (the receipt's outHash when Slashed; another
     ///         output, not INVALID_EVIDENCE, when Dismissed).
     /// @param id The challenge.

@@ -61,6 +61,11 @@ interface IChallengeManagerTypes {
         uint112 totalWeight; // committee stake weight
         uint48 snapshotBlock; // the open block: the draw uses verifier weights as of its end
         uint128 memberPenalty; // non-reveal penalty locked on each member at the draw
+        // The terms this dispute is decided by, fixed at the draw (packed with memberPenalty, no
+        // extra storage slot): a later setParams does not reach into a drawn dispute.
+        uint16 quorumBps; // τ at the draw
+        uint16 challengerRewardBps; // α at the draw
+        uint16 majorityRewardBps; // β at the draw
         bytes32 pool; // PoolKey.key(the receipt's engine fingerprint, its modelId): the committee's pool
     }
 
@@ -86,6 +91,7 @@ interface IChallengeManagerTypes {
         uint96 bond;
         uint64 publishBy; // issuedAt + publicationDeadline
         uint128 lockedStake;
+        uint16 challengerRewardBps; // α when the claim opened (what an upheld claim pays)
     }
 
     /// @notice Per receipt: the live challenge and the live claim (0 = none; they are

@@ -205,6 +205,10 @@ class ChallengeInfo:
     total_weight: int
     snapshot_block: int  # the open block: the draw uses verifier weights as of its end
     member_penalty: int
+    # the terms the dispute is decided by, fixed at the draw (0 before it)
+    quorum_bps: int
+    challenger_reward_bps: int
+    majority_reward_bps: int
     pool: bytes = b""  # pool_key(the receipt's engine fingerprint, its model): the committee's pool
 
     @classmethod
@@ -250,6 +254,7 @@ class ClaimInfo:
     bond: int
     publish_by: int
     locked_stake: int
+    challenger_reward_bps: int  # α when the claim opened: what an upheld claim pays
 
     @classmethod
     def from_tuple(cls, t: Any) -> ClaimInfo:

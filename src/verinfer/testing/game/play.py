@@ -697,6 +697,8 @@ class Checker:
     live_challenges: dict[int, ChallengeInfo] = field(default_factory=dict)
     live_claims: dict[int, ClaimInfo] = field(default_factory=dict)
     committees: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    #: the τ each ended challenge was decided by (fixed at its draw; 0: never drawn)
+    taus: dict[int, int] = field(default_factory=dict)
     ended: dict[tuple[str, int], Any] = field(default_factory=dict)
     ended_since_check: list[int] = field(default_factory=list)
     #: honest verifiers penalised for losing to a committee the attacker had captured (its
@@ -767,12 +769,13 @@ class Checker:
         self.ended_since_check.append(cid)
         key = f"challenge_{info.status.name.lower()}"
         self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        # the τ fixed at the draw: a later setParams does not change how it was decided
+        tau = self.taus[cid] = info.quorum_bps or self.game._params().quorum_bps
         it = ep.issued.get(bytes(info.receipt_digest))
         if it is None or not it.fraud or it.by != "cheat_op":
             return
         members = self.committees.get(cid, [])
         honest = {self.w.address(f"verifier{i}") for i in range(len(self.w.honest_verifiers))}
-        tau = self.game._params().quorum_bps
         why = promised(members, honest, tau)
         if not why:
             why = self._pool_promise(info, honest, tau)
@@ -920,7 +923,8 @@ class Checker:
         tau = self.game._params().quorum_bps
         mine = [cid for cid in self.ended_since_check
                 if any(a == me for a, _ in self.committees.get(cid, []))]
-        kept = [cid for cid in mine if promised(self.committees[cid], honest, tau)]
+        kept = [cid for cid in mine
+                if promised(self.committees[cid], honest, self.taus.get(cid, tau))]
         if not mine or kept or stake > self.start_stakes[name]:
             self.violate("honest_verifier_penalised",
                          f"{name} stake {self.start_stakes[name]} -> {stake} (challenges "

@@ -53,8 +53,8 @@ def check_response(r: Any, what: str) -> None:
 # which pytest 9 no longer has.
 
 OPERATIONS = [("GET", "/health"), ("GET", "/ready"), ("GET", "/metrics"), ("GET", "/v1/models"),
-              ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
-              ("GET", "/v1/receipts/{receipt_id}")]
+              ("GET", "/v1/models/{model}"), ("POST", "/v1/chat/completions"),
+              ("POST", "/v1/completions"), ("GET", "/v1/receipts/{receipt_id}")]
 EXAMPLES_PER_MODE = 30
 
 

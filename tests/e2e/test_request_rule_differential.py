@@ -1,7 +1,8 @@
 """Differential property test of the request rule (issue 14.1): hypothesis writes OpenAI bodies
 over every field the API accepts — numbers in every JSON spelling (signed zeros, integers as
 floats, exponents), omitted vs null vs explicit defaults, unicode stop strings and messages,
-n > 1, several prompts, streaming or not, logprobs — sends each, byte for byte, to the real
+n > 1, several prompts, streaming or not, logprobs, content as text parts, the transport-only
+fields and the client nonce (issue 34) — sends each, byte for byte, to the real
 server (one `verinfer serve` process for the module), and has the real verifier job
 (verify_receipt_job, which loads its own engine from the model file) judge every receipt on the
 envelope the operator published. Every body is valid, so every one must be served, and every
@@ -83,6 +84,7 @@ def _opt(values: st.SearchStrategy[Any], *, null: bool = True) -> st.SearchStrat
 def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
     """One valid body, and what it exercises (for the counts in the report)."""
     chat = draw(st.booleans())
+    parts = 0
     f: dict[str, Any] = {"model": "tiny"}
     if chat:
         n_msgs = draw(st.integers(1, 3))
@@ -91,10 +93,15 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
             last = i == n_msgs - 1
             role = "user" if last else draw(st.sampled_from(
                 ["system", "developer", "user", "assistant"]))
-            m: dict[str, Any] = {"role": role, "content": draw(text)}
-            if draw(st.integers(0, 5)) == 0:
-                m["name"] = draw(text)
-            msgs.append(m)
+            # content as text parts a third of the time (joined by the rule); no `name`: the
+            # tiny model's turn format has none, so the rule refuses it (unit-tested with a
+            # template that writes names: tests/unit/test_request_surface.py)
+            content: Any = draw(text)
+            if draw(st.integers(0, 2)) == 0:
+                content = [{"type": "text", "text": t}
+                           for t in draw(st.lists(text, min_size=1, max_size=3))]
+                parts += 1
+            msgs.append({"role": role, "content": content})
         f["messages"] = msgs
     else:
         ids = st.lists(st.integers(0, 686).flatmap(lambda k: _int(k)), min_size=1,
@@ -141,6 +148,20 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
         f[name] = draw(_opt(st.sampled_from(ZERO).map(Num)))
     f["logit_bias"] = draw(st.sampled_from([OMIT, None, {}]))
     f["user"] = draw(_opt(text))
+    # transport-only fields (no effect on any ExecRequest) and the client nonce
+    f["store"] = draw(_opt(st.booleans()))
+    f["metadata"] = draw(_opt(st.dictionaries(st.text("abc_", min_size=1, max_size=8), text,
+                                              max_size=3)))
+    f["service_tier"] = draw(_opt(st.sampled_from(["auto", "default", "flex", "priority"])))
+    f["prompt_cache_key"] = draw(_opt(text))
+    f["safety_identifier"] = draw(_opt(text))
+    if chat:
+        f["parallel_tool_calls"] = draw(_opt(st.booleans()))
+        f["response_format"] = draw(_opt(st.just({"type": "text"})))
+        f["modalities"] = draw(_opt(st.just(["text"])))
+    if f["seed"] in (OMIT, None):  # a nonce varies only a derived seed
+        f["nonce"] = draw(_opt(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e),
+                                       min_size=1, max_size=40)))
     f["prompt_commitments"] = draw(_opt(st.binary(min_size=32, max_size=32).map(
         lambda b: "0x" + b.hex())))
     items = [(k, v) for k, v in f.items() if v is not OMIT]
@@ -156,6 +177,11 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
                                    for t in (f["prompt"] if not chat
                                              and isinstance(f["prompt"], list) else []))),
         "stop": int(f["stop"] not in (OMIT, None, [])),
+        "content_parts": int(parts > 0),
+        "transport_only": int(any(f.get(k) not in (OMIT, None) for k in (
+            "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier",
+            "parallel_tool_calls", "response_format", "modalities"))),
+        "nonce": int(f.get("nonce") not in (OMIT, None)),
     }
     return raw, exercised
 
@@ -191,4 +217,5 @@ def test_every_accepted_body_is_judged_conformant_and_reproduced(
     assert len(sent) >= MIN_BODIES
     # the properties the issue names were all exercised, many times
     assert min(counts[k] for k in ("chat", "streamed", "n_gt_1", "max_tokens_omitted",
-                                   "signed_zero", "int_as_float", "stop")) >= 20, counts
+                                   "signed_zero", "int_as_float", "stop", "content_parts",
+                                   "transport_only", "nonce")) >= 20, counts

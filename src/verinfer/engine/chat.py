@@ -31,6 +31,11 @@ from verinfer.protocol.request_rule import ROLES, ChatTurn
 class ChatMessage:
     role: str
     content: str
+    name: str | None = None  # OpenAI's participant name: rendered by the template, or refused
+
+
+NO_NAMES = ("this model's chat template does not use message names, so a name would change "
+            "nothing the model reads; remove it (or put it in the content)")
 
 
 def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
@@ -41,6 +46,8 @@ def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
         raise InvalidRequestError("messages must not be empty", param="messages")
     if tokenizer.chat_template is not None:
         return render_template(tokenizer, messages, now=now)
+    if any(m.name is not None for m in messages):  # our built-in formats have no name syntax
+        raise InvalidRequestError(NO_NAMES, param="messages.name")
     system = [m.content for m in messages if m.role in ("system", "developer")]
     turns = [m for m in messages if m.role not in ("system", "developer")]
     for m in messages:
@@ -82,7 +89,8 @@ class TokenizerPrompts:
         self.now = now
 
     def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
-        return render_chat(self.tokenizer, [ChatMessage(m.role, m.content) for m in messages],
+        return render_chat(self.tokenizer,
+                           [ChatMessage(m.role, m.content, m.name) for m in messages],
                            now=self.now)
 
     def text(self, text: str) -> list[int]:
@@ -102,7 +110,8 @@ def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]],
     variables = {"messages": messages, "add_generation_prompt": True,
                  "bos_token": name(spec.bos_id), "eos_token": name(spec.eos_id),
                  "unk_token": name(spec.unk_id), "pad_token": name(spec.pad_id)}
-    budget = RenderBudget.for_inputs(sum(len(m["content"]) for m in messages))
+    budget = RenderBudget.for_inputs(sum(len(m["content"]) + len(m.get("name", ""))
+                                         for m in messages))
     try:
         return render_template_text(template, variables, budget=budget, now=now)
     except jinja2.exceptions.TemplateError as e:  # raise_exception(), sandbox, budget
@@ -155,15 +164,39 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
     # the nonce is a function of the messages, never random: a template that reads the
     # content (`'7' in content`) would otherwise see another placeholder on every render, and
     # the operator and a verifier could decide the same request differently
-    nonce = hashlib.sha256(repr([(r, m.content) for r, m in zip(roles, messages, strict=True)])
-                           .encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    seen = [(r, m.content) if m.name is None else (r, m.content, m.name)
+            for r, m in zip(roles, messages, strict=True)]
+    nonce = hashlib.sha256(repr(seen).encode("utf-8", "surrogatepass")).hexdigest()[:24]
     # private-use delimiters (not whitespace) inside a whitespace pad: a template that inserts
     # the content verbatim shows the pad, one that trims it (Gemma's `| trim`) shows the mark
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
-    rendered = _render(tokenizer, template, [{"role": r, "content": _PAD + mk + _PAD}
-                                             for r, mk in zip(roles, marks, strict=True)], now)
-    real = _render(tokenizer, template, [{"role": r, "content": m.content}
+
+    def msg(role: str, content: str, name: str | None) -> dict[str, str]:
+        return {"role": role, "content": content} if name is None else {
+            "role": role, "content": content, "name": name}
+
+    rendered = _render(tokenizer, template, [msg(r, _PAD + mk + _PAD, m.name) for r, mk, m
+                                             in zip(roles, marks, messages, strict=True)], now)
+    real = _render(tokenizer, template, [msg(r, m.content, m.name)
                                          for r, m in zip(roles, messages, strict=True)], now)
+    if any(m.name is not None for m in messages):
+        # a name is rendered where the template writes it, as template text: the request
+        # rule's charset (letters, digits, _ and -) keeps it clear of special tokens, checked
+        # here against this vocabulary too. A name the template does not write would be
+        # silently dropped, so it is refused: each name is rendered once more as a marker of
+        # its own, and every marker must show.
+        pat = _special_pattern(tokenizer)
+        if pat is not None and any(m.name is not None and pat.search(m.name)
+                                   for m in messages):
+            raise InvalidRequestError("a message name holds a special token of this model",
+                                      param="messages.name")
+        name_marks = [f"vin{nonce[:12]}n{i}x" for i in range(len(messages))]
+        probe = _render(tokenizer, template, [
+            msg(r, m.content, None if m.name is None else nm)
+            for r, m, nm in zip(roles, messages, name_marks, strict=True)], now)
+        if any(m.name is not None and nm not in probe
+               for m, nm in zip(messages, name_marks, strict=True)):
+            raise InvalidRequestError(NO_NAMES, param="messages.name")
     pieces: list[tuple[str, bool]] = []  # (text, is message content)
     pos = 0
     for mk, m in zip(marks, messages, strict=True):

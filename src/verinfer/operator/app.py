@@ -37,7 +37,7 @@ from verinfer.operator.errors import error_payload, error_response, install_erro
 from verinfer.operator.evidence import EvidencePipeline, Execution
 from verinfer.operator.generation import Finalizer, Job, unless_client_leaves
 from verinfer.operator.metrics import OperatorMetrics
-from verinfer.operator.protocol import ModelList
+from verinfer.operator.protocol import ModelCard, ModelList
 from verinfer.operator.readiness import Readiness
 from verinfer.operator.receipts_api import receipt_status
 from verinfer.operator.security import ApiKeys, AuthThrottle, RateLimiter
@@ -46,6 +46,11 @@ from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import check_body_shape
 
 MAX_BODY_BYTES = limits.MAX_BODY_BYTES
+#: The answer's id for clients (the OpenAI SDK's ``_request_id``): the receipt id of a whole
+#: answer (choice 0's when n > 1), so the SDK's request id is the receipt's; a stream's headers
+#: leave before its receipt exists, so there it is the completion id every chunk carries (the
+#: receipt id is in the final chunk's ``verification``).
+REQUEST_ID_HEADER = "x-request-id"
 #: Threads that tokenize requests: the tokenizer is pure Python, so it must not run on the
 #: event loop (one 3.9 MB body froze every request, /health included, for 17 s). One thread:
 #: every extra CPU-bound thread is one more contender for the GIL the event loop needs.
@@ -290,6 +295,10 @@ class ModelRoutes:
         return ModelList(data=[card for c in self.chat.values()
                                for card in c.models(created).data])
 
+    def model(self, model: str, created: int) -> ModelCard:
+        """GET /v1/models/{model}: the card of a served name or model id (404 otherwise)."""
+        return self.chat[self.name(model)].models(created).data[0]
+
 
 def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = None,
                config: ServerConfig | None = None) -> FastAPI:
@@ -378,6 +387,10 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     async def list_models() -> ModelList:
         return routes.models(int(cfg.clock()))
 
+    @v1.get("/models/{model:path}", response_model=ModelCard)
+    async def retrieve_model(model: str) -> ModelCard:
+        return routes.model(model, int(cfg.clock()))
+
     evidence = cfg.evidence
 
     async def publish(jobs: list[Job], results: list[GenerationResult], commitments: str | None,
@@ -396,10 +409,13 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
                       body: bytes, owner: bytes | None) -> Response:
         metrics.tokens.labels("completion").inc(sum(len(r.token_ids) for r in results))
         out = resp.model_dump_json(exclude_none=True).encode()
+        request_id = resp.id  # no receipts (unsafe_no_evidence): the response's own id
         if evidence is not None:
             resp.verification = await publish(jobs, results, commitments, body, out, owner)
             out = resp.model_dump_json(exclude_none=True).encode()
-        return Response(out, media_type="application/json")
+            request_id = resp.verification["receipt_id"]  # choice 0's, as at the top level
+        return Response(out, media_type="application/json",
+                        headers={REQUEST_ID_HEADER: request_id})
 
     def admit(jobs: list[Job]) -> Reservation:
         """The request's share of the token budget, or 503 before any job reaches the engine."""
@@ -407,7 +423,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
 
     def stream(make: Callable[[Finalizer | None], AsyncIterator[BaseModel]], jobs: list[Job],
                commitments: str | None, body: bytes, owner: bytes | None,
-               held: Reservation) -> StreamingResponse:
+               held: Reservation, request_id: str) -> StreamingResponse:
         sent = _SentBytes()
 
         async def finalize(results: list[GenerationResult]) -> dict[str, Any]:
@@ -418,6 +434,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         # (its client gone first) submitted none: the background task gives those back
         return StreamingResponse(_sse(make(finalize if evidence is not None else None), sent),
                                  media_type="text/event-stream",
+                                 headers={REQUEST_ID_HEADER: request_id},
                                  background=BackgroundTask(held.release_rest))
 
     @v1.post("/chat/completions", response_model=ChatCompletionResponse,
@@ -425,14 +442,15 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         require_ready()
         chat = routes.chat[routes.name(req.model)]
-        check_work([m.content for m in req.messages], len(req.messages))
+        check_work([t for m in req.messages for t in m.texts()], len(req.messages))
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: chat.prepare(r, body), req)
         held = admit(jobs)
         if req.stream:
-            return stream(lambda fin: chat.create_stream(req, jobs, fin, held), jobs,
-                          req.prompt_commitments, body, owner, held)
+            rid = chat.new_id()
+            return stream(lambda fin: chat.create_stream(req, jobs, fin, held, rid), jobs,
+                          req.prompt_commitments, body, owner, held, rid)
         try:
             resp, results = await unless_client_leaves(request.receive,
                                                        chat.create(req, jobs, held))
@@ -451,8 +469,9 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         jobs = await tokenize(lambda r: completions.prepare(r, body), req)
         held = admit(jobs)
         if req.stream:
-            return stream(lambda fin: completions.create_stream(req, jobs, fin, held), jobs,
-                          req.prompt_commitments, body, owner, held)
+            rid = completions.new_id()
+            return stream(lambda fin: completions.create_stream(req, jobs, fin, held, rid),
+                          jobs, req.prompt_commitments, body, owner, held, rid)
         try:
             resp, results = await unless_client_leaves(request.receive,
                                                        completions.create(req, jobs, held))

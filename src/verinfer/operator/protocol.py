@@ -48,6 +48,18 @@ class StreamOptions(Strict):
     include_usage: bool | None = None
 
 
+class TransportOnly(Strict):
+    """Fields that never change the output (verinfer.protocol.request_rule.TRANSPORT_ONLY):
+    accepted so SDKs and gateways that set them work; the request rule checks their types."""
+
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    store: bool | None = None
+    user: str | None = None
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int

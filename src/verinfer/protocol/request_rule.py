@@ -24,8 +24,18 @@ The steps, each deterministic:
    256, legacy completions 16) — never an operator choice (not its ``--max-context`` window
    either), so an operator cannot truncate the answer or shop for a sample by varying it.
 6. **Seeds**: the body's ``seed``, or one derived from (model id, prompt ids, canonical decode
-   policy incl. the resolved max_tokens) — never from transport details (``stream``, ``user``,
-   body bytes). Choice ``i`` gets ``choice_seed(seed, i)``: exactly one seed per choice index.
+   policy incl. the resolved max_tokens, and the client's ``nonce`` when the body has one) —
+   never from transport details (``stream``, ``user``, body bytes) and never from anything the
+   operator chooses. Choice ``i`` gets ``choice_seed(seed, i)``: exactly one seed per choice
+   index. Why a nonce: without ``seed`` the same body gives the same sample on every call (the
+   operator must not pick seeds, or it could grind for the answer it likes); a client that wants
+   a fresh sample sends a fresh ``nonce`` (or its own ``seed``), and the verifier re-derives
+   the seed from the nonce in the sealed body. A body without a nonce derives the seed exactly
+   as before the nonce existed, so receipts already issued still verify.
+
+Transport-only fields (:data:`TRANSPORT_ONLY`) are checked for type and otherwise change
+nothing an ExecRequest holds: they are accepted so OpenAI SDKs and gateways that set them work,
+and docs/operator.md lists them as not affecting the output.
 """
 
 from __future__ import annotations
@@ -47,17 +57,30 @@ from verinfer.protocol.jsonsafe import json_shape, loads_untrusted, require_utf8
 Endpoint = Literal["chat", "completions"]
 ROLES = ("system", "developer", "user", "assistant")
 
+#: Fields that never change an output bit (type-checked, then ignored by the rule): OpenAI's
+#: storage, billing, caching and abuse-tracking hints. ``stream_options`` is decoding-neutral
+#: too but shapes the stream (usage chunk), so it is read by the rule like ``stream``.
+TRANSPORT_ONLY = frozenset({"user", "store", "metadata", "service_tier", "prompt_cache_key",
+                            "safety_identifier"})
 _COMMON = frozenset({
     "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
     "presence_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_p",
-    "user",
     # verinfer extras
-    "top_k", "prompt_commitments"})
+    "top_k", "prompt_commitments", "nonce"}) | TRANSPORT_ONLY
 #: The fields each endpoint accepts (the operator's pydantic models must declare exactly these).
 FIELDS: dict[Endpoint, frozenset[str]] = {
-    "chat": _COMMON | {"messages", "top_logprobs", "max_completion_tokens"},
+    "chat": _COMMON | {"messages", "top_logprobs", "max_completion_tokens", "response_format",
+                       "parallel_tool_calls", "reasoning_effort", "modalities"},
     "completions": _COMMON | {"prompt", "best_of", "echo", "suffix"},
 }
+#: OpenAI's ``service_tier`` values (a hint about latency and price; it selects no other model).
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority")
+#: A message ``name`` as OpenAI defines it: letters, digits, ``_`` and ``-``, 1 to 64 of them.
+#: The charset also keeps a name out of a chat template's special-token syntax (``<|...|>``).
+MESSAGE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The client nonce (``nonce``): printable ASCII, 1 to 128 characters (a UUID or 32 hex digits
+#: is plenty).
+MAX_NONCE_CHARS = 128
 
 
 # ---- numbers ---------------------------------------------------------------------------------
@@ -131,7 +154,8 @@ def _text(value: object, param: str) -> str:
 @dataclass(frozen=True)
 class ChatTurn:
     role: str
-    content: str
+    content: str  # text parts joined by "\n" (vLLM's rule); a string as given
+    name: str | None = None  # rendered by the chat template, or the body is refused
 
 
 @dataclass(frozen=True)
@@ -150,6 +174,7 @@ class DecodePolicy:
     prompt_commitments: bytes | None
     stream: bool
     include_usage: bool
+    nonce: str | None = None  # the client's: folded into a derived seed (step 6)
 
 
 @dataclass(frozen=True)
@@ -218,8 +243,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
         if lb:
             raise InvalidRequestError("logit_bias is not supported by this server",
                                       param="logit_bias")
-    if "user" in b:
-        _str(b["user"], "user")
+    _transport_only(b)
     stream = _bool(b["stream"], "stream") if "stream" in b else False
     include_usage = False
     if "stream_options" in b:
@@ -247,6 +271,10 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
                                   param="top_p")
     top_k = _ranged_int(b["top_k"], "top_k", 0, L.MAX_TOP_K) if "top_k" in b else 0
     seed = _ranged_int(b["seed"], "seed", 0, L.MAX_SEED) if "seed" in b else None
+    nonce = _nonce(b["nonce"]) if "nonce" in b else None
+    if nonce is not None and seed is not None:
+        raise InvalidRequestError("send seed or nonce, not both: a nonce only varies the seed "
+                                  "the server derives when the body has none", param="nonce")
     stop = _stop(b.get("stop"))
     commitments = _root(b["prompt_commitments"]) if "prompt_commitments" in b else None
 
@@ -266,6 +294,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
         elif logprobs:
             top_logprobs = 0
         messages = _messages(b.get("messages"))
+        _chat_only_options(b)
     else:
         limit_name = "max_tokens"
         top_logprobs = (_ranged_int(b["logprobs"], "logprobs", 0, L.MAX_LEGACY_LOGPROBS)
@@ -284,8 +313,70 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     policy = DecodePolicy(endpoint=endpoint, max_tokens=max_tokens, temperature=temperature,
                           top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
                           top_logprobs=top_logprobs, prompt_commitments=commitments,
-                          stream=stream, include_usage=include_usage)
+                          stream=stream, include_usage=include_usage, nonce=nonce)
     return ParsedBody(policy, model_name, messages, prompts)
+
+
+def _transport_only(b: Mapping[str, Any]) -> None:
+    """The :data:`TRANSPORT_ONLY` fields: OpenAI's types and bounds, no effect on the output."""
+    if "user" in b:
+        _str(b["user"], "user")  # as before the other fields existed (no Unicode check)
+    for name in ("prompt_cache_key", "safety_identifier"):
+        if name in b:
+            _text(b[name], name)
+    if "store" in b:
+        _bool(b["store"], "store")
+    if "service_tier" in b and _str(b["service_tier"], "service_tier") not in SERVICE_TIERS:
+        raise InvalidRequestError(f"service_tier must be one of {', '.join(SERVICE_TIERS)}",
+                                  param="service_tier")
+    if "metadata" in b:  # OpenAI: up to 16 string pairs, keys <= 64 and values <= 512 chars
+        md = b["metadata"]
+        if (not isinstance(md, Mapping) or len(md) > 16
+                or any(not isinstance(v, str) or len(k) > 64 or len(v) > 512
+                       for k, v in md.items())):
+            raise InvalidRequestError("metadata must be an object of up to 16 string values "
+                                      "(keys up to 64, values up to 512 characters)",
+                                      param="metadata")
+        for k, v in md.items():
+            _text(k, "metadata")
+            _text(v, "metadata")
+
+
+def _chat_only_options(b: Mapping[str, Any]) -> None:
+    """Chat options accepted only in the form that changes nothing this server does, and
+    refused by name otherwise (never ignored)."""
+    if "response_format" in b:  # (json_object / json_schema: the sampling options, issue 34)
+        rf = b["response_format"]
+        if not isinstance(rf, Mapping) or not isinstance(rf.get("type"), str):
+            raise InvalidRequestError("response_format must be an object with a type",
+                                      param="response_format")
+        if rf["type"] != "text" or set(rf) != {"type"}:
+            raise InvalidRequestError(f"response_format type {rf['type']!r} is not supported "
+                                      "by this server (only 'text')",
+                                      param="response_format")
+    if "parallel_tool_calls" in b:  # no tools are accepted, so there is nothing to parallelize
+        _bool(b["parallel_tool_calls"], "parallel_tool_calls")
+    if "reasoning_effort" in b:
+        _str(b["reasoning_effort"], "reasoning_effort")
+        raise InvalidRequestError("reasoning_effort is not supported: the served models have "
+                                  "no reasoning mode", param="reasoning_effort")
+    if "modalities" in b:
+        mods = b["modalities"]
+        if not isinstance(mods, list) or not mods or any(not isinstance(m, str) for m in mods):
+            raise InvalidRequestError("modalities must be a non-empty array of strings",
+                                      param="modalities")
+        other = sorted(set(mods) - {"text"})
+        if other:
+            raise InvalidRequestError(f"modality {other[0]!r} is not supported by this server "
+                                      "(only 'text')", param="modalities")
+
+
+def _nonce(value: object) -> str:
+    s = _str(value, "nonce")
+    if not 1 <= len(s) <= MAX_NONCE_CHARS or not all(" " < c <= "~" for c in s):
+        raise InvalidRequestError(f"nonce must be 1 to {MAX_NONCE_CHARS} printable ASCII "
+                                  "characters (no spaces)", param="nonce")
+    return s
 
 
 def _stop(value: object) -> tuple[str, ...]:
@@ -326,13 +417,47 @@ def _messages(value: object) -> tuple[ChatTurn, ...]:
         if role not in ROLES:
             raise InvalidRequestError(f"message role must be one of {', '.join(ROLES)}",
                                       param="messages")
+        name = None
         if m.get("name") is not None:
-            _str(m["name"], "messages.name")
-        content = _text(m.get("content"), "messages.content")
+            name = _str(m["name"], "messages.name")
+            if not MESSAGE_NAME.fullmatch(name):
+                raise InvalidRequestError("a message name has 1 to 64 letters, digits, '_' or "
+                                          "'-'", param="messages.name")
+        content = message_text(m.get("content"))
         chars += len(content)
-        out.append(ChatTurn(role, content))
+        out.append(ChatTurn(role, content, name))
     _check_chars(chars, "messages")
     return tuple(out)
+
+
+#: Joins a message's text parts (vLLM's rule for string-content chat templates).
+PART_SEPARATOR = "\n"
+
+
+def message_text(content: object) -> str:
+    """A message's ``content`` as the one string the chat template renders: a string as given,
+    or an array of text parts ``{"type": "text", "text": ...}`` joined by :data:`PART_SEPARATOR`.
+    Other part types (``image_url``, ``input_audio``, ``file``, ``refusal``) are refused by
+    name: this server runs text models only."""
+    if isinstance(content, str) or not isinstance(content, list):
+        return _text(content, "messages.content")
+    if not content:
+        raise InvalidRequestError("messages.content must be a string or a non-empty array of "
+                                  "content parts", param="messages.content")
+    texts = []
+    for part in content:
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise InvalidRequestError("each content part is an object with a type",
+                                      param="messages.content")
+        if part["type"] != "text":
+            raise InvalidRequestError(f"content part type {part['type']!r} is not supported by "
+                                      "this server (text parts only)",
+                                      param="messages.content")
+        if set(part) != {"type", "text"}:
+            raise InvalidRequestError("a text content part has exactly type and text",
+                                      param="messages.content")
+        texts.append(_text(part["text"], "messages.content.text"))
+    return PART_SEPARATOR.join(texts)
 
 
 def _prompts(value: object) -> tuple[str | tuple[int, ...], ...]:
@@ -430,10 +555,13 @@ def derive_seed(digest: bytes) -> int:
 def request_seed(model_id: bytes, prompt_ids: Sequence[int], max_tokens: int,
                  policy: DecodePolicy) -> int:
     """Step 6, a body without ``seed``: derived from what decides the output — model id, prompt
-    ids and the canonical decode policy — so the operator has nothing to choose."""
-    doc = json.dumps([to_hex(model_id), list(prompt_ids), max_tokens, policy.temperature,
-                      policy.top_k, policy.top_p, list(policy.stop), False],
-                     separators=(",", ":"))
+    ids, the canonical decode policy and the client's nonce — so the operator has nothing to
+    choose."""
+    fields: list[Any] = [to_hex(model_id), list(prompt_ids), max_tokens, policy.temperature,
+                         policy.top_k, policy.top_p, list(policy.stop), False]
+    if policy.nonce is not None:  # appended only when given: older bodies keep their seeds
+        fields.append({"nonce": policy.nonce})
+    doc = json.dumps(fields, separators=(",", ":"))
     return derive_seed(hashlib.sha256(doc.encode()).digest())
 
 

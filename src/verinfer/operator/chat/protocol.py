@@ -12,17 +12,26 @@ from verinfer.operator.protocol import (
     JsonInt,
     StreamOptions,
     Strict,
+    TransportOnly,
     Usage,
 )
 
 
 class ChatMessageIn(Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    # a string, or content parts: the request rule joins text parts and refuses the others by
+    # type (request_rule.message_text), so their schema is the rule's, not repeated here
+    content: str | list[dict[str, Any]]
     name: str | None = None
 
+    def texts(self) -> list[str]:
+        """Its text (for the pre-tokenizer bound; the rule reads the parts exactly)."""
+        if isinstance(self.content, str):
+            return [self.content]
+        return [p["text"] for p in self.content if isinstance(p.get("text"), str)]
 
-class ChatCompletionRequest(Strict):
+
+class ChatCompletionRequest(TransportOnly):
     """The body's schema. Omitted fields stay None here: their defaults, the limits and what the
     body means are the request rule's (verinfer.protocol.request_rule), applied to the body bytes
     by the serving code exactly as a verifier applies it."""
@@ -43,10 +52,14 @@ class ChatCompletionRequest(Strict):
     stream_options: StreamOptions | None = None
     temperature: JsonFloat | None = None
     top_p: JsonFloat | None = None
-    user: str | None = None
+    response_format: dict[str, Any] | None = None  # {"type": "text"} (the rule's check)
+    parallel_tool_calls: bool | None = None  # no effect: no tools
+    reasoning_effort: str | None = None  # refused by the rule, by name
+    modalities: list[str] | None = None  # ["text"]
     # ---- verinfer extras --------------------------------------------------------------------
     top_k: JsonInt | None = None
     prompt_commitments: str | None = None  # 0x + 32-byte Merkle root of documents referred to
+    nonce: str | None = None  # folded into the derived seed: a fresh sample per nonce
 
 
 class TopLogprob(BaseModel):
@@ -97,6 +110,11 @@ class ChatCompletionResponse(BaseModel):
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    # ---- verinfer extras --------------------------------------------------------------------
+    # the choice's verification entry, once, in the chunk after the evidence is published
+    # (the OpenAI SDK's stream helper keeps a delta's keys in the final message; it drops the
+    # final chunk's top-level ``verification``)
+    verification: dict[str, Any] | None = None
 
 
 class ChunkChoice(BaseModel):

@@ -71,11 +71,13 @@ class ServingChat(ServingBase):
 
     async def create_stream(self, req: ChatCompletionRequest, jobs: list[Job],
                             finalize: Finalizer | None = None,
-                            reservation: Reservation | None = None
+                            reservation: Reservation | None = None,
+                            cid: str | None = None
                             ) -> AsyncIterator[ChatCompletionChunk]:
         """Chunks in OpenAI's order: a role chunk per choice, content deltas, each choice's
         finish chunk (with its engine evidence), then the usage chunk when asked for."""
-        cid, created = self.new_id(), int(self.clock())
+        # cid: the caller's when it sent the id ahead (the x-request-id header)
+        cid, created = cid or self.new_id(), int(self.clock())
         fp = self.engine.fingerprint.system_fingerprint
 
         def chunk(choices: list[ChunkChoice]) -> ChatCompletionChunk:
@@ -102,5 +104,11 @@ class ServingChat(ServingBase):
         final = chunk([])
         final.usage, final.verification = await self.final_fields(req.stream_options, jobs,
                                                                   results, finalize)
+        if final.verification is not None:
+            # after the bytes the envelope holds: each choice's entry as a delta, so the SDK's
+            # chat.completions.stream(...).get_final_completion() reaches its receipt too
+            entries = final.verification.get("choices") or [final.verification]
+            yield chunk([ChunkChoice(index=j.index, delta=ChunkDelta(verification=e))
+                         for j, e in zip(jobs, entries, strict=True)])
         if final.usage is not None or final.verification is not None:
             yield final

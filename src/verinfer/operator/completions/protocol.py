@@ -11,12 +11,12 @@ from verinfer.operator.protocol import (
     JsonFloat,
     JsonInt,
     StreamOptions,
-    Strict,
+    TransportOnly,
     Usage,
 )
 
 
-class CompletionRequest(Strict):
+class CompletionRequest(TransportOnly):
     """The body's schema. Omitted fields stay None here: their defaults, the limits and what the
     body means are the request rule's (verinfer.protocol.request_rule), applied to the body bytes
     by the serving code exactly as a verifier applies it."""
@@ -38,10 +38,10 @@ class CompletionRequest(Strict):
     suffix: str | None = None
     temperature: JsonFloat | None = None
     top_p: JsonFloat | None = None
-    user: str | None = None
     # ---- verinfer extras --------------------------------------------------------------------
     top_k: JsonInt | None = None
     prompt_commitments: str | None = None  # 0x + 32-byte Merkle root of documents referred to
+    nonce: str | None = None  # folded into the derived seed: a fresh sample per nonce
 
 
 class CompletionLogprobs(BaseModel):

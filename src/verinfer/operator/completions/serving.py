@@ -63,8 +63,10 @@ class ServingCompletions(ServingBase):
 
     async def create_stream(self, req: CompletionRequest, jobs: list[Job],
                             finalize: Finalizer | None = None,
-                            reservation: Reservation | None = None) -> AsyncIterator[Completion]:
-        cid, created = self.new_id(), int(self.clock())
+                            reservation: Reservation | None = None,
+                            cid: str | None = None) -> AsyncIterator[Completion]:
+        # cid: the caller's when it sent the id ahead (the x-request-id header)
+        cid, created = cid or self.new_id(), int(self.clock())
         fp = self.engine.fingerprint.system_fingerprint
 
         def chunk(choices: list[CompletionChoice]) -> Completion:

@@ -44,7 +44,7 @@ def _prompts(tokenizer: Any) -> list[list[int]]:
 
 
 def _tok_s(engine: Any, prompts: list[list[int]], c: int, n: int) -> float:
-    from verinfer.engine.sampling import SamplingParams
+    from verinfer.protocol.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     t0 = time.perf_counter()
@@ -54,7 +54,7 @@ def _tok_s(engine: Any, prompts: list[list[int]], c: int, n: int) -> float:
 
 
 def _verify_ratio(engine: Any, prompt: list[int], n: int) -> float:
-    from verinfer.engine.sampling import SamplingParams
+    from verinfer.protocol.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
     return time_generate_then_replay(engine, prompt, params).ratio

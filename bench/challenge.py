@@ -26,7 +26,7 @@ from verinfer.engine import kernels
 from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import cpu_description
 from verinfer.engine.tiny import write_tiny_llama
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.receipts.eip712 import Receipt
 from verinfer.testing.evidence import chat_body, request_for_body
 from verinfer.verifier.challenger import locate

@@ -56,7 +56,7 @@ from verinfer.engine import kernels
 from verinfer.engine.engine import Engine, StepEvent
 from verinfer.engine.fingerprint import cpu_description
 from verinfer.engine.loader import embedded_model_path, load_model, smollm2_model_path
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"

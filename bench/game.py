@@ -20,7 +20,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from verinfer.testing.game import World, play, replay
+from verinfer.testing.game import play
+from verinfer.testing.game.play import replay
+from verinfer.testing.game.world import World
 
 
 def main() -> None:

@@ -32,10 +32,10 @@ from verinfer.attestation.quotes import measurement
 from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.kms.app_keys import load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ShardProcesses, add_epoch, provision
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt
 from verinfer.receipts.envelope import (
     EnvelopeBinding,
@@ -43,7 +43,7 @@ from verinfer.receipts.envelope import (
     ciphertext_hash,
     seal,
 )
-from verinfer.receipts.epoch_keys import EnvelopeSuite
+from verinfer.receipts.epoch_keys import EnvelopeSuite, load_public_key
 
 ARGS = ("sha256:" + "55" * 32, "bench-code", "bench-engine")
 ITERS = 60

@@ -101,8 +101,9 @@ def _matrices(obj: Any, seen: set[int], found: list[Any]) -> None:
 
 def gemma(tokens: int) -> dict[str, Any]:
     from verinfer.engine import kernels as vk
-    from verinfer.engine.engine import Engine, SamplingParams
+    from verinfer.engine.engine import Engine
     from verinfer.engine.loader import embedded_model_path, load_model
+    from verinfer.protocol.sampling_params import SamplingParams
 
     engine = Engine(load_model(embedded_model_path()), "invariant", max_seqs=2)
     try:
@@ -209,8 +210,9 @@ def gemma_ab(old_so: str, tokens: int, rounds: int) -> dict[str, Any]:
     engines, each packed by its own build, generating in alternation (the kernels module's
     extension is switched between calls; the engines' worker threads are idle then)."""
     from verinfer.engine import kernels as vk
-    from verinfer.engine.engine import Engine, SamplingParams
+    from verinfer.engine.engine import Engine
     from verinfer.engine.loader import embedded_model_path, load_model
+    from verinfer.protocol.sampling_params import SamplingParams
 
     old = load_so(old_so)
     isa = vk.isa()

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from eth_account import Account
 
-from verinfer.engine.sampling import SamplingParams
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, ciphertext_hash, seal
 from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPublicKey, derive_epoch_keypair

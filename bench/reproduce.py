@@ -39,8 +39,7 @@ from verinfer.da_client.local import LocalDAClient
 from verinfer.engine import kernels
 from verinfer.engine.loader import resolve_model_path
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
-from verinfer.receipts.envelope import EnvelopeSuite, derive_epoch_keypair
-from verinfer.receipts.epoch_keys import P256_ORDER
+from verinfer.receipts.epoch_keys import P256_ORDER, EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import engine_for
 

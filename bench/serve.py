@@ -46,7 +46,7 @@ from hf_reference import load_hf_model
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import embedded_model_path, load_model
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 MAX_TOKENS = 32
 LEVELS = {1: int(os.environ.get("BENCH_C1_REQUESTS", "6")),

@@ -34,9 +34,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.stop_rule import StopState, stop_rule
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.protocol.sampling_params import SamplingParams
 
 MULTI = ("Café owners in Zürich, naïve coöperators — 東京, 서울, Москва, القاهرة. "
          "Emoji: 😀😃 👍🏽 🇫🇷 👨‍👩‍👧‍👦 中文测试：你好，世界！ 日本語のテキスト\n")

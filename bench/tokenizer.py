@@ -49,8 +49,9 @@ from typing import Any
 
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.spm import SpmTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

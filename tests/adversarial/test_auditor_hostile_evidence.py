@@ -18,9 +18,9 @@ from verinfer.auditor.material import AppKey, load_transcript
 from verinfer.auditor.reproduce import AuditConfig, Auditor
 from verinfer.da_client.local import LocalDAClient
 from verinfer.engine.engine import Engine
-from verinfer.receipts import derive_epoch_keypair
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import derive_epoch_keypair
 from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body, request_for_body
 
 DOMAIN = Domain(31337, "0x" + "cd" * 20)

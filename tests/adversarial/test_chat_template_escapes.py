@@ -133,7 +133,8 @@ def test_a_template_that_reads_message_content_renders_alike_every_time() -> Non
     nonce is a function of the messages: every render of a request decides alike."""
     from verinfer.engine.chat import ChatMessage, render_chat
     from verinfer.engine.loader import smollm2_model_path
-    from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+    from verinfer.engine.tokenizer.base import Tokenizer
+    from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
     from verinfer.errors import InvalidRequestError
 
     template = ("{% for m in messages %}{% if '7' in m['content'] %}[seven]{% endif %}"

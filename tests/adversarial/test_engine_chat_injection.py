@@ -8,7 +8,8 @@ import pytest
 
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import TOKEN_CONTROL, Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.spec import TOKEN_CONTROL, read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError, TokenizerError
 
 

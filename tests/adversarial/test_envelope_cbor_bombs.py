@@ -31,24 +31,26 @@ from typing import Any
 import cbor2
 import pytest
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.engine.engine import Engine
 from verinfer.errors import ContextLengthExceededError
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.protocol.exec_request import (
     MAX_CBOR,
     MAX_CONTEXT_TOKENS,
     MAX_TOP_LOGPROBS,
     CborBound,
+    ExecRequest,
     check_cbor_size,
 )
 from verinfer.protocol.request_rule import ServedModel, parse_body, resolve_max_tokens
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, envelope_header
-from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import judge
-from verinfer.verifier.votes import INVALID_EVIDENCE
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"cbor bomb adversary").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
@@ -193,7 +195,7 @@ def test_bignums_still_decode() -> None:
     """Tags 2/3 stay readable (linear in their bytes), so an out-of-range integer is refused
     by its field's name, as the format tests expect."""
     ok = cbor2.loads(cbor2.dumps({"seed": 1 << 64}))
-    from verinfer.receipts.canonical import decode_cbor
+    from verinfer.protocol.exec_request import decode_cbor
     assert decode_cbor(cbor2.dumps({"seed": 1 << 64}), "test") == ok
 
 

@@ -48,7 +48,8 @@ from verinfer.kms.protocol import (
     report_data,
     requester_digest,
 )
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt, address_of
 from verinfer.receipts.envelope import (
     HEADER_LEN,
@@ -56,11 +57,10 @@ from verinfer.receipts.envelope import (
     EnvelopeContents,
     ciphertext_hash,
     envelope_header,
-    load_public_key,
     seal,
     split_envelope,
 )
-from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPublicKey
+from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPublicKey, load_public_key
 from verinfer.receipts.errors import EnvelopeDecryptionError, ReusedEncapsulationError
 
 P256 = EnvelopeSuite.P256

@@ -39,17 +39,17 @@ from verinfer.kms.protocol import (
     requester_digest,
 )
 from verinfer.kms.shard_app import create_app
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt, address_of
 from verinfer.receipts.envelope import (
     HEADER_LEN,
     EnvelopeBinding,
     EnvelopeContents,
     ciphertext_hash,
-    load_public_key,
     seal,
 )
-from verinfer.receipts.epoch_keys import EnvelopeSuite
+from verinfer.receipts.epoch_keys import EnvelopeSuite, load_public_key
 
 M = measurement("sha256:" + "66" * 32, "code", "engine")
 REQ = ExecRequest(model_id=bytes(range(32)), tokenizer_hash=bytes(32), engine_fingerprint="{}",

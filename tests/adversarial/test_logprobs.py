@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.engine import Engine
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import Evidence, EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import judge, verify_receipt_job
-from verinfer.verifier.votes import INVALID_EVIDENCE
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"logprobs adversary").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

@@ -23,9 +23,11 @@ import pytest
 
 from support.request_rule import judge_all, post, served
 from support.servers import launched_server, operator_init
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.protocol import limits as L
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.request_rule import (
     ChatTurn,
     choice_seed,
@@ -33,11 +35,11 @@ from verinfer.protocol.request_rule import (
     parse_body,
     request_seed,
 )
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory, request_for_body
 from verinfer.verifier.reexec import judge
-from verinfer.verifier.votes import INVALID_EVIDENCE
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"request-rule adversary").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import pytest
 
 from verinfer.engine.engine import Engine
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.stop_rule import stop_rule
+from verinfer.protocol.sampling_params import SamplingParams
 
 N = 160
 

@@ -26,16 +26,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.engine import Engine
-from verinfer.engine.sampling import SamplingParams, sample, sample_reference
+from verinfer.engine.sampling import sample, sample_reference
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import InvalidRequestError, KernelError
 from verinfer.protocol import limits as L
 from verinfer.protocol.request_rule import exec_requests
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
+from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory
 from verinfer.verifier.reexec import judge
-from verinfer.verifier.votes import INVALID_EVIDENCE
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"tiny temperature").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

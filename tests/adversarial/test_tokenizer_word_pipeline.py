@@ -17,8 +17,10 @@ import pytest
 
 from support.random_text import random_texts
 from support.spm_words import backend_and_words, whole_ids
-from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer, tiny_spm_vocab, word_batches
+from verinfer.engine.tokenizer import word_batches
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 
 FINE_EXTRA = ("> </", "  x", "\x1b[", ")\x1b[", "\u00e9\u00e9", "東京", "👍")
 

@@ -41,8 +41,8 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import local_fingerprint
 from verinfer.engine.loader import LoadedModel
-from verinfer.receipts import EnvelopeSuite, derive_epoch_keypair
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.receipts.merkle import build_tree
 from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body
 from verinfer.verifier.errors import CannotJudgeError

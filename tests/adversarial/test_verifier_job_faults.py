@@ -15,10 +15,11 @@ from dataclasses import replace
 
 import pytest
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.engine import Engine
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
-from verinfer.receipts.canonical import ExecRequest
-from verinfer.receipts.eip712 import Receipt
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import (
     MAGIC,
     SUITE_CODES,
@@ -27,9 +28,10 @@ from verinfer.receipts.envelope import (
     ciphertext_hash,
     seal,
 )
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import chat_body, request_for_body
 from verinfer.verifier.reexec import judge
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"cheating operator").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

@@ -24,7 +24,7 @@ from web3 import Web3
 from verinfer.chain.anvil import Anvil, increase_time
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.structs import ETHER, Status, VoteState
+from verinfer.chain.structs import ETHER, INVALID_EVIDENCE, Status, VoteState
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.redis_backend import RedisDAClient
@@ -50,7 +50,7 @@ from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
 from verinfer.verifier.node import NodeConfig, VerifierNode
 from verinfer.verifier.reports import AuditReport, SignedAuditReport
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 BOMB = b"[" * 95_000 + b"]" * 95_000  # 190 KB: a SIGSEGV in the stdlib decoder at limit 100000
 PARAMS = devnet_params(committee_size=3)

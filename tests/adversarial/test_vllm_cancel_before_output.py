@@ -22,9 +22,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.vllm_backend.engine import VllmEngine, _Req
 from verinfer.engine.vllm_backend.logits_hook import TRACKS, Track
+from verinfer.protocol.sampling_params import SamplingParams
 
 
 class PrefillForever:

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.stop_rule import StopState, stop_rule
 from verinfer.engine.vllm_backend.engine import VllmEngine, _Req
 from verinfer.engine.vllm_backend.logits_hook import TRACKS, StepRecord, Track
+from verinfer.protocol.sampling_params import SamplingParams
 
 N = 120
 

@@ -63,9 +63,9 @@ from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.kms.local_cluster import ClusterLayout
 from verinfer.ports import free_port
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.client_check import DuplicateChoiceError, check_choices
-from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import build_tree
 from verinfer.testing.evidence import Evidence, chat_body, request_for_body
 from verinfer.verifier.challenger import locate

@@ -25,8 +25,9 @@ from verinfer.kms.keygen import shard_dir, share_label, share_path
 from verinfer.kms.local_cluster import ClusterLayout
 from verinfer.kms.sealing import load_seal_key, read_sealed
 from verinfer.kms.shamir import Share, reconstruct
-from verinfer.receipts.canonical import ExecRequest, ExecResult
-from verinfer.receipts.envelope import EpochPrivateKey
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.epoch_keys import EpochPrivateKey
 from verinfer.receipts.logprobs_check import (
     LogprobsMismatchError,
     check_chat_logprobs,

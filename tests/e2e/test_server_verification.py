@@ -15,7 +15,8 @@ from openai import OpenAI
 
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.pointer import Pointer
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.merkle import MerkleProof, verify_proof
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "tell me a story"}]}

@@ -63,7 +63,7 @@ def export(gemma_path: Path) -> Any:
 def test_export_tokenizer_equals_ours_on_the_corpus(export: Any, gemma_path: Path) -> None:
     from slow.test_tokenizer_gemma import CASES
     from verinfer.engine.export_hf import hf_tokenizer, read_export
-    from verinfer.engine.tokenizer import Tokenizer
+    from verinfer.engine.tokenizer.base import Tokenizer
 
     ours, hf = Tokenizer.from_gguf(gemma_path), hf_tokenizer(export.path)
     for text in CASES:
@@ -480,14 +480,9 @@ def _judge_job(path: str) -> None:
     from verinfer.engine.engine import Engine
     from verinfer.engine.vllm_backend.engine import VllmEngine
     from verinfer.kms.app_keys import app_keypair, seed_from_secret
-    from verinfer.receipts import (
-        Domain,
-        EnvelopeSuite,
-        ExecResult,
-        ReceiptSigner,
-        derive_epoch_keypair,
-    )
-    from verinfer.receipts.eip712 import Receipt
+    from verinfer.receipts.canonical import ExecResult
+    from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+    from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
     from verinfer.testing.evidence import EvidenceFactory, request_for_body
     from verinfer.verifier.errors import CannotJudgeError
     from verinfer.verifier.reexec import engine_for, judge

@@ -27,7 +27,7 @@ from verinfer.engine.tiny import write_tiny_llama
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, provision
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
-from verinfer.receipts.envelope import EnvelopeSuite, load_public_key
+from verinfer.receipts.epoch_keys import EnvelopeSuite, load_public_key
 from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
 from verinfer.verifier.errors import CannotJudgeError

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from verinfer.testing.game import World, play, play_episode, replay
-from verinfer.testing.game.play import Game, promised
+from verinfer.testing.game import play
+from verinfer.testing.game.play import Game, play_episode, promised, replay
+from verinfer.testing.game.world import World
 
 TRACES = Path(__file__).resolve().parent / "game_traces"
 ETH = 10**18

@@ -16,13 +16,15 @@ from eth_account import Account
 
 from verinfer.enclave.process import EnclaveSpec, SoftwareEnclave
 from verinfer.enclave.runner import AccountSigner
-from verinfer.kms.app_keys import LEGACY_SUITE, load_public_key
+from verinfer.kms.app_keys import LEGACY_SUITE
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses
 from verinfer.kms.release_log import verify_release_log
 from verinfer.ports import free_port
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, seal
+from verinfer.receipts.epoch_keys import load_public_key
 
 ARGS = ("sha256:" + "44" * 32, "code-v1", "engine-fp")
 OPERATOR = "0x" + "ab" * 20

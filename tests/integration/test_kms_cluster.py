@@ -20,10 +20,10 @@ from verinfer.attestation.quotes import measurement
 from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.errors import KeyReleaseError
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.kms.app_keys import load_public_key
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, add_epoch, provision
 from verinfer.kms.release_log import verify_release_log
+from verinfer.receipts.epoch_keys import load_public_key
 
 ARGS = ("sha256:" + "33" * 32, "code-v1", "engine-fp")
 M = measurement(*ARGS)

@@ -27,16 +27,11 @@ from verinfer.kms.keygen import share_label, share_path
 from verinfer.kms.local_cluster import ClusterLayout, ShardProcesses, provision
 from verinfer.kms.protocol import ReleaseRequest, report_data, requester_digest
 from verinfer.kms.sealing import load_seal_key, write_sealed
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt, address_of
-from verinfer.receipts.envelope import (
-    EnvelopeBinding,
-    EnvelopeContents,
-    ciphertext_hash,
-    load_public_key,
-    seal,
-)
-from verinfer.receipts.epoch_keys import EnvelopeSuite
+from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, ciphertext_hash, seal
+from verinfer.receipts.epoch_keys import EnvelopeSuite, load_public_key
 from verinfer.receipts.errors import EnvelopeDecryptionError
 
 ARGS = ("sha256:" + "44" * 32, "code-v1", "engine-fp")

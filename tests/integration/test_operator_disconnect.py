@@ -32,7 +32,8 @@ from verinfer.engine.loader import LoadedModel
 from verinfer.operator.app import ServerConfig, create_app
 from verinfer.operator.evidence import EvidencePipeline
 from verinfer.ports import free_port
-from verinfer.receipts import Domain, ReceiptSigner, derive_epoch_keypair
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import derive_epoch_keypair
 
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
 _, EPOCH_PK = derive_epoch_keypair(hashlib.sha256(b"disconnect epoch").digest())

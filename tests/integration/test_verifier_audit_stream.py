@@ -15,7 +15,8 @@ from eth_account import Account
 
 from verinfer.da_client.local import LocalDAClient
 from verinfer.engine.engine import Engine
-from verinfer.receipts import Domain, EnvelopeSuite, ReceiptSigner, derive_epoch_keypair
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory, chat_body
 from verinfer.verifier.audit_stream import GROUP, AuditJob, AuditQueue, AuditWorker, StreamKeys
 from verinfer.verifier.enclave_judge import fetch_blob

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from verinfer.engine.chat import ChatMessage, render_chat
-from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,9 @@ import pytest
 
 from verinfer.engine.chat import ChatMessage, TokenizerPrompts, render_chat
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.chat_template import PINNED_NOW
+from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol.request_rule import ChatTurn
 

@@ -22,7 +22,7 @@ from verinfer.engine.loader import LoadedModel, load_model, smollm2_model_path
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.ops import make_ops
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from support.random_text import random_texts
-from verinfer.engine.tokenizer import SpmTokenizer, Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.spm import SpmTokenizer
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 
 pytestmark = pytest.mark.slow
 

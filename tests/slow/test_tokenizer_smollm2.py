@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer
+from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import TokenizerError
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import Tokenizer, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer
+from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 
 
 def smollm2_tokenizer() -> ByteLevelTokenizer:

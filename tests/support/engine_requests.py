@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from verinfer.engine.engine import Engine
-from verinfer.engine.sampling import SamplingParams
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.sampling_params import SamplingParams
 
 
 def exec_request_for(engine: Engine, prompt_token_ids: Sequence[int], params: SamplingParams,

@@ -26,7 +26,7 @@ from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.keygen import shard_dir, share_label, share_path
 from verinfer.kms.sealing import load_seal_key, read_sealed
 from verinfer.kms.shamir import Share, reconstruct
-from verinfer.receipts.envelope import EpochPrivateKey
+from verinfer.receipts.epoch_keys import EpochPrivateKey
 from verinfer.verifier.reexec import verify_receipt_job
 
 

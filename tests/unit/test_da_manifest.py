@@ -16,8 +16,8 @@ from verinfer.da_client.manifest import (
     parse_manifest,
 )
 from verinfer.da_client.pointer import Pointer
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.receipts.eip712 import Domain
-from verinfer.receipts.errors import ReceiptFormatError
 from verinfer.receipts.merkle import build_tree, verify_proof
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.testing.sample import SAMPLE_DOMAIN, sample_signed_receipt

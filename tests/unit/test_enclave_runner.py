@@ -16,12 +16,13 @@ from verinfer.attestation.software import SoftwareAttester, load_root_private
 from verinfer.enclave.errors import JobError, KeyReleaseError
 from verinfer.enclave.jobs import open_blob
 from verinfer.enclave.runner import AccountSigner, EnclaveRunner
-from verinfer.kms.app_keys import app_keypair, load_public_key
+from verinfer.kms.app_keys import app_keypair
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.keygen import share_label, share_path
 from verinfer.kms.local_cluster import ClusterLayout, build_shard_service, provision
 from verinfer.kms.sealing import load_seal_key, write_sealed
 from verinfer.kms.shard_app import create_app
+from verinfer.receipts.epoch_keys import load_public_key
 
 M = measurement("sha256:" + "22" * 32, "code", "engine")
 

@@ -13,7 +13,7 @@ import pytest
 
 from verinfer.engine.engine import Engine, StepEvent
 from verinfer.engine.loader import LoadedModel
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 LONG = SamplingParams(max_tokens=300, temperature=0.9, seed=5, ignore_eos=True)
 OTHER = SamplingParams(max_tokens=60, temperature=0.9, seed=6, ignore_eos=True)

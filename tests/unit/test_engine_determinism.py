@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12, ignore_eos=True)
 SEEDED = SamplingParams(max_tokens=12, temperature=0.8, seed=1234, ignore_eos=True)

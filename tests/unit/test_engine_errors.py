@@ -6,8 +6,8 @@ import pytest
 
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import load_model
-from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError, ModelLoadError
+from verinfer.protocol.sampling_params import SamplingParams
 
 
 def test_unknown_model_path_is_a_model_load_error(tmp_path: Path) -> None:

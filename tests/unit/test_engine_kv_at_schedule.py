@@ -9,7 +9,7 @@ from pathlib import Path
 
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import LoadedModel
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 
 JOBS = 300
 WINDOW = 2048

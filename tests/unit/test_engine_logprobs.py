@@ -15,7 +15,7 @@ import pytest
 from verinfer.engine import kernels
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.engine.logprobs import log64, reference_logprob, row_logprobs, token_logprob
-from verinfer.engine.sampling import SamplingParams
+from verinfer.protocol.sampling_params import SamplingParams
 from verinfer.receipts.canonical import ExecResult
 
 SEEDED = SamplingParams(max_tokens=10, temperature=0.8, seed=99, ignore_eos=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from verinfer.engine.engine import MAX_TOP_LOGPROBS, Engine
-from verinfer.engine.sampling import SamplingParams
+from verinfer.engine.engine import Engine
 from verinfer.errors import InvalidRequestError
+from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS
+from verinfer.protocol.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)
 

@@ -22,9 +22,10 @@ from verinfer.errors import (
     VerinferError,
 )
 from verinfer.operator.errors import http_status
+from verinfer.protocol import errors as protocol_errors
 from verinfer.receipts import errors as receipts_errors
 
-DOMAIN_MODULES = (da, chain_errors, receipts_errors)
+DOMAIN_MODULES = (da, chain_errors, protocol_errors, receipts_errors)
 
 
 def _domain_classes() -> list[type[VerinferError]]:
@@ -61,7 +62,7 @@ def _make(cls: type[VerinferError]) -> VerinferError:
     (da.BackendMismatchError, 400), (da.ManifestError, 400), (da.CommitmentMismatchError, 502),
     (da.DAUnavailableError, 503), (da.OutboxError, 500), (da.OutboxConflictError, 409),
     (da.PublisherBusyError, 500), (da.DAProtocolError, 502),
-    (receipts_errors.ReceiptFormatError, 400), (receipts_errors.UnsupportedVersionError, 400),
+    (protocol_errors.ReceiptFormatError, 400), (protocol_errors.UnsupportedVersionError, 400),
     (receipts_errors.SignatureError, 400), (receipts_errors.WrongChainError, 400),
     (receipts_errors.MerkleError, 400), (receipts_errors.EnvelopeDecryptionError, 400),
     (receipts_errors.EnvelopeContentError, 400), (receipts_errors.IssuedAtSkewError, 400),

@@ -27,8 +27,8 @@ from verinfer.engine.engine import Engine
 from verinfer.engine.loader import embedded_model_path, load_model
 from verinfer.engine.models.common import rope_half
 from verinfer.engine.ops import InvariantOps, Matrix, TorchOps
-from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import KernelError
+from verinfer.protocol.sampling_params import SamplingParams
 
 ISAS = vk.supported_isas()
 # (qtype, N, K): over the pool's one-thread bound (64 KiB of panels), N not a multiple of 32

@@ -16,8 +16,8 @@ import pytest
 from verinfer.engine import kernels as vk
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import LoadedModel
-from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import KernelError
+from verinfer.protocol.sampling_params import SamplingParams
 
 ISAS = vk.supported_isas()
 PARAMS = SamplingParams(max_tokens=8, temperature=0.8, seed=11, ignore_eos=True)

@@ -44,8 +44,8 @@ from verinfer.engine.models.common import Batch, KVCache, RopeTable, Segment
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.models.registry import config_from_gguf, config_from_hf, model_class
 from verinfer.engine.ops import make_ops
-from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import ModelLoadError
+from verinfer.protocol.sampling_params import SamplingParams
 from verinfer.testing.families import (
     FAMILIES,
     FamilySpec,

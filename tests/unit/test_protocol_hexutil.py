@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from verinfer.errors import InvalidRequestError
+from verinfer.protocol.errors import ReceiptFormatError
+from verinfer.protocol.fields import parse_hex as receipts_parse_hex
 from verinfer.protocol.hexutil import HexFormatError, parse_hex, parse_hex_lenient, to_hex
-from verinfer.receipts.errors import ReceiptFormatError
-from verinfer.receipts.hexutil import parse_hex as receipts_parse_hex
 from verinfer.verifier.votes import Verdict
 
 

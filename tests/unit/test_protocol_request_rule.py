@@ -14,6 +14,7 @@ from verinfer.errors import ContextLengthExceededError, InvalidRequestError
 from verinfer.operator.chat.protocol import ChatCompletionRequest
 from verinfer.operator.completions.protocol import CompletionRequest
 from verinfer.protocol import limits as L
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.jsonsafe import UntrustedJsonError
 from verinfer.protocol.request_rule import (
     FIELDS,
@@ -23,7 +24,6 @@ from verinfer.protocol.request_rule import (
     exec_requests,
     plan_request,
 )
-from verinfer.receipts.canonical import ExecRequest
 
 CHAT = '{"model":"m","messages":[{"role":"user","content":"hi there"}]%s}'
 TEXT = '{"model":"m","prompt":"once upon a time"%s}'

@@ -15,14 +15,15 @@ from hypothesis import strategies as st
 
 from support.engine_requests import exec_request_for
 from verinfer.engine.engine import Engine
-from verinfer.engine.sampling import SamplingParams
-from verinfer.receipts.canonical import ExecRequest, ExecResult
-from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner, verify_receipt
-from verinfer.receipts.errors import (
+from verinfer.protocol.errors import (
     NonCanonicalEncodingError,
     ReceiptFormatError,
     UnsupportedVersionError,
 )
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner, verify_receipt
 
 b32 = st.binary(min_size=32, max_size=32)
 u32 = st.integers(0, 2**32 - 1)

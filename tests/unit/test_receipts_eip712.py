@@ -12,6 +12,7 @@ from eth_account.messages import _hash_eip191_message, encode_typed_data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from verinfer.protocol.errors import ReceiptFormatError, UnsupportedVersionError
 from verinfer.receipts.eip712 import (
     RECEIPT_FIELDS,
     Domain,
@@ -22,7 +23,7 @@ from verinfer.receipts.eip712 import (
     sign_receipt,
     verify_receipt,
 )
-from verinfer.receipts.errors import ReceiptFormatError, SignatureError, UnsupportedVersionError
+from verinfer.receipts.errors import SignatureError
 
 KEY = hashlib.sha256(b"operator key").digest()
 OTHER_KEY = hashlib.sha256(b"someone else").digest()

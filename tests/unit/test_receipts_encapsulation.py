@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from verinfer.kms.encapsulations import ReleasedEncapsulations
 from verinfer.kms.errors import EncapsulationReusedError, EncapsulationStoreError
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.receipts import encapsulation
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt, address_of
 from verinfer.receipts.envelope import (
     HEADER_LEN,

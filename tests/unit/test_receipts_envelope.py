@@ -9,7 +9,9 @@ from dataclasses import replace
 import cbor2
 import pytest
 
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.errors import ReceiptFormatError, UnsupportedVersionError
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt, address_of
 from verinfer.receipts.envelope import (
     HEADER_LEN,
@@ -21,12 +23,7 @@ from verinfer.receipts.envelope import (
     seal,
 )
 from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
-from verinfer.receipts.errors import (
-    EnvelopeContentError,
-    EnvelopeDecryptionError,
-    ReceiptFormatError,
-    UnsupportedVersionError,
-)
+from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 
 OPERATOR = address_of(hashlib.sha256(b"op").digest())
 REQ = ExecRequest(model_id=bytes(range(32)), tokenizer_hash=bytes(32), engine_fingerprint="{}",

@@ -8,13 +8,13 @@ import hmac
 import pytest
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.receipts.epoch_keys import (
     EnvelopeSuite,
     derive_epoch_keypair,
     load_public_key,
     public_key_bytes,
 )
-from verinfer.receipts.errors import ReceiptFormatError
 
 SEED = bytes(range(32))
 

@@ -8,23 +8,19 @@ import json
 
 from support.engine_requests import exec_request_for
 from verinfer.engine.engine import Engine
-from verinfer.engine.sampling import SamplingParams
-from verinfer.receipts import (
-    Domain,
+from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.envelope import (
     EnvelopeBinding,
     EnvelopeContents,
-    EnvelopeSuite,
-    ExecResult,
-    Receipt,
-    ReceiptSigner,
-    SignedReceipt,
-    build_tree,
     ciphertext_hash,
-    derive_epoch_keypair,
     open_envelope,
     seal,
-    verify_proof,
 )
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
+from verinfer.receipts.merkle import build_tree, verify_proof
+from verinfer.receipts.signed import SignedReceipt
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"pipeline operator").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

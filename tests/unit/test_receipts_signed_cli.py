@@ -10,8 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from verinfer.cli import app
-from verinfer.receipts import Domain, Receipt, ReceiptSigner, SignedReceipt
-from verinfer.receipts.errors import ReceiptFormatError, SignatureError
+from verinfer.protocol.errors import ReceiptFormatError
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
+from verinfer.receipts.errors import SignatureError
+from verinfer.receipts.signed import SignedReceipt
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"cli operator").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

@@ -8,8 +8,8 @@ from pathlib import Path
 from eth_account import Account
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 
+from verinfer.protocol.fields import parse_hex
 from verinfer.receipts.eip712 import Domain, Receipt, verify_receipt
-from verinfer.receipts.hexutil import parse_hex
 from verinfer.receipts.merkle import MerkleProof, verify_proof
 from verinfer.receipts.vectors import MERKLE_COUNTS, expected_files, main
 

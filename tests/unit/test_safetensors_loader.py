@@ -12,8 +12,8 @@ import torch
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import LoadedModel, load_model
 from verinfer.engine.ops import dequantize_q8_0_rows
-from verinfer.engine.sampling import SamplingParams
 from verinfer.errors import ModelLoadError
+from verinfer.protocol.sampling_params import SamplingParams
 
 _NAMES = {
     "attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",

@@ -3,16 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verinfer.engine.sampling import (
-    SamplingParams,
-    exp64_reference,
-    sample,
-    sample_reference,
-    sample_rows,
-    uniform,
-)
+from verinfer.engine.sampling import exp64_reference, sample, sample_reference, sample_rows, uniform
 from verinfer.errors import InvalidRequestError, KernelError
 from verinfer.protocol.request_rule import derive_seed
+from verinfer.protocol.sampling_params import SamplingParams
 
 
 def _logits(seed: int = 0, n: int = 1000) -> np.ndarray:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.selftest import (
     SelfTestFailedError,
     load_report,
@@ -24,6 +23,7 @@ from verinfer.engine.selftest import (
 )
 from verinfer.operator.readiness import Readiness
 from verinfer.operator.runtime import SelfTestGate
+from verinfer.protocol.sampling_params import SamplingParams
 
 
 class BatchVariantBackend:

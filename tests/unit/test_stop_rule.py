@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verinfer.engine.stop_rule import StopState, StopStateFinishedError, stop_rule
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.spm import tiny_spm_vocab
 from verinfer.protocol.sampling_params import SamplingParams
 

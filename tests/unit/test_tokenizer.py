@@ -8,17 +8,17 @@ import sys
 
 import pytest
 
-from verinfer.engine.tokenizer import (
+from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.spec import (
     SPACE,
     TOKEN_BYTE,
     TOKEN_CONTROL,
     TOKEN_NORMAL,
     TOKEN_USER_DEFINED,
-    StreamDecoder,
-    Tokenizer,
     read_gguf_tokenizer_fields,
-    tiny_spm_vocab,
 )
+from verinfer.engine.tokenizer.spm import tiny_spm_vocab
+from verinfer.engine.tokenizer.stream import StreamDecoder
 from verinfer.errors import TokenizerError
 
 
@@ -353,7 +353,8 @@ def test_hash_stable_and_sensitive(tok: Tokenizer) -> None:
 
 def test_hash_stable_across_processes(tok: Tokenizer) -> None:
     code = (
-        "from verinfer.engine.tokenizer import Tokenizer, tiny_spm_vocab;"
+        "from verinfer.engine.tokenizer.base import Tokenizer;"
+        "from verinfer.engine.tokenizer.spm import tiny_spm_vocab;"
         "print(Tokenizer.from_gguf_fields(tiny_spm_vocab()).hash.hex())"
     )
     out = subprocess.run(

@@ -25,13 +25,15 @@ import regex
 from support.bytelevel import smollm2_tokenizer, whole_text_ids
 from support.random_text import random_texts
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer import Tokenizer, bytelevel_words, read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer import bytelevel_words
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer, cut_for_parallel
 from verinfer.engine.tokenizer.bytelevel_words import (
     CLASS_DISAGREEMENTS,
     WordEncoder,
     class_disagreements,
 )
+from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import TokenizerError
 
 SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<file_sep>")

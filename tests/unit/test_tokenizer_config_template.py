@@ -12,7 +12,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
 from verinfer.engine.chat import ChatMessage, render_chat
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import bytes_to_unicode
 from verinfer.errors import TokenizerError
 

@@ -9,8 +9,11 @@ import threading
 import pytest
 
 from support.random_text import random_texts
-from verinfer.engine.tokenizer import SPACE, SpmTokenizer, Tokenizer, fast_spm, tiny_spm_vocab
+from verinfer.engine.tokenizer import fast_spm
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer, fast_spm_refusal
+from verinfer.engine.tokenizer.spec import SPACE
+from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 from verinfer.errors import TokenizerError
 
 # ">▁</" and "a▁b" span a cut the word splitter would make without its exceptions; "▁▁x" and

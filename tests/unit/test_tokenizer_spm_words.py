@@ -14,9 +14,11 @@ import pytest
 
 from support.random_text import random_texts
 from support.spm_words import added_heavy, backend_and_words, whitespace_heavy, whole_ids
-from verinfer.engine.tokenizer import SPACE, SpmTokenizer, Tokenizer, tiny_spm_vocab
 from verinfer.engine.tokenizer import spm_words as sw
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.spec import SPACE
+from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 
 # ">▁</" joins ">" to a following space (the glued case); "\x1b[" and ")\x1b[" join controls
 # and punctuation, as in Gemma; no piece crosses a fine cut

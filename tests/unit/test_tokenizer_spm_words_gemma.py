@@ -16,8 +16,8 @@ import pytest
 from support.random_text import random_texts
 from support.spm_words import added_heavy, backend_and_words, whitespace_heavy, whole_ids
 from verinfer.engine.chat import ChatMessage, render_chat
-from verinfer.engine.tokenizer import Tokenizer
 from verinfer.engine.tokenizer import spm_words as sw
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ import pytest
 
 from verinfer.engine.engine import Engine
 from verinfer.operator.generation import ServingBase
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.testing.evidence import request_for_body
 from verinfer.verifier.conformance import request_problems
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from verinfer.receipts import Domain, ReceiptSigner
-from verinfer.receipts.eip712 import Receipt
+from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.errors import SignatureError
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.challenger import signed_from_json

@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.engine import Engine
 from verinfer.engine.tiny import write_tiny_llama
-from verinfer.receipts import Domain, EnvelopeSuite, ExecResult, ReceiptSigner, derive_epoch_keypair
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body, request_for_body
 from verinfer.verifier.errors import CannotJudgeError
 from verinfer.verifier.reexec import judge, verify_receipt_job
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 SIGNER = ReceiptSigner(hashlib.sha256(b"verifier test operator").digest())
 DOMAIN = Domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.errors import BadInputError, VerinferError
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import loads_untrusted
-from verinfer.receipts.canonical import ExecRequest, ExecResult
-from verinfer.receipts.envelope import EnvelopeContents, EpochPrivateKey, derive_epoch_keypair
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.envelope import EnvelopeContents
+from verinfer.receipts.epoch_keys import EpochPrivateKey, derive_epoch_keypair
 
 TRANSCRIPT_FORMAT = "verinfer-transcript/v1"
 #: Bodies are bounded by the protocol's limits; a transcript is a little more than two of them.

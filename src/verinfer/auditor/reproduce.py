@@ -44,10 +44,11 @@ from verinfer.engine.backends import (
 from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import BadInputError, VerinferError
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.protocol.request_rule import exec_requests
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.envelope import EnvelopeContents, open_envelope
 from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 from verinfer.receipts.merkle import verify_proof

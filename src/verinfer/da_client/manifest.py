@@ -29,15 +29,11 @@ import rfc8785
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import MalformedPointerError, ManifestError
 from verinfer.da_client.pointer import MAX_COMMITMENT_BYTES, Pointer
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Domain, Receipt, check_receipt_domain
-from verinfer.receipts.errors import (
-    MerkleError,
-    ReceiptFormatError,
-    SignatureError,
-    WrongChainError,
-)
+from verinfer.receipts.errors import MerkleError, SignatureError, WrongChainError
 from verinfer.receipts.merkle import MerkleProof, build_tree
 from verinfer.receipts.signed import SignedReceipt
 

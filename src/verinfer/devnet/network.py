@@ -28,7 +28,7 @@ from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import EngineFingerprint
 from verinfer.kms.epochs import EpochRecord, FileEpochRegistry
 from verinfer.kms.local_cluster import ClusterLayout, provision
-from verinfer.receipts.envelope import EnvelopeSuite, EpochPublicKey, load_public_key
+from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPublicKey, load_public_key
 from verinfer.testing.evidence import Evidence
 
 CONTAINER_DIGEST = "sha256:" + "00" * 32  # devnet: no container image

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from verinfer.enclave.errors import JobError
-from verinfer.kms.app_keys import EpochPrivateKey
 from verinfer.protocol.hexutil import HexFormatError, parse_hex_lenient
 from verinfer.receipts import envelope
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents
+from verinfer.receipts.epoch_keys import EpochPrivateKey
 
 
 def resolve_job(ref: str) -> Callable[..., Any]:

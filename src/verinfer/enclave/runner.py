@@ -42,7 +42,7 @@ from verinfer.enclave.errors import EnclaveError, JobError, KeyReleaseError
 from verinfer.enclave.zeroize import wipe, wipe_all
 from verinfer.errors import VerinferError
 from verinfer.kms import tdh
-from verinfer.kms.app_keys import EpochPrivateKey, app_keypair
+from verinfer.kms.app_keys import app_keypair
 from verinfer.kms.directory import ShardInfo
 from verinfer.kms.epochs import EpochRecord, EpochRegistry
 from verinfer.kms.errors import ShareVerificationError
@@ -65,12 +65,8 @@ from verinfer.kms.shamir import Q, Share, public_key_of, reconstruct, verify_sha
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import (
-    EnvelopeContents,
-    EnvelopeSuite,
-    open_envelope_with,
-    split_envelope,
-)
+from verinfer.receipts.envelope import EnvelopeContents, open_envelope_with, split_envelope
+from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPrivateKey
 from verinfer.receipts.errors import EnvelopeDecryptionError, ReusedEncapsulationError
 
 T = TypeVar("T")

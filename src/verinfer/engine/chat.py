@@ -21,8 +21,9 @@ from functools import lru_cache
 
 import jinja2
 
-from verinfer.engine.tokenizer import TOKEN_CONTROL, TOKEN_USER_DEFINED, Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.chat_template import RenderBudget, render_template_text
+from verinfer.engine.tokenizer.spec import TOKEN_CONTROL, TOKEN_USER_DEFINED
 from verinfer.errors import InvalidRequestError, TokenizerError
 from verinfer.protocol.request_rule import ROLES, ChatTurn
 

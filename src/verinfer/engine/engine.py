@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, Future, InvalidStateError
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,13 +31,13 @@ from verinfer.engine.models.gemma3 import Gemma3
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.models.registry import model_class
 from verinfer.engine.ops import KernelMode, make_ops
-from verinfer.engine.sampling import SamplingParams, sample, sample_rows
+from verinfer.engine.sampling import sample, sample_rows
 from verinfer.engine.stop_rule import FinishReason, StopState, stop_rule
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
-from verinfer.receipts.canonical import MAX_TOP_LOGPROBS  # the ExecRequest's bound, one place
+from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS  # the ExecRequest's bound, one place
+from verinfer.protocol.sampling_params import SamplingParams
 
-__all__ = ["MAX_TOP_LOGPROBS", "CancelledError", "Engine", "FinishReason", "GenerationResult",
-           "ReplayResult", "StepEvent", "TokenLogprob", "token_logprob"]
+__all__ = ["Engine", "GenerationResult", "ReplayResult", "StepEvent"]
 
 # Engines whose worker thread may still run. The worker is a daemon thread: one still inside a
 # torch or kernel call (the GIL released) when the interpreter finalizes is ended by

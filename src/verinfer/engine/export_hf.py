@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from verinfer.engine.loader import sha256_file
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.errors import ModelLoadError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 

@@ -27,7 +27,7 @@ from verinfer.engine.models.registry import (
     gguf_name,
 )
 from verinfer.engine.ops import Matrix
-from verinfer.engine.tokenizer import Tokenizer
+from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.errors import ModelLoadError, TokenizerError
 
 

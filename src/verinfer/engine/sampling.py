@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-# The parameters type is the protocol's (ExecRequest.sampling_params builds it); the engine
-# re-exports it so that its callers keep one import for the sampling rule and its parameters.
-from verinfer.protocol.sampling_params import MAX_SEED, MAX_U32, SamplingParams
+# The parameters type is the protocol's (ExecRequest.sampling_params builds it): import it from
+# verinfer.protocol.sampling_params, its one home.
+from verinfer.protocol.sampling_params import SamplingParams
 
 if TYPE_CHECKING:  # torch loads only where tokens are drawn
     import torch
 
-__all__ = ["MAX_SEED", "MAX_U32", "PRNG_DOMAIN", "SAMPLING_RULE", "SamplingParams",
-           "exp64_reference", "sample", "sample_reference", "sample_rows", "uniform"]
+__all__ = ["PRNG_DOMAIN", "SAMPLING_RULE", "exp64_reference", "sample", "sample_reference",
+           "sample_rows", "uniform"]
 
 PRNG_DOMAIN = b"verinfer/sampling/v1"
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.sampling import SamplingParams
 from verinfer.protocol.hexutil import to_hex
+from verinfer.protocol.sampling_params import SamplingParams
 
 REPORT_VERSION = 1
 _TEXTS = (

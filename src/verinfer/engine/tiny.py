@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from verinfer.engine.tokenizer import tiny_spm_vocab
+from verinfer.engine.tokenizer.spm import tiny_spm_vocab
 
 
 @dataclass(frozen=True)

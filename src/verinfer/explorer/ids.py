@@ -4,9 +4,9 @@ malformed id is an InvalidRequestError (a 400 page), never a lookup."""
 from __future__ import annotations
 
 from verinfer.errors import InvalidRequestError
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.protocol.hexutil import parse_hex
 from verinfer.receipts.eip712 import parse_address as receipt_address
-from verinfer.receipts.errors import ReceiptFormatError
 
 
 def parse_id32(text: str, what: str) -> bytes:

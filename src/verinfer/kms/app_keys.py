@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from verinfer.kms.errors import InvalidShareError
 from verinfer.kms.shamir import Q
-from verinfer.receipts.envelope import (
+from verinfer.receipts.epoch_keys import (
     EnvelopeSuite,
     EpochPrivateKey,
     EpochPublicKey,
     derive_epoch_keypair,
-    load_public_key,
 )
 
 #: New epochs: the per-receipt threshold suite (docs/kms.md §8); the key is never rebuilt.
@@ -24,9 +23,8 @@ DEFAULT_SUITE = EnvelopeSuite.P256.value
 LEGACY_SUITE = EnvelopeSuite.X25519.value
 SUITES = tuple(s.value for s in EnvelopeSuite)
 
-__all__ = ["DEFAULT_SUITE", "LEGACY_SUITE", "SUITES", "EpochPrivateKey", "EpochPublicKey",
-           "app_keypair",
-           "load_public_key", "parse_suite", "seed_from_secret"]
+__all__ = ["DEFAULT_SUITE", "LEGACY_SUITE", "SUITES", "app_keypair", "parse_suite",
+           "seed_from_secret"]
 
 
 def parse_suite(name: str) -> str:

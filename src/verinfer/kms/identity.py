@@ -15,7 +15,6 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from verinfer.kms.errors import SealError
 from verinfer.kms.sealing import TokenBytes, read_sealed, write_sealed
 
 
@@ -67,5 +66,4 @@ def recover_eip191_signer(digest: bytes, signature: bytes) -> str:
     return addr.lower()
 
 
-__all__ = ["SealError", "identity_label", "load_or_create_identity", "recover_eip191_signer",
-           "sign_eip191"]
+__all__ = ["identity_label", "load_or_create_identity", "recover_eip191_signer", "sign_eip191"]

@@ -16,7 +16,7 @@ from verinfer.kms.sealing import TokenBytes, write_sealed
 from verinfer.kms.shamir import RandBelow, Share, check_params, random_scalar, split
 from verinfer.kms.tdh import ScalarShare
 from verinfer.protocol.hexutil import to_hex
-from verinfer.receipts.envelope import EnvelopeSuite
+from verinfer.receipts.epoch_keys import EnvelopeSuite
 
 
 def share_label(epoch: int, index: int) -> str:

@@ -86,7 +86,8 @@ from verinfer.kms.protocol import (
 from verinfer.kms.ratelimit import TokenBucketLimiter
 from verinfer.kms.release_log import ReleaseLog
 from verinfer.kms.sealing import read_sealed
-from verinfer.receipts.envelope import EnvelopeSuite, split_envelope
+from verinfer.receipts.envelope import split_envelope
+from verinfer.receipts.epoch_keys import EnvelopeSuite
 from verinfer.receipts.errors import (
     EncapsulationMalformedError,
     EncapsulationProofError,

@@ -18,11 +18,12 @@ from typing import Any
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.hexutil import to_hex
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, ciphertext_hash, seal
 from verinfer.receipts.epoch_keys import EpochPublicKey
-from verinfer.receipts.hexutil import to_hex
 from verinfer.receipts.signed import SignedReceipt
 
 VERIFICATION_VERSION = 1

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from verinfer.engine.engine import Engine, GenerationResult, StepEvent
-from verinfer.engine.sampling import SamplingParams
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import BadInputError, ContextLengthExceededError, ModelNotFoundError
 from verinfer.operator.budget import Reservation
@@ -26,9 +25,10 @@ from verinfer.operator.protocol import (
     StreamOptions,
     Usage,
 )
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import Endpoint, plan_request
-from verinfer.receipts.canonical import ExecRequest
+from verinfer.protocol.sampling_params import SamplingParams
 
 T = TypeVar("T")
 

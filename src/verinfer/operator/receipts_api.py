@@ -12,9 +12,8 @@ from typing import Any
 from verinfer.da_client.manifest import inclusion_proof
 from verinfer.da_client.outbox import Outbox
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
-from verinfer.protocol.hexutil import HexFormatError, parse_hex
+from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.receipts.eip712 import Domain
-from verinfer.receipts.hexutil import to_hex
 from verinfer.receipts.signed import SignedReceipt
 
 

@@ -33,7 +33,8 @@ from verinfer.protocol.errors import (
     ReceiptFormatError,
     UnsupportedVersionError,
 )
-from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, show, to_hex
+from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, show
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.sampling_params import SamplingParams
 
 # The one version of the ExecRequest/ExecResult maps, and the first that shipped (v0.1).

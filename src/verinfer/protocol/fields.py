@@ -2,16 +2,15 @@
 
 Hex parsing has one home, :mod:`verinfer.protocol.hexutil`; these re-raise its errors as
 :class:`ReceiptFormatError`, the error every canonical structure raises for a bad field.
-(:mod:`verinfer.receipts.hexutil` re-exports them for the receipts structures.)
+The receipts structures import them from here (their one home).
 """
 
 from __future__ import annotations
 
 from verinfer.protocol import hexutil as _hex
 from verinfer.protocol.errors import ReceiptFormatError
-from verinfer.protocol.hexutil import to_hex
 
-__all__ = ["check_bytes", "check_uint", "parse_hex", "show", "to_hex"]
+__all__ = ["check_bytes", "check_uint", "parse_hex", "show"]
 
 
 def show(value: object, limit: int = 100) -> str:

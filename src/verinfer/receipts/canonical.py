@@ -2,7 +2,7 @@
 
 The ExecRequest, the encoding (RFC 8949 §4.2.1 core deterministic CBOR) and the strict decoder
 both structures share live in :mod:`verinfer.protocol.exec_request` (the protocol layer: the
-request rule builds ExecRequests); they are re-exported here. ``req_hash = sha256(ExecRequest
+request rule builds ExecRequests); import them from there. ``req_hash = sha256(ExecRequest
 bytes)``, ``out_hash = sha256(ExecResult bytes)``. Why CBOR rather than RFC 8785 JSON is
 written down in docs/receipts.md.
 """
@@ -15,18 +15,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal, Protocol
 
+from verinfer.protocol.errors import ReceiptFormatError
+
 # The ExecRequest and the shared CBOR codec live in the protocol layer (the request rule builds
-# ExecRequests); they are re-exported here so that receipts have one module for both structures.
-from verinfer.protocol.exec_request import EXEC_VERSION as EXEC_VERSION
-from verinfer.protocol.exec_request import MAX_STOP as MAX_STOP
-from verinfer.protocol.exec_request import MAX_TOP_LOGPROBS as MAX_TOP_LOGPROBS
-from verinfer.protocol.exec_request import ExecRequest as ExecRequest
-from verinfer.protocol.exec_request import _Canonical, _check_version, _freeze, _token_ids
-from verinfer.protocol.exec_request import decode_cbor as decode_cbor
-from verinfer.protocol.exec_request import encode_canonical as encode_canonical
-from verinfer.protocol.fields import show
-from verinfer.receipts.errors import ReceiptFormatError
-from verinfer.receipts.hexutil import check_bytes
+# ExecRequests); the ExecResult below uses them.
+from verinfer.protocol.exec_request import (
+    EXEC_VERSION,
+    MAX_TOP_LOGPROBS,
+    ExecRequest,
+    _Canonical,
+    _check_version,
+    _freeze,
+    _token_ids,
+)
+from verinfer.protocol.fields import check_bytes, show
 
 FinishReason = Literal["stop", "length"]
 # one output token's committed logprobs: (its logprob, ((id, logprob), ...) best first)

@@ -10,7 +10,7 @@ import typer
 
 from verinfer.cli_errors import fail
 from verinfer.errors import VerinferError
-from verinfer.receipts.hexutil import to_hex
+from verinfer.protocol.hexutil import to_hex
 
 app = typer.Typer(help="Receipts: vectors, verification, EIP-712 typed data.",
                   no_args_is_help=True)

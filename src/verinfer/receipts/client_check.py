@@ -22,7 +22,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.protocol.errors import ReceiptFormatError
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.fields import parse_hex
+from verinfer.protocol.hexutil import to_hex
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import (
     MAX_ISSUED_AT_SKEW_S,
     Domain,
@@ -31,8 +35,7 @@ from verinfer.receipts.eip712 import (
     check_receipt_domain,
     verify_receipt,
 )
-from verinfer.receipts.errors import IssuedAtSkewError, ReceiptFormatError
-from verinfer.receipts.hexutil import parse_hex, to_hex
+from verinfer.receipts.errors import IssuedAtSkewError
 
 
 def check_verification(v: Mapping[str, Any], *, chain_id: int,

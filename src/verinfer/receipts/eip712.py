@@ -17,14 +17,10 @@ from typing import Any
 import coincurve
 from eth_utils import keccak, to_checksum_address
 
-from verinfer.receipts.errors import (
-    IssuedAtSkewError,
-    ReceiptFormatError,
-    SignatureError,
-    UnsupportedVersionError,
-    WrongChainError,
-)
-from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
+from verinfer.protocol.errors import ReceiptFormatError, UnsupportedVersionError
+from verinfer.protocol.fields import check_bytes, check_uint, parse_hex
+from verinfer.protocol.hexutil import to_hex
+from verinfer.receipts.errors import IssuedAtSkewError, SignatureError, WrongChainError
 
 RECEIPT_VERSION = 1
 DOMAIN_NAME = "verinfer"

@@ -39,43 +39,22 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from verinfer.protocol.exec_request import CborBound
+from verinfer.protocol.errors import ReceiptFormatError, UnsupportedVersionError
+from verinfer.protocol.exec_request import CborBound, ExecRequest, decode_cbor, encode_canonical
+from verinfer.protocol.fields import check_bytes, check_uint, parse_hex
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts import encapsulation
-from verinfer.receipts.canonical import ExecRequest, ExecResult, decode_cbor, encode_canonical
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import RECEIPT_VERSION, Receipt, parse_address
 from verinfer.receipts.epoch_keys import (
     EnvelopeSuite,
     EpochPrivateKey,
     EpochPublicKey,
-    derive_epoch_keypair,
-    load_public_key,
-    public_key_bytes,
 )
-from verinfer.receipts.errors import (
-    EnvelopeContentError,
-    EnvelopeDecryptionError,
-    ReceiptFormatError,
-    UnsupportedVersionError,
-)
-from verinfer.receipts.hexutil import check_bytes, check_uint, parse_hex, to_hex
+from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 
-__all__ = [
-    "EnvelopeBinding",
-    "EnvelopeContents",
-    "EnvelopeSuite",
-    "EpochPrivateKey",
-    "EpochPublicKey",
-    "derive_epoch_keypair",
-    "envelope_header",
-    "load_public_key",
-    "open_envelope",
-    "open_envelope_with",
-    "pok_context",
-    "public_key_bytes",
-    "seal",
-    "seal_plaintext",
-    "split_envelope",
-]
+__all__ = ["EnvelopeBinding", "EnvelopeContents", "envelope_header", "open_envelope",
+           "open_envelope_with", "pok_context", "seal", "seal_plaintext", "split_envelope"]
 
 # The plaintext map's own version (its keys), independent of the ExecRequest/ExecResult
 # versions inside it. 2: the Padmé ``padding`` entry is required (version 1, without it, never

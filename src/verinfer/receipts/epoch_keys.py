@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, mlkem, x25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from verinfer.receipts.errors import ReceiptFormatError
+from verinfer.protocol.errors import ReceiptFormatError
 
 LABEL = b"verinfer/epoch-key/v1/"
 MLKEM768_PUBLIC_LEN = 1184

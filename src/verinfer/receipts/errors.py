@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from verinfer.errors import BadInputError
 
-# the format errors live with the ExecRequest in the protocol layer; same classes, re-exported
-from verinfer.protocol.errors import NonCanonicalEncodingError as NonCanonicalEncodingError
-from verinfer.protocol.errors import ReceiptFormatError as ReceiptFormatError
-from verinfer.protocol.errors import UnsupportedVersionError as UnsupportedVersionError
+# the format errors (ReceiptFormatError, UnsupportedVersionError, NonCanonicalEncodingError)
+# live with the ExecRequest in the protocol layer: import them from verinfer.protocol.errors
+from verinfer.protocol.errors import ReceiptFormatError
 
 
 class SignatureError(BadInputError):

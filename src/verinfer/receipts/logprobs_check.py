@@ -19,8 +19,8 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from verinfer.protocol.errors import ReceiptFormatError
 from verinfer.receipts.canonical import ExecResult
-from verinfer.receipts.errors import ReceiptFormatError
 
 
 class LogprobsMismatchError(ReceiptFormatError):

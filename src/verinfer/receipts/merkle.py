@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from eth_utils import keccak
 
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.errors import MerkleError
-from verinfer.receipts.hexutil import to_hex
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"

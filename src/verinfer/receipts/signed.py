@@ -11,6 +11,9 @@ from typing import Any
 
 import rfc8785
 
+from verinfer.protocol.errors import ReceiptFormatError
+from verinfer.protocol.fields import parse_hex
+from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.receipts.eip712 import (
     Domain,
@@ -19,8 +22,6 @@ from verinfer.receipts.eip712 import (
     check_receipt_domain,
     verify_receipt,
 )
-from verinfer.receipts.errors import ReceiptFormatError
-from verinfer.receipts.hexutil import parse_hex, to_hex
 
 #: The wire form is ~1 KB; anything far larger is not a signed receipt.
 MAX_WIRE_BYTES = 1 << 16

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
-from verinfer.receipts.hexutil import to_hex
+from verinfer.protocol.hexutil import to_hex
 
 
 class StreamHasher:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import (
     DOMAIN_TYPE,
     DOMAIN_TYPEHASH,
@@ -24,7 +25,6 @@ from verinfer.receipts.eip712 import (
     address_of,
     sign_receipt,
 )
-from verinfer.receipts.hexutil import to_hex
 from verinfer.receipts.merkle import build_tree
 
 MERKLE_COUNTS = (1, 2, 3, 5, 7, 8)

@@ -20,15 +20,12 @@ from typing import Any
 from verinfer.engine.engine import Engine, GenerationResult
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.operator.evidence import ReceiptIssuer
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.request_rule import exec_requests
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
-from verinfer.receipts.envelope import (
-    EnvelopeBinding,
-    EnvelopeContents,
-    EpochPublicKey,
-    seal_plaintext,
-)
+from verinfer.receipts.envelope import EnvelopeBinding, EnvelopeContents, seal_plaintext
+from verinfer.receipts.epoch_keys import EpochPublicKey
 from verinfer.receipts.signed import SignedReceipt
 
 

@@ -23,7 +23,7 @@ from verinfer.engine.config import RopeScaling
 from verinfer.engine.models.common import rope_divisors
 from verinfer.engine.models.registry import gguf_name
 from verinfer.engine.tiny import add_llama_hparams, add_quantized, add_tiny_tokenizer, close_gguf
-from verinfer.engine.tokenizer import tiny_spm_vocab
+from verinfer.engine.tokenizer.spm import tiny_spm_vocab
 
 # family → (GGUF general.architecture, HF model_type)
 FAMILY_ARCH = {

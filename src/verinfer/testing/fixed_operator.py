@@ -7,13 +7,8 @@ from __future__ import annotations
 import hashlib
 
 from verinfer.engine.engine import Engine
-from verinfer.receipts import (
-    Domain,
-    EnvelopeSuite,
-    EpochPrivateKey,
-    ReceiptSigner,
-    derive_epoch_keypair,
-)
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPrivateKey, derive_epoch_keypair
 from verinfer.testing.evidence import EvidenceFactory
 
 # anvil's chain id and a placeholder registry: the receipts are checked off chain

@@ -15,8 +15,8 @@ from dataclasses import fields
 from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.errors import VerinferError
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.request_rule import exec_requests
-from verinfer.receipts.canonical import ExecRequest
 
 
 def request_problems(engine: Engine, request: ExecRequest, request_body: bytes) -> list[str]:

@@ -27,6 +27,7 @@ from eth_account.signers.local import LocalAccount
 
 from verinfer.attestation.quotes import measurement
 from verinfer.attestation.software import SoftwareAttester, load_root_private
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.da_client.errors import (
     BackendMismatchError,
     BlobNotFoundError,
@@ -45,15 +46,11 @@ from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.kms.protocol import AuditAssignment
 from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import (
-    EnvelopeContents,
-    EnvelopeSuite,
-    EpochPrivateKey,
-    ciphertext_hash,
-)
+from verinfer.receipts.envelope import EnvelopeContents, ciphertext_hash
+from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPrivateKey
 from verinfer.verifier.errors import CannotJudgeError, EvidenceUnavailableError, LocalFault
 from verinfer.verifier.reexec import JobClock, ModelSet, engine_for, judge
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 EnclaveMode = Literal["inprocess", "process"]
 JOB_REF = "verinfer.verifier.reexec:verify_receipt_job"

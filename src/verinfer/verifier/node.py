@@ -30,14 +30,14 @@ from verinfer.chain.anvil import mine
 from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.stake import Declared, ensure_declared
-from verinfer.chain.structs import FINAL, Role, Status, VoteState
+from verinfer.chain.structs import FINAL, INVALID_EVIDENCE, Role, Status, VoteState
 from verinfer.errors import VerinferError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S, Receipt
 from verinfer.verifier.chain_view import ChainView, OpenedChallenge
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import CannotJudgeError, LocalFault, OperatorFault
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 
 class JudgeFn(Protocol):

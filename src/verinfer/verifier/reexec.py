@@ -24,27 +24,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.engine.backends import EngineChoice
 from verinfer.engine.divergence import first_divergence
 from verinfer.engine.engine import Engine
 from verinfer.engine.fingerprint import EngineFingerprint
 from verinfer.engine.loader import sha256_file
 from verinfer.errors import BadInputError, InvalidRequestError
+from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import parse_hex, to_hex
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
-from verinfer.receipts.canonical import ExecRequest, ExecResult
+from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Receipt
-from verinfer.receipts.envelope import (
-    EnvelopeContents,
-    EpochPrivateKey,
-    ciphertext_hash,
-    open_envelope,
-)
+from verinfer.receipts.envelope import EnvelopeContents, ciphertext_hash, open_envelope
+from verinfer.receipts.epoch_keys import EpochPrivateKey
 from verinfer.receipts.errors import EnvelopeContentError, EnvelopeDecryptionError
 from verinfer.verifier.conformance import request_problems
 from verinfer.verifier.cpu_clock import job_cpu_time
 from verinfer.verifier.errors import CannotJudgeError
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 
 def _invalid(receipt: Receipt, reason: str, detail: str = "") -> Verdict:

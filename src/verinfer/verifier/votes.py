@@ -16,10 +16,9 @@ from typing import Any, Literal
 # "verinfer.vote.invalid-evidence")), defined once in its Python mirror: the chain counts stake
 # on it together with stake on any other non-receipt value towards slashing, and refuses
 # receipts whose outHash is this value.
-from verinfer.chain.structs import INVALID_EVIDENCE
 from verinfer.protocol.hexutil import parse_hex, to_hex
 
-__all__ = ["INVALID_EVIDENCE", "REASONS", "Reason", "Verdict"]
+__all__ = ["REASONS", "Reason", "Verdict"]
 
 Reason = Literal[
     "match",  # re-execution reproduces the receipt's outHash

@@ -32,23 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verinfer.engine.engine import (
-    Engine,
-    FinishReason,
-    GenerationResult,
-    ReplayResult,
-    StepEvent,
-)
+from verinfer.engine.engine import Engine, GenerationResult, ReplayResult, StepEvent
 from verinfer.engine.export_hf import HfExport, ensure_export, read_export
 from verinfer.engine.loader import LoadedModel, Weights, sha256_file
 from verinfer.engine.logprobs import TokenLogprob
-from verinfer.engine.sampling import SamplingParams
-from verinfer.engine.stop_rule import StopState
+from verinfer.engine.stop_rule import FinishReason, StopState
 from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
 from verinfer.errors import ModelLoadError, VerinferError
 from verinfer.protocol.hexutil import to_hex
+from verinfer.protocol.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +58,7 @@ def light_model(gguf_path: Path) -> LoadedModel:
     """The GGUF model's identity, config and tokenizer without its weights (vLLM holds those)."""
     from verinfer.engine.gguf_file import GGUFFormatError, read_gguf
     from verinfer.engine.models.registry import config_from_gguf
-    from verinfer.engine.tokenizer import Tokenizer
+    from verinfer.engine.tokenizer.base import Tokenizer
     from verinfer.errors import TokenizerError
 
     try:

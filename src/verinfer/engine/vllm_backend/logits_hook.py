@@ -29,7 +29,8 @@ import torch
 
 from verinfer.engine.digest import step_digests
 from verinfer.engine.logprobs import TokenLogprob, token_logprob
-from verinfer.engine.sampling import SamplingParams, sample
+from verinfer.engine.sampling import sample
+from verinfer.protocol.sampling_params import SamplingParams
 
 #: The SamplingParams.extra_args key naming the verinfer request a vLLM request belongs to.
 KEY = "verinfer_key"

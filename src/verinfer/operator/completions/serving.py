@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from verinfer.engine.engine import Engine, GenerationResult, StepEvent, TokenLogprob
+from verinfer.engine.engine import Engine, GenerationResult, StepEvent
+from verinfer.engine.logprobs import TokenLogprob
 from verinfer.operator.budget import Reservation
 from verinfer.operator.completions.protocol import (
     Completion,

@@ -5,8 +5,3 @@ honest parties run their real software, and invariants are checked after every s
 A test and bench tool (``tests/integration/test_game_sim.py``, ``bench/game.py``); no service
 imports it.
 """
-
-from verinfer.testing.game.play import Game, Violation, play, play_episode, replay
-from verinfer.testing.game.world import World
-
-__all__ = ["Game", "Violation", "World", "play", "play_episode", "replay"]

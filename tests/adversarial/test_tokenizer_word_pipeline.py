@@ -18,8 +18,8 @@ import pytest
 from support.random_text import random_texts
 from support.spm_words import backend_and_words, whole_ids
 from verinfer.engine.tokenizer import word_batches
-from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 
 FINE_EXTRA = ("> </", "  x", "\x1b[", ")\x1b[", "\u00e9\u00e9", "東京", "👍")
@@ -27,7 +27,7 @@ FINE_EXTRA = ("> </", "  x", "\x1b[", ")\x1b[", "\u00e9\u00e9", "東京", "👍"
 
 @pytest.fixture(scope="module")
 def spm() -> FastSpmTokenizer:
-    tok = Tokenizer.from_gguf_fields(tiny_spm_vocab(FINE_EXTRA), variant="gemma")
+    tok = tokenizer_from_gguf_fields(tiny_spm_vocab(FINE_EXTRA), variant="gemma")
     assert isinstance(tok, FastSpmTokenizer)
     return tok
 

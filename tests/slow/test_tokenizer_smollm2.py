@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
+from verinfer.engine.tokenizer.stream import StreamDecoder
 from verinfer.errors import TokenizerError
 
 pytestmark = pytest.mark.slow
@@ -56,7 +58,7 @@ def fields() -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def ours(fields: dict[str, object]) -> Tokenizer:
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +102,17 @@ def test_spec(ours: Tokenizer) -> None:
 
 def test_hash_commits_to_template_and_pre(fields: dict[str, object], ours: Tokenizer) -> None:
     other = dict(fields, **{"tokenizer.chat_template": "{{ messages[0]['content'] }}"})
-    assert Tokenizer.from_gguf_fields(other).hash != ours.hash
-    gpt2 = Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.ggml.pre": "gpt2"}))
+    assert tokenizer_from_gguf_fields(other).hash != ours.hash
+    gpt2 = tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.ggml.pre": "gpt2"}))
     assert gpt2.hash != ours.hash
     assert json.loads(ours.spec.canonical_json())["pre"] == "smollm"
 
 
 def test_unknown_pre_tokenizer_refused(fields: dict[str, object]) -> None:
     with pytest.raises(TokenizerError, match="pre-tokenizer 'qwen35'"):
-        Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.ggml.pre": "qwen35"}))
+        tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.ggml.pre": "qwen35"}))
     with pytest.raises(TokenizerError, match="malformed merge"):
-        Tokenizer.from_gguf_fields(dict(fields, **{"tokenizer.ggml.merges": ["a b c"]}))
+        tokenizer_from_gguf_fields(dict(fields, **{"tokenizer.ggml.merges": ["a b c"]}))
 
 
 @pytest.mark.parametrize("text", CASES, ids=[f"case{i}" for i in range(len(CASES))])
@@ -120,7 +122,7 @@ def test_corpus_matches_hf(ours: Tokenizer, hf: Any, text: str) -> None:
     assert got == expected
     assert ours.decode(got) == hf.decode(expected, skip_special_tokens=True)
     assert ours.decode(got, skip_special=False) == hf.decode(expected, skip_special_tokens=False)
-    sd = ours.stream_decoder()
+    sd = StreamDecoder(ours)
     assert "".join(sd.push(i) for i in got) + sd.flush() == ours.decode(got)
 
 

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 from verinfer.engine.loader import smollm2_model_path
-from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 
 
 def smollm2_tokenizer() -> ByteLevelTokenizer:
-    t = Tokenizer.from_gguf_fields(read_gguf_tokenizer_fields(smollm2_model_path()))
+    t = tokenizer_from_gguf_fields(read_gguf_tokenizer_fields(smollm2_model_path()))
     assert isinstance(t, ByteLevelTokenizer)
     return t
 

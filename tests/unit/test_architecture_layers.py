@@ -9,7 +9,9 @@ a lazy import is still a cycle, only a later one.
 
 Rule: a module may import modules of a lower layer, and of its own layer only within its own
 package ``verinfer.X`` (the packages that share a layer, such as operator and verifier, stay
-independent of each other).
+independent of each other). Two more rules (issue 33): the services carry no devnet code (the
+operator and the verifier import neither anvil's helpers nor the test doubles), and no two
+modules import each other, directly or around a circle, lazily or not.
 """
 
 from __future__ import annotations
@@ -334,3 +336,108 @@ def test_kms_and_enclave_meet_only_in_attestation(table: dict[str, int],
     assert left_behind == [], "attestation modules still in the enclave package"
     runner_imports = enclave[f"{ENCLAVE}.runner"]
     assert f"{ATTESTATION}.quotes" in runner_imports  # the runner's Attester comes from below
+
+
+# The services carry no devnet code: anvil's block and clock helpers and the test doubles are
+# for the devnet, the tests and the benches (verinfer.testing.chain_clock moves anvil for them).
+SERVICE_FORBIDDEN: dict[str, tuple[str, ...]] = {
+    f"{ROOT_PACKAGE}.operator": (f"{ROOT_PACKAGE}.chain.anvil", f"{ROOT_PACKAGE}.testing"),
+    f"{ROOT_PACKAGE}.verifier": (f"{ROOT_PACKAGE}.chain.anvil", f"{ROOT_PACKAGE}.testing"),
+}
+
+
+def devnet_imports(sources: dict[str, tuple[str, bool]], known: set[str]) -> list[str]:
+    """``importer:line -> imported`` for every import SERVICE_FORBIDDEN forbids."""
+    found: list[str] = []
+    for module, (source, is_package) in sorted(sources.items()):
+        for service, banned in SERVICE_FORBIDDEN.items():
+            if not _in(module, service):
+                continue
+            found += [f"{module}:{line} -> {imported}"
+                      for line, imported in imports_of(source, module, is_package, known)
+                      if any(_in(imported, b) for b in banned)]
+    return found
+
+
+def test_services_import_no_devnet_code(sources: dict[str, tuple[str, bool]]) -> None:
+    found = devnet_imports(sources, set(sources) | compiled_modules())
+    assert not found, ("the operator and the verifier import devnet helpers (move the behaviour "
+                       "to the devnet side, verinfer.testing.chain_clock):\n" + "\n".join(found))
+
+
+@pytest.mark.parametrize("source", [
+    "from verinfer.chain.anvil import mine\n",
+    "def f():\n    from verinfer.chain import anvil\n",
+    "import verinfer.testing.evidence\n",
+])
+def test_a_devnet_import_in_a_service_is_caught(source: str) -> None:
+    known = {"verinfer.chain", "verinfer.chain.anvil", "verinfer.testing",
+             "verinfer.testing.evidence", "verinfer.verifier.node"}
+    assert len(devnet_imports({"verinfer.verifier.node": (source, False)}, known)) == 1
+    assert devnet_imports({"verinfer.devnet.stack": (source, False)}, known) == []
+
+
+def import_cycles(sources: dict[str, tuple[str, bool]], known: set[str]) -> list[list[str]]:
+    """The import circles among ``sources``: each strongly connected set of two or more modules
+    of the import graph (every import counts, lazy and type-only ones too), sorted."""
+    graph = {m: sorted({n for _, n in imports_of(s, m, p, known) if n in sources and n != m})
+             for m, (s, p) in sources.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):  # Tarjan's algorithm, iteratively (no recursion limit)
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(graph[node]):
+                work.append((node, i + 1))
+                nxt = graph[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                comp: list[str] = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    cycles.append(sorted(comp))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return sorted(cycles)
+
+
+def test_no_import_cycles(sources: dict[str, tuple[str, bool]]) -> None:
+    cycles = import_cycles(sources, set(sources) | compiled_modules())
+    assert not cycles, ("modules that import each other (a lazy import is still a circle: move "
+                        "the shared part into a module below both):\n"
+                        + "\n".join(" <-> ".join(c) for c in cycles))
+
+
+def test_an_import_cycle_is_caught() -> None:
+    known = {"verinfer.a", "verinfer.b", "verinfer.c", "verinfer.d"}
+    sources = {
+        "verinfer.a": ("from verinfer.b import x\n", False),
+        # lazy, and through a third module
+        "verinfer.b": ("def f():\n    from verinfer import c\n", False),
+        "verinfer.c": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    import verinfer.a\n", False),
+        "verinfer.d": ("import verinfer.a\n", False),  # reaches the circle, is not in it
+    }
+    assert import_cycles(sources, known) == [["verinfer.a", "verinfer.b", "verinfer.c"]]
+    sources["verinfer.c"] = ("", False)
+    assert import_cycles(sources, known) == []

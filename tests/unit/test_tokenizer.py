@@ -9,6 +9,11 @@ import sys
 import pytest
 
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import (
+    tokenizer_from_gguf,
+    tokenizer_from_gguf_fields,
+    tokenizer_from_tokenizer_json,
+)
 from verinfer.engine.tokenizer.spec import (
     SPACE,
     TOKEN_BYTE,
@@ -26,7 +31,7 @@ def _tok(fields: dict[str, object] | None = None, **overrides: object) -> Tokeni
     f = dict(fields if fields is not None else tiny_spm_vocab())
     for k, v in overrides.items():
         f["tokenizer.ggml." + k] = v
-    return Tokenizer.from_gguf_fields(f)
+    return tokenizer_from_gguf_fields(f)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +64,7 @@ def _mini(pieces: list[tuple[str, float]], **kw: object) -> Tokenizer:
         "tokenizer.ggml.add_space_prefix": False,
     }
     fields.update({"tokenizer.ggml." + k: v for k, v in kw.items()})
-    return Tokenizer.from_gguf_fields(fields)
+    return tokenizer_from_gguf_fields(fields)
 
 
 def _random_text(rng: random.Random, n: int) -> str:
@@ -105,7 +110,7 @@ def test_tiny_vocab_layout(tok: Tokenizer) -> None:
     assert tok.token_to_id("▁the") is not None
     assert tok.token_to_id("no-such-token") is None
     # extra pieces are added, reachable and encodable as one token
-    t2 = Tokenizer.from_gguf_fields(tiny_spm_vocab(["▁verinfer"]))
+    t2 = tokenizer_from_gguf_fields(tiny_spm_vocab(["▁verinfer"]))
     assert t2.vocab_size > tok.vocab_size
     assert t2.encode(" verinfer", add_bos=False) == [t2.token_to_id("▁verinfer")]
 
@@ -154,14 +159,14 @@ def test_gemma_variant_uses_position_and_respells_spaces() -> None:
             "bos_token_id": 2,
         }.items()
     }
-    spm = Tokenizer.from_gguf_fields(fields)
-    gem = Tokenizer.from_gguf_fields({**fields, "general.architecture": "gemma3"})
+    spm = tokenizer_from_gguf_fields(fields)
+    gem = tokenizer_from_gguf_fields({**fields, "general.architecture": "gemma3"})
     assert spm.spec.variant == "spm" and gem.spec.variant == "gemma"
     assert spm.hash != gem.hash
     # spm: score order ("bc" scores higher); gemma: vocabulary order ("ab" comes first)
     assert [spm.spec.tokens[i] for i in spm.encode("abc")] == ["a", "bc"]
     assert [gem.spec.tokens[i] for i in gem.encode("abc")] == ["ab", "c"]
-    gem2 = Tokenizer.from_gguf_fields({**fields, "general.architecture": "gemma3"}, variant="gemma")
+    gem2 = tokenizer_from_gguf_fields({**fields, "general.architecture": "gemma3"}, variant="gemma")
     assert gem2.hash == gem.hash
     sp = len(base.spec.tokens)
     # spm: "  " is a user-defined token matched in the raw text
@@ -199,7 +204,7 @@ def test_unk_without_byte_tokens() -> None:
         "tokenizer.ggml.add_bos_token": False,
         "tokenizer.ggml.add_space_prefix": False,
     }
-    t = Tokenizer.from_gguf_fields(fields)
+    t = tokenizer_from_gguf_fields(fields)
     assert t.encode("abxab") == [3, 0, 3]
     assert t.decode([3, 0, 3]) == "abab"
     assert t.decode([3, 0, 3], skip_special=False) == "ab<unk>ab"
@@ -225,7 +230,7 @@ def test_add_space_prefix_round_trip() -> None:
     assert ids[0] == t.token_to_id("▁the")
     assert t.decode(ids) == "the cat"
     assert t.encode("<start_of_turn>the", add_bos=False)[1] == t.token_to_id("▁the")
-    sd = t.stream_decoder()
+    sd = StreamDecoder(t)
     assert "".join(sd.push(i) for i in ids) + sd.flush() == "the cat"
 
 
@@ -268,7 +273,7 @@ def test_longest_special_match() -> None:
     tokens += ["<a>", "<a><b>"]
     types += [TOKEN_CONTROL, TOKEN_CONTROL]
     scores += [-1000.0, -1000.0]
-    t = Tokenizer.from_gguf_fields(
+    t = tokenizer_from_gguf_fields(
         {
             **f,
             "tokenizer.ggml.tokens": tokens,
@@ -310,7 +315,7 @@ def test_stream_decoder_matches_decode(tok: Tokenizer) -> None:
 
 def test_stream_decoder_holds_partial_characters(tok: Tokenizer) -> None:
     ids = tok.encode("a😀b", add_bos=False)
-    sd = tok.stream_decoder()
+    sd = StreamDecoder(tok)
     out = [sd.push(i) for i in ids]
     assert out == ["a", "", "", "", "😀", "b"]
     # random byte soup: same text as decode, replacement characters included
@@ -319,10 +324,10 @@ def test_stream_decoder_holds_partial_characters(tok: Tokenizer) -> None:
     for _ in range(200):
         ids2 = [rng.choice(byte_ids) for _ in range(rng.randint(0, 12))]
         ids2 = [i for i in ids2 if i is not None]
-        sd = tok.stream_decoder()
+        sd = StreamDecoder(tok)
         got = "".join(sd.push(i) for i in ids2) + sd.flush()
         assert got == tok.decode(ids2)
-    sd = tok.stream_decoder()
+    sd = StreamDecoder(tok)
     assert sd.push(byte_ids[0xE2] or 0) == ""
     assert sd.flush() == "\ufffd"
 
@@ -353,9 +358,9 @@ def test_hash_stable_and_sensitive(tok: Tokenizer) -> None:
 
 def test_hash_stable_across_processes(tok: Tokenizer) -> None:
     code = (
-        "from verinfer.engine.tokenizer.base import Tokenizer;"
+        "from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields;"
         "from verinfer.engine.tokenizer.spm import tiny_spm_vocab;"
-        "print(Tokenizer.from_gguf_fields(tiny_spm_vocab()).hash.hex())"
+        "print(tokenizer_from_gguf_fields(tiny_spm_vocab()).hash.hex())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -370,7 +375,7 @@ def test_decode_unknown_id_raises(tok: Tokenizer) -> None:
     with pytest.raises(TokenizerError):
         tok.decode([-1])
     with pytest.raises(TokenizerError):
-        tok.stream_decoder().push(10**9)
+        StreamDecoder(tok).push(10**9)
 
 
 @pytest.mark.parametrize(
@@ -380,7 +385,7 @@ def test_missing_required_keys(drop: str) -> None:
     f = tiny_spm_vocab()
     del f[drop]
     with pytest.raises(TokenizerError):
-        Tokenizer.from_gguf_fields(f)
+        tokenizer_from_gguf_fields(f)
 
 
 def test_bad_fields_raise() -> None:
@@ -398,9 +403,9 @@ def test_bad_fields_raise() -> None:
     with pytest.raises(TokenizerError):
         _tok(f, tokens="abc")
     with pytest.raises(TokenizerError):
-        Tokenizer.from_gguf_fields({})
+        tokenizer_from_gguf_fields({})
     with pytest.raises(TokenizerError):
-        Tokenizer.from_gguf_fields(f, variant="nope")
+        tokenizer_from_gguf_fields(f, variant="nope")
     with pytest.raises(TokenizerError):
         tok = _tok(f)
         tok.encode(b"bytes")  # type: ignore[arg-type]
@@ -430,20 +435,20 @@ def test_gguf_file_round_trip(tmp_path: object) -> None:
     w.close()
     fields = read_gguf_tokenizer_fields(path)
     assert fields["general.architecture"] == "gemma3"
-    t = Tokenizer.from_gguf(path)
+    t = tokenizer_from_gguf(path)
     assert t.spec.variant == "gemma"
-    ref = Tokenizer.from_gguf_fields(f, variant="gemma")
+    ref = tokenizer_from_gguf_fields(f, variant="gemma")
     assert t.hash == ref.hash
-    t2 = Tokenizer.from_gguf(gguf.GGUFReader(str(path)))
+    t2 = tokenizer_from_gguf(gguf.GGUFReader(str(path)))
     assert t2.hash == t.hash
     s = "Hello the world, 😀!"
-    assert t.encode(s) == Tokenizer.from_gguf_fields(f).encode(s)
+    assert t.encode(s) == tokenizer_from_gguf_fields(f).encode(s)
     with pytest.raises(TokenizerError):
-        Tokenizer.from_gguf(tmp_path / "missing.gguf")
+        tokenizer_from_gguf(tmp_path / "missing.gguf")
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"NOPE" + bytes(100))
     with pytest.raises(TokenizerError):
-        Tokenizer.from_gguf(bad)
+        tokenizer_from_gguf(bad)
 
 
 def test_space_constant() -> None:
@@ -459,7 +464,7 @@ def test_from_tokenizer_json(tmp_path: object) -> None:
     tokens = list(f["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
     types = list(f["tokenizer.ggml.token_type"])  # type: ignore[call-overload]
     vocab = {t: i for i, t in enumerate(tokens)}
-    ours = Tokenizer.from_gguf_fields(f)
+    ours = tokenizer_from_gguf_fields(f)
     merges = []
     for t in tokens[types.index(TOKEN_NORMAL) :]:  # normal tokens are in merge-priority order
         for k in range(len(t) - 1, 0, -1):  # all splits, longer left piece first
@@ -484,7 +489,7 @@ def test_from_tokenizer_json(tmp_path: object) -> None:
     backend.add_tokens([tokenizers.AddedToken("\n", normalized=False, special=False)])
     path = tmp_path / "tokenizer.json"
     backend.save(str(path))
-    t = Tokenizer.from_tokenizer_json(path)
+    t = tokenizer_from_tokenizer_json(path)
     assert t.spec.bos_id == 2 and t.spec.eos_id == 1 and t.spec.eot_ids == (1, 5)
     assert len(t.hash) == 32 and t.hash != ours.hash
     assert t.spec.source_sha256 is not None
@@ -498,4 +503,4 @@ def test_from_tokenizer_json(tmp_path: object) -> None:
         plain = t.encode(s, parse_special=False, add_bos=False)
         assert plain == ours.encode(s, parse_special=False, add_bos=False), repr(s)
     with pytest.raises(TokenizerError):
-        Tokenizer.from_tokenizer_json(tmp_path / "missing.json")
+        tokenizer_from_tokenizer_json(tmp_path / "missing.json")

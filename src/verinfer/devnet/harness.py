@@ -28,6 +28,7 @@ from verinfer.engine.engine import Engine
 from verinfer.errors import BadInputError
 from verinfer.kms.epochs import FileEpochRegistry
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.testing.chain_clock import TimeTravelChallenger
 from verinfer.testing.evidence import Evidence, EvidenceFactory
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger, Located, locate
@@ -108,9 +109,9 @@ class Devnet:
                    stall_s: float = 30.0) -> Challenger:
         """A challenger on its own connection (one per thread), with devnet time travel."""
         w3 = Web3(Web3.HTTPProvider(self.rpc_url, request_kwargs={"timeout": 30}))
-        ch = Challenger(ChainView(w3, self.deployment, bind(w3, self.deployment)),
-                        bind(w3, self.deployment, account or self.funded_account()), self.da,
-                        unsafe_devnet_time_travel=True)
+        ch = TimeTravelChallenger(ChainView(w3, self.deployment, bind(w3, self.deployment)),
+                                  bind(w3, self.deployment, account or self.funded_account()),
+                                  self.da)
         ch.stall_s = stall_s
         return ch
 

@@ -28,11 +28,12 @@ from verinfer.devnet.network import (
 from verinfer.engine.engine import Engine
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.testing.chain_clock import MiningNode, TimeTravelChallenger
 from verinfer.testing.evidence import EvidenceFactory
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.challenger import Challenger
 from verinfer.verifier.enclave_judge import EnclaveConfig, EnclaveJudge
-from verinfer.verifier.node import JudgeFn, NodeConfig, VerifierNode
+from verinfer.verifier.node import JudgeFn, NodeConfig
 
 
 class LocalStack:
@@ -76,10 +77,8 @@ class LocalStack:
                                           on_timings=self.on_timings).judge
             if self.wrap_judge is not None:
                 judge = self.wrap_judge(judge)
-            node = VerifierNode(ChainView(vw3, self.d, c), c, acct, judge, self.da,
-                                NodeConfig(self.root / f"verifier-{i}.json",
-                                           unsafe_devnet_mine=True),
-                                log=self._tagged(i))
+            node = MiningNode(ChainView(vw3, self.d, c), c, acct, judge, self.da,
+                              NodeConfig(self.root / f"verifier-{i}.json"), log=self._tagged(i))
             node.ensure_registered(ETHER)
             self.nodes.append(node)
             stop = threading.Event()
@@ -92,8 +91,8 @@ class LocalStack:
         return lambda m: self.log(f"[v{i}] {m}")
 
     def challenger(self) -> Challenger:
-        return Challenger(self.view, bind(self.w3, self.d, self.roles.challenger), self.da,
-                          unsafe_devnet_time_travel=True)
+        return TimeTravelChallenger(self.view, bind(self.w3, self.d, self.roles.challenger),
+                                    self.da)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

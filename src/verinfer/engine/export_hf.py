@@ -24,6 +24,7 @@ from typing import Any
 
 from verinfer.engine.loader import sha256_file
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf
 from verinfer.errors import ModelLoadError
 from verinfer.protocol.hexutil import parse_hex, to_hex
 
@@ -100,7 +101,7 @@ def export_hf(gguf_path: str | Path, out_dir: str | Path, *, force: bool = False
             raise ExportError(f"{str(out)!r} is not empty and is no export of {src.name}; "
                               "pass --force to overwrite it", param="dir")
         shutil.rmtree(out)
-    ours = Tokenizer.from_gguf(src)
+    ours = tokenizer_from_gguf(src)
     try:
         import torch
         import transformers

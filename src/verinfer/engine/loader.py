@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,45 +26,10 @@ from verinfer.engine.models.registry import (
     expected_shapes,
     gguf_name,
 )
-from verinfer.engine.ops import Matrix
 from verinfer.engine.tokenizer.base import Tokenizer
+from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields, tokenizer_from_tokenizer_json
+from verinfer.engine.weights import Weights
 from verinfer.errors import ModelLoadError, TokenizerError
-
-
-@dataclass
-class Weights:
-    """fp32 tensors by GGUF name, plus the raw blocks of matrices kept quantized:
-    ``blocks[name] = (GGUF type name, uint8 [N, row bytes])``."""
-
-    f32: dict[str, torch.Tensor]
-    blocks: dict[str, tuple[str, torch.Tensor]] = field(default_factory=dict)
-
-    def matrix(self, name: str) -> Matrix:
-        if name in self.blocks:
-            qtype, raw = self.blocks[name]
-            return Matrix(self.f32.get(name), qtype=qtype, blocks=raw)
-        if name not in self.f32:
-            raise ModelLoadError(f"weight {name!r} is missing from the model file")
-        return Matrix(self.f32[name])
-
-    def _of_type(self, qtype: str) -> dict[str, torch.Tensor]:
-        return {n: raw for n, (t, raw) in self.blocks.items() if t == qtype}
-
-    @property
-    def q8_0(self) -> dict[str, torch.Tensor]:
-        """The Q8_0 matrices' raw blocks (a view of ``blocks``)."""
-        return self._of_type("Q8_0")
-
-    @property
-    def q4_1(self) -> dict[str, torch.Tensor]:
-        """The Q4_1 matrices' raw blocks (a view of ``blocks``)."""
-        return self._of_type("Q4_1")
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        try:
-            return self.f32[name]
-        except KeyError:
-            raise ModelLoadError(f"weight {name!r} is missing from the model file") from None
 
 
 @dataclass
@@ -158,7 +123,7 @@ def _load_gguf(path: Path) -> LoadedModel:
     except (OSError, GGUFFormatError) as e:
         raise ModelLoadError(f"{str(path)!r} is not a readable GGUF file: {e}") from e
     try:
-        tokenizer = Tokenizer.from_gguf_fields(g.fields)
+        tokenizer = tokenizer_from_gguf_fields(g.fields)
     except TokenizerError as e:
         raise ModelLoadError(f"GGUF tokenizer metadata is unusable: {e.message}") from e
     config = config_from_gguf(g.fields, tokenizer.vocab_size)
@@ -221,7 +186,7 @@ def _load_safetensors(path: Path) -> LoadedModel:
         tensors = load_file(str(path))
     except Exception as e:
         raise ModelLoadError(f"cannot read {str(path)!r}: {e}") from e
-    tokenizer = Tokenizer.from_tokenizer_json(tok_path)
+    tokenizer = tokenizer_from_tokenizer_json(tok_path)
     config = config_from_hf(hf_cfg)
     arch = config.arch
     f32: dict[str, torch.Tensor] = {}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -67,49 +68,55 @@ def status(
         raise fail(e) from e
 
 
-@app.command("open")
-def challenge(
-    ref: Annotated[str, typer.Argument(
-        help="Receipt id (0x…32 bytes), DA pointer, or a JSON file: an API response, its "
-             "`verification` object, a signed receipt or a manifest entry.")],
-    rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
-    deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
-    keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
-    da_store: Annotated[Path | None, DA_STORE_OPT] = None,
-    da_redis_url: Annotated[str | None, REDIS_DA_OPT] = None,
-    wait: Annotated[bool, typer.Option(help="Follow the challenge to its resolution.")] = True,
-    timeout_s: Annotated[float, typer.Option()] = 600.0,
-    unsafe_devnet_time_travel: Annotated[bool, typer.Option(
-        help="anvil only: mine to the draw block, skip expired phases.")] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-) -> None:
-    """Challenge a receipt, or show a challenge's status."""
-    try:
-        w = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
-        ch = Challenger(w.view, w.contracts, w.da,
-                        unsafe_devnet_time_travel=unsafe_devnet_time_travel)
-        with console.status("locating the receipt in committed batches…"):
-            loc = locate(w.view, w.da, ref)
-        _, chain_now = w.view.head()
-        if is_future_dated(loc.signed.receipt.issued_at, chain_now):
-            # what a client check refuses on receipt (issuedAt skew); the chain slashes it
-            console.log(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
-                        f"{MAX_ISSUED_AT_SKEW_S} s after chain time {chain_now}: invalid on its "
-                        "face, claimed at once (no publication deadline to wait for)")
-        kind, cid = ch.open(loc)
-        console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
-        if kind == "claim":
-            if wait:
-                with console.status("waiting for the operator's response period…"):
-                    console.log(f"claim {cid}: {ch.settle_claim(cid).name.lower()}")
-            st = ch.status("claim", cid)
-        else:
-            if wait:
-                with console.status("waiting for the committee…") as sp:
-                    ch.wait(cid, timeout_s=timeout_s, on_update=lambda s: sp.update(
-                        f"{s['status']}: {s['commits']}/{s['members']} committed, "
-                        f"{s['reveals']}/{s['members']} revealed"))
-            st = ch.status("challenge", cid)
-        typer.echo(json.dumps(st)) if as_json else console.print(_table(st))
-    except VerinferError as e:
-        raise fail(e) from e
+def open_command(make_challenger: Callable[..., Challenger] = Challenger) -> Callable[..., None]:
+    """The `open` command over challengers that ``make_challenger(view, contracts, da)``
+    builds: this CLI's on a real chain; `verinfer devnet challenge` passes one that moves
+    anvil's clock (verinfer.testing.chain_clock), which no service carries."""
+
+    def challenge(
+        ref: Annotated[str, typer.Argument(
+            help="Receipt id (0x…32 bytes), DA pointer, or a JSON file: an API response, its "
+                 "`verification` object, a signed receipt or a manifest entry.")],
+        rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
+        deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
+        keystore: Annotated[Path | None, KEYSTORE_OPT] = None,
+        da_store: Annotated[Path | None, DA_STORE_OPT] = None,
+        da_redis_url: Annotated[str | None, REDIS_DA_OPT] = None,
+        wait: Annotated[bool, typer.Option(help="Follow the challenge to its resolution.")] = True,
+        timeout_s: Annotated[float, typer.Option()] = 600.0,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Challenge a receipt, or show a challenge's status."""
+        try:
+            w = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
+            ch = make_challenger(w.view, w.contracts, w.da)
+            with console.status("locating the receipt in committed batches…"):
+                loc = locate(w.view, w.da, ref)
+            _, chain_now = w.view.head()
+            if is_future_dated(loc.signed.receipt.issued_at, chain_now):
+                # what a client check refuses on receipt (issuedAt skew); the chain slashes it
+                console.log(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
+                            f"{MAX_ISSUED_AT_SKEW_S} s after chain time {chain_now}: invalid on "
+                            "its face, claimed at once (no publication deadline to wait for)")
+            kind, cid = ch.open(loc)
+            console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
+            if kind == "claim":
+                if wait:
+                    with console.status("waiting for the operator's response period…"):
+                        console.log(f"claim {cid}: {ch.settle_claim(cid).name.lower()}")
+                st = ch.status("claim", cid)
+            else:
+                if wait:
+                    with console.status("waiting for the committee…") as sp:
+                        ch.wait(cid, timeout_s=timeout_s, on_update=lambda s: sp.update(
+                            f"{s['status']}: {s['commits']}/{s['members']} committed, "
+                            f"{s['reveals']}/{s['members']} revealed"))
+                st = ch.status("challenge", cid)
+            typer.echo(json.dumps(st)) if as_json else console.print(_table(st))
+        except VerinferError as e:
+            raise fail(e) from e
+
+    return challenge
+
+
+app.command("open")(open_command())

@@ -8,14 +8,12 @@ an API response's ``verification`` object.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verinfer.chain.anvil import increase_time, mine
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.structs import (
     FINAL,
@@ -159,12 +157,20 @@ def locate(view: ChainView, da: BlobSource, ref: str) -> Located:
 
 class Challenger:
     def __init__(self, view: ChainView, contracts: Contracts, da: BlobSource, *,
-                 unsafe_devnet_time_travel: bool = False,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.view, self.c, self.da = view, contracts, da
-        self.travel, self.sleep = unsafe_devnet_time_travel, sleep
-        self._progress: dict[int, tuple[tuple[int, int, int], float]] = {}
-        self.stall_s = 30.0  # no commit/reveal for this long: skip to the phase deadline
+        self.sleep = sleep
+
+    def pass_deadline(self, deadline: int, now: int) -> bool:
+        """Whether the chain's clock was moved past ``deadline`` (chain time ``now``) so that
+        the caller can act now. A real chain's clock moves by itself: False, the caller waits
+        or refuses. (A devnet subclass moves anvil's clock:
+        ``verinfer.testing.chain_clock.TimeTravelChallenger``.)"""
+        return False
+
+    def nudge(self, cid: int, info: Any) -> None:
+        """Called on every poll of :meth:`wait` with the challenge's state; nothing to do on a
+        real chain, whose blocks and clock move by themselves."""
 
     def open(self, loc: Located) -> tuple[str, int]:
         """('challenge', id) for a committed receipt, ('claim', id) for a withheld one. A
@@ -186,12 +192,10 @@ class Challenger:
             return "claim", self.c.challenges.claim_unpublished(loc.signed.receipt,
                                                                 loc.signed.signature, bond)
         publish_by = publication_deadline(issued_at, p.publication_deadline)
-        if ts <= publish_by:
-            if not self.travel:
-                raise ChallengeStateError(
-                    f"receipt 0x{loc.signed.digest.hex()} is not in a committed batch yet, but "
-                    f"its publication deadline ({publish_by}) has not passed (chain time {ts})")
-            increase_time(self.view.w3, publish_by - ts + 1)
+        if ts <= publish_by and not self.pass_deadline(publish_by, ts):
+            raise ChallengeStateError(
+                f"receipt 0x{loc.signed.digest.hex()} is not in a committed batch yet, but "
+                f"its publication deadline ({publish_by}) has not passed (chain time {ts})")
         return "claim", self.c.challenges.claim_unpublished(loc.signed.receipt,
                                                             loc.signed.signature, bond)
 
@@ -218,17 +222,14 @@ class Challenger:
         cl = self.c.challenges.claim(claim_id)
         _, ts = self.view.head()
         if cl.status is ClaimStatus.OPEN:
-            if ts <= cl.response_deadline:
-                if not self.travel:
-                    return cl.status
-                increase_time(self.view.w3, cl.response_deadline - ts + 1)
+            if ts <= cl.response_deadline and not self.pass_deadline(cl.response_deadline, ts):
+                return cl.status
             self.c.challenges.resolve_unpublished(claim_id)
         return self.c.challenges.claim(claim_id).status
 
     def wait(self, cid: int, *, timeout_s: float = 600.0, poll_s: float = 0.25,
              on_update: Callable[[dict[str, Any]], None] = lambda s: None) -> Status:
-        """Follows a challenge to its end. With devnet time travel it mines to the draw block,
-        and skips past a phase deadline once nothing else can happen in that phase."""
+        """Follows a challenge to its end (:meth:`nudge` on every poll)."""
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -239,29 +240,6 @@ class Challenger:
             info = self.c.challenges.challenge(cid)
             if info.status in FINAL:
                 return info.status
-            if self.travel:
-                self._nudge(cid, info)
+            self.nudge(cid, info)
             self.sleep(poll_s)
         raise ChallengeStateError(f"challenge {cid} not resolved within {timeout_s}s")
-
-    def _nudge(self, cid: int, info: Any) -> None:
-        number, ts = self.view.head()
-        if info.status is Status.AWAITING_DRAW and number <= info.target_block:
-            mine(self.view.w3, info.target_block - number + 1)
-        elif info.status is Status.VOTING:
-            seen = (info.commits, info.reveals, info.status.value)
-            last = self._progress.get(cid)
-            if last is None or last[0] != seen:
-                self._progress[cid] = (seen, time.monotonic())
-                if info.reveals != info.members:
-                    return
-            elif time.monotonic() - last[1] < self.stall_s:
-                return
-            self._progress[cid] = (seen, time.monotonic())
-            if info.commits < info.members and ts <= info.commit_deadline:
-                increase_time(self.view.w3, info.commit_deadline - ts + 1)
-            elif info.reveals < info.members and ts <= info.reveal_deadline:
-                increase_time(self.view.w3, info.reveal_deadline - ts + 1)
-            elif info.reveals == info.members or ts > info.reveal_deadline:
-                with contextlib.suppress(VerinferError):
-                    self.c.challenges.resolve(cid)

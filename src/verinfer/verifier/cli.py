@@ -69,8 +69,6 @@ def run(
     kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
     vllm_threads: Annotated[int, typer.Option(
         help="vllm: CPU threads (part of the fingerprint: the operator's count).")] = 1,
-    unsafe_devnet_mine: Annotated[bool, typer.Option(
-        help="Mine anvil blocks to reach a challenge's draw block (devnet only).")] = False,
 ) -> None:
     """Register (if needed), then follow the chain: judge, commit, reveal, resolve, withdraw."""
     # eth-account (py_ecc) raises the recursion limit to 100000, where a nested JSON answer
@@ -97,8 +95,7 @@ def run(
         state_dir.mkdir(parents=True, exist_ok=True)
         lock = threading.Lock()
         node = VerifierNode(wired.view, wired.contracts, acct, judge.judge, wired.da,
-                            NodeConfig(state_dir / "votes.json",
-                                       unsafe_devnet_mine=unsafe_devnet_mine),
+                            NodeConfig(state_dir / "votes.json"),
                             log=lambda m: console.log(m), tx_lock=lock)
         if node.ensure_registered(int(stake * ETHER)):
             console.log(f"registered verifier {acct.address} with {stake} ETH")

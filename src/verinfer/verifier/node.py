@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 from eth_account.signers.local import LocalAccount
 
-from verinfer.chain.anvil import mine
 from verinfer.chain.bindings import Contracts, vote_commitment
 from verinfer.chain.errors import ChainError, ContractRevertError
 from verinfer.chain.stake import Declared, ensure_declared
@@ -50,7 +49,6 @@ class NodeConfig:
     state_file: Path
     resolve: bool = True  # settle challenges whose votes are in
     claim_rewards: bool = True
-    unsafe_devnet_mine: bool = False  # mine blocks to reach the draw block (anvil only)
     retry_initial_s: float = 1.0  # first wait after a local fault; doubles per failure
     retry_max_s: float = 30.0  # cap: a long outage is still retried every 30 s until the deadline
 
@@ -158,6 +156,12 @@ class VerifierNode:
             if self._send(lambda: self.c.challenges.withdraw_credits(), "withdrawCredits"):
                 self.stats.withdrawn_wei += amount
 
+    def awaiting_block(self, target_block: int, number: int) -> None:
+        """A challenge waits for the chain to pass ``target_block`` (its committee's draw
+        block); the head is ``number``. A real chain gets there by itself, so the node only
+        waits. (A devnet's anvil mines only on transactions: the devnet mines for it, in a
+        process of its own or with ``verinfer.testing.chain_clock.MiningNode``.)"""
+
     def _send(self, fn: Callable[[], object], what: str) -> bool:
         try:
             with self.tx_lock:
@@ -179,8 +183,8 @@ class VerifierNode:
             if number > info.target_block:
                 if self._send(lambda: self.c.challenges.draw_committee(cid), "drawCommittee"):
                     self.log(f"challenge {cid}: committee drawn")
-            elif self.cfg.unsafe_devnet_mine:
-                mine(self.view.w3, info.target_block - number + 1)
+            else:
+                self.awaiting_block(info.target_block, number)
             return
         vote = self.c.challenges.vote(cid, self.me)
         if vote.state is VoteState.NONE:

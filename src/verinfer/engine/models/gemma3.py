@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 from verinfer.engine.config import ModelConfig
-from verinfer.engine.loader import Weights
 from verinfer.engine.models.common import (
     Batch,
     RopeTable,
@@ -27,6 +26,7 @@ from verinfer.engine.models.common import (
     rope_divisors,
 )
 from verinfer.engine.ops import Matrix, MatrixGroup, Ops
+from verinfer.engine.weights import Weights
 
 
 @dataclass

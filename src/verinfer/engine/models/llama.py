@@ -29,13 +29,13 @@ from typing import Any
 import torch
 
 from verinfer.engine.config import ModelConfig
-from verinfer.engine.loader import Weights
 from verinfer.engine.models.common import (
     Batch,
     RopeTable,
     rope_divisors,
 )
 from verinfer.engine.ops import Matrix, MatrixGroup, Ops
+from verinfer.engine.weights import Weights
 from verinfer.errors import ModelLoadError
 
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's per-frequency rope divisors (Llama 3.1 scaling)

@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from verinfer.engine.loader import Weights
 from verinfer.engine.models.llama import Llama, has_weight
 from verinfer.engine.ops import Matrix
+from verinfer.engine.weights import Weights
 from verinfer.errors import ModelLoadError
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from verinfer.engine.loader import Weights
 from verinfer.engine.models.llama import Llama, LlamaLayer
+from verinfer.engine.weights import Weights
 
 
 @dataclass

@@ -12,29 +12,23 @@ from __future__ import annotations
 
 import abc
 import hashlib
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
 
 from verinfer.engine.tokenizer.spec import (
     TOKEN_CONTROL,
     TOKEN_NORMAL,
     TOKEN_UNKNOWN,
     TokenizerSpec,
-    _fields_from_reader,
-    read_gguf_tokenizer_fields,
-    spec_from_gguf_fields,
 )
 from verinfer.errors import TokenizerError
 
-if TYPE_CHECKING:
-    from verinfer.engine.tokenizer.stream import StreamDecoder
-
 
 class Tokenizer(abc.ABC):
-    """A tokenizer defined by a :class:`TokenizerSpec`. Build one with :meth:`from_gguf`,
-    :meth:`from_gguf_fields`, :meth:`from_tokenizer_json` or :meth:`from_spec`."""
+    """A tokenizer defined by a :class:`TokenizerSpec`. Build one with the factories of
+    :mod:`verinfer.engine.tokenizer.load` (``tokenizer_from_gguf``, ``tokenizer_from_spec``,
+    ...): the base class knows none of its implementations. Decode incrementally with
+    :class:`verinfer.engine.tokenizer.stream.StreamDecoder`."""
 
     def __init__(self, spec: TokenizerSpec) -> None:
         self.spec = spec
@@ -43,53 +37,6 @@ class Tokenizer(abc.ABC):
             spec.token_types if spec.token_types is not None else (TOKEN_NORMAL,) * n)
         self._token_to_id: dict[str, int] = {t: i for i, t in enumerate(spec.tokens)}
         self._bytes_cache: dict[int, bytes] = {}
-
-    # -- construction ---------------------------------------------------------------------------
-    @staticmethod
-    def from_spec(spec: TokenizerSpec) -> Tokenizer:
-        """The implementation ``spec.variant`` names."""
-        if spec.variant in ("spm", "gemma"):
-            from verinfer.engine.tokenizer.fast_spm import FastSpmTokenizer, fast_spm_refusal
-            from verinfer.engine.tokenizer.spm import SpmTokenizer
-
-            # the Rust fast path where it is proven equal to the reference, else the reference
-            if fast_spm_refusal(spec) is None:
-                return FastSpmTokenizer(spec)
-            return SpmTokenizer(spec)
-        if spec.variant == "bytelevel":
-            from verinfer.engine.tokenizer.bytelevel import ByteLevelTokenizer
-
-            return ByteLevelTokenizer(spec)
-        raise TokenizerError(f"no tokenizer implementation for variant {spec.variant!r}")
-
-    @classmethod
-    def from_gguf_fields(
-        cls, fields: Mapping[str, object], *, variant: str | None = None
-    ) -> Tokenizer:
-        """From GGUF key/values (python values). ``variant`` overrides the one implied by
-        ``general.architecture`` ("gemma" for gemma/gemma2/gemma3, else "spm") for SentencePiece
-        vocabularies; ``tokenizer.ggml.model == "gpt2"`` is always "bytelevel"."""
-        return Tokenizer.from_spec(spec_from_gguf_fields(fields, variant=variant))
-
-    @classmethod
-    def from_gguf(
-        cls, path: str | os.PathLike[str] | Any, *, variant: str | None = None
-    ) -> Tokenizer:
-        """From a GGUF file path (fast metadata parser) or an open ``gguf.GGUFReader``."""
-        if isinstance(path, (str, os.PathLike)):
-            fields = read_gguf_tokenizer_fields(path)
-        elif hasattr(path, "fields"):
-            fields = _fields_from_reader(path)
-        else:
-            raise TokenizerError(f"from_gguf expects a path or a GGUFReader, got {type(path)}")
-        return cls.from_gguf_fields(fields, variant=variant)
-
-    @classmethod
-    def from_tokenizer_json(cls, path: str | os.PathLike[str]) -> Tokenizer:
-        """From an HF ``tokenizer.json`` (safetensors models), delegating to ``tokenizers``."""
-        from verinfer.engine.tokenizer.bytelevel import JsonTokenizer
-
-        return JsonTokenizer.from_tokenizer_json(path)
 
     # -- identity -------------------------------------------------------------------------------
     @property
@@ -196,8 +143,3 @@ class Tokenizer(abc.ABC):
         UTF-8 with ``errors="replace"`` applied once at the end. With ``add_space_prefix`` the
         first emitted token loses one leading space."""
         return self.decode_bytes(ids, skip_special=skip_special).decode("utf-8", errors="replace")
-
-    def stream_decoder(self, *, skip_special: bool = True) -> StreamDecoder:
-        from verinfer.engine.tokenizer.stream import StreamDecoder
-
-        return StreamDecoder(self, skip_special=skip_special)

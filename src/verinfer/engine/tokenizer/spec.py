@@ -66,7 +66,8 @@ class TokenizerSpec:
       SmolLM): ``merges`` in rank order, ``pre`` names the pre-tokenizer (``tokenizer.ggml.pre``).
 
     ``source_sha256`` is only set for tokenizers delegated to the ``tokenizers`` package
-    (:meth:`Tokenizer.from_tokenizer_json`); it is the sha256 of the tokenizer.json bytes.
+    (:func:`verinfer.engine.tokenizer.load.tokenizer_from_tokenizer_json`); it is the sha256 of
+    the tokenizer.json bytes.
 
     ``chat_template`` is the model's Jinja chat template (GGUF ``tokenizer.chat_template``, or
     ``chat_template`` of a ``tokenizer_config.json``): chat prompts are rendered from it. ``None``

@@ -34,12 +34,13 @@ from typing import Any
 
 from verinfer.engine.engine import Engine, GenerationResult, ReplayResult, StepEvent
 from verinfer.engine.export_hf import HfExport, ensure_export, read_export
-from verinfer.engine.loader import LoadedModel, Weights, sha256_file
+from verinfer.engine.loader import LoadedModel, sha256_file
 from verinfer.engine.logprobs import TokenLogprob
 from verinfer.engine.stop_rule import FinishReason, StopState
 from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
+from verinfer.engine.weights import Weights
 from verinfer.errors import ModelLoadError, VerinferError
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.sampling_params import SamplingParams
@@ -58,12 +59,12 @@ def light_model(gguf_path: Path) -> LoadedModel:
     """The GGUF model's identity, config and tokenizer without its weights (vLLM holds those)."""
     from verinfer.engine.gguf_file import GGUFFormatError, read_gguf
     from verinfer.engine.models.registry import config_from_gguf
-    from verinfer.engine.tokenizer.base import Tokenizer
+    from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
     from verinfer.errors import TokenizerError
 
     try:
         g = read_gguf(gguf_path)
-        tokenizer = Tokenizer.from_gguf_fields(g.fields)
+        tokenizer = tokenizer_from_gguf_fields(g.fields)
     except (OSError, GGUFFormatError, TokenizerError) as e:
         raise ModelLoadError(f"{str(gguf_path)!r} is not a usable GGUF model: {e}") from e
     config = config_from_gguf(g.fields, tokenizer.vocab_size)

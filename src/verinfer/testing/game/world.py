@@ -58,6 +58,7 @@ from verinfer.operator.claims import ClaimResponder
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.merkle import MerkleProof, build_tree
 from verinfer.receipts.signed import SignedReceipt
+from verinfer.testing.chain_clock import MiningNode
 from verinfer.testing.game.rpc import GameAnvil, Rpc, abi_functions
 from verinfer.verifier.chain_view import ChainView
 from verinfer.verifier.errors import LocalFault
@@ -289,12 +290,11 @@ class World:
             def salt(i: int = i) -> bytes:
                 ep.salt_counter += 1
                 return keccak(b"verinfer.game.salt.%d.%d" % (i, ep.salt_counter))
-            node = VerifierNode(ChainView(self.w3, self.d, view_c), self.contracts_for(acct),
-                                acct, judge, da,
-                                NodeConfig(state_file=tmp / f"node{i}.json",
-                                           unsafe_devnet_mine=True, retry_initial_s=0.0,
-                                           retry_max_s=0.0),
-                                salt=salt, log=functools.partial(_note, ep.node_log, f"v{i}"))
+            node = MiningNode(ChainView(self.w3, self.d, view_c), self.contracts_for(acct),
+                              acct, judge, da,
+                              NodeConfig(state_file=tmp / f"node{i}.json",
+                                         retry_initial_s=0.0, retry_max_s=0.0),
+                              salt=salt, log=functools.partial(_note, ep.node_log, f"v{i}"))
             ep.nodes.append(node)
         self.ep = ep
         return ep

@@ -37,6 +37,7 @@ TESTS = Path(__file__).resolve().parents[1]
 SMOKE_TESTS: dict[str, str | None] = {
     "backends": "e2e/test_bench_smoke_optional.py::test_backends_bench",
     "challenge": "integration/test_bench_smoke.py::test_challenge_bench",
+    "client": "integration/test_bench_smoke.py::test_client_bench",
     "da": "integration/test_bench_smoke.py::test_da_bench",
     "engine": "slow/test_bench_smoke_gemma.py::test_engine_bench",
     "explorer": "integration/test_bench_smoke.py::test_explorer_bench",
@@ -80,6 +81,14 @@ def test_receipts_bench() -> None:
     expect(out, {"p50_ms": rate, "p90_ms": rate, "mean_ms": rate, "p50_ms_mlkem768_x25519": rate,
                  "iterations": count, "receipt_bytes": rate, "envelope_bytes": rate,
                  "proof_bytes_1024": rate, "proof_siblings_1024": count, "signer": text})
+
+
+def test_client_bench() -> None:
+    out = run_bench("client", "--answers", "2", "--rounds", "2", timeout=300)
+    expect(out, {"client_verify_p50_ms": rate, "client_verify_p90_ms": rate,
+                 "client_verify_cold_ms": rate, "chain_reads_warmup": count,
+                 "chain_reads_timed": count, "verifications": count})
+    assert out["chain_reads_timed"] == 0 and out["verifications"] == 4, out
 
 
 def test_da_bench() -> None:

@@ -79,7 +79,7 @@ def test_unknown_model_is_404(client: OpenAI) -> None:
     ({"max_tokens": 0}, "max_tokens"),
     ({"temperature": 7.0}, "temperature"),
     ({"top_p": 0.0}, "top_p"),
-    ({"presence_penalty": 0.5}, "presence_penalty"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
     ({"n": 9}, "n"),
     ({"seed": -1}, "seed"),
     ({"top_logprobs": 3}, "top_logprobs"),

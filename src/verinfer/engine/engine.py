@@ -25,6 +25,7 @@ import torch
 from verinfer.engine.digest import roll_up, step_digests
 from verinfer.engine.fingerprint import EngineFingerprint, engine_fingerprint
 from verinfer.engine.loader import LoadedModel, load_model
+from verinfer.engine.grammar import OutputState, grammar_tokenizer
 from verinfer.engine.logprobs import TokenLogprob, row_logprobs, token_logprob
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
@@ -126,6 +127,7 @@ class _Seq:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     on_step: Callable[[StepEvent], None] | None = None
     # allocated when the scheduler starts the sequence, never at submit: a waiting request
+    state: OutputState | None = None  # vi-sample-v3 requests: counts and grammar matcher
     # holds its prompt ids only (issue 32.2: 128 queued jobs of one body had committed their
     # whole KV caches up front, ~36 GiB at the default window)
     cache: KVCache | None = None
@@ -206,6 +208,9 @@ class Engine:
                 param="max_tokens" if len(prompt_ids) < self.max_context else "messages")
 
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+        if params.extended:
+            self.output_state_v3(params)  # refuses a bias id outside the vocabulary, a grammar
+            # this engine cannot compile exactly as the request names it
                top_logprobs: int | None = None,
                on_step: Callable[[StepEvent], None] | None = None
                ) -> Future[GenerationResult]:
@@ -213,13 +218,26 @@ class Engine:
         is called on the engine thread after every token (keep it short and non-blocking)."""
         self.check_request(prompt_ids, params)
         self.check_top_logprobs(top_logprobs)
+    def output_state_v3(self, params: SamplingParams) -> OutputState:
+        """A fresh vi-sample-v3 state for one output of ``params`` (engine/grammar.py)."""
+        vocab = self.config.vocab_size
+        bad = next((t for t, _ in params.logit_bias if t >= vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(f"logit_bias names token id {bad}, outside the vocabulary "
+                                      f"[0, {vocab})", param="logit_bias")
+        gt = (grammar_tokenizer(self, self.tokenizer, vocab) if params.grammar is not None
+              else None)
+        return OutputState(params, gt)
+
         fut: Future[GenerationResult] = Future()
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
             self._waiting.append(_Seq(list(prompt_ids), params, fut,
                                       self.stop_state(params), top_logprobs=top_logprobs,
-                                      on_step=on_step))
+                                      on_step=on_step,
+                                      state=(self.output_state_v3(params) if params.extended
+                                             else None)))
             self._cv.notify()
         return fut
 
@@ -351,7 +369,11 @@ class Engine:
             return
         position = len(s.prompt) + len(s.generated)
         logits = row.numpy()
-        tok = sample(logits, s.params, position)
+        if s.state is not None:  # vi-sample-v3
+            tok = s.state.choose(logits, position)
+            s.state.push(tok)
+        else:
+            tok = sample(logits, s.params, position)
         s.digests.append(digest)
         s.generated.append(tok)
         s.finish = s.stop.push(tok)
@@ -410,8 +432,11 @@ class Engine:
             logits = self.model.forward(batch)
         chosen: list[int] = []
         all_digests = step_digests(logits)
-        # every step's draw depends only on its own row: the kernel draws them all in parallel
-        policy = sample_rows(logits, params, range(p, p + n))
+        if params.extended:  # vi-sample-v3: each draw reads the output before it, in order
+            policy = self.output_state_v3(params).run(logits.numpy(), range(p, p + n),
+                                                      claimed_ids)
+        else:  # every draw depends only on its own row: the kernel draws them in parallel
+            policy = sample_rows(logits, params, range(p, p + n))
         digests: list[bytes] = []
         finish: FinishReason | None = None
         rule = self.stop_state(params)

@@ -18,6 +18,23 @@ below is its executable numpy definition and the tests hold the two to the same 
   ``u * kept_mass``, with ``u`` = uniform(seed, p) in [0, 1).
 Every sum is sequential in the order named: float addition is not associative, and the chosen
 token must not depend on how a library splits a sum.
+
+Sampling rule ``vi-sample-v3`` (an ExecRequest names it with ``"sampler": "vi-sample-v3"`` when
+it uses any of the below; a request without them is a ``vi-sample-v2`` request and v3 with
+neutral options *is* v2, token for token: ``sample_v3`` runs v2's own steps after the ones
+below, and the tests hold the two to the same token). Before the temperature, per token id ``i``
+in float64, each step one IEEE operation (no FMA, each element on its own, so no order to fix):
+- ``l_i = float64(logit_i)``;
+- ``l_i = l_i + b_i`` for every id the request's ``logit_bias`` names (``b_i`` its double);
+- with ``c_i`` = how many times ``i`` occurs in the output *before* this position (the prompt
+  does not count, as in vLLM): ``l_i = l_i - float64(c_i) * frequency_penalty`` (the product
+  rounded, then the difference), then ``l_i = l_i - presence_penalty`` where ``c_i > 0``;
+- the grammar mask (structured outputs, verinfer.protocol.grammar): only ids the grammar allows
+  after the output so far stay candidates (llguidance's matcher, fed the output tokens in
+  order); when it allows none (the matcher is in error), the token is the tokenizer's first
+  EOS/EOT id.
+Then on the candidates only: greedy is the first argmax of ``l``; else ``z = l / temperature``
+and v2's top-k, top-p and draw, with "token-id order" the candidates' ascending ids.
 """
 
 from __future__ import annotations
@@ -31,13 +48,16 @@ import numpy as np
 
 # The parameters type is the protocol's (ExecRequest.sampling_params builds it): import it from
 # verinfer.protocol.sampling_params, its one home.
-from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.protocol.sampling_params import (
+    EXTENDED_SAMPLER,
+    SamplingParams,
+)
 
 if TYPE_CHECKING:  # torch loads only where tokens are drawn
     import torch
 
-__all__ = ["PRNG_DOMAIN", "SAMPLING_RULE", "exp64_reference", "sample", "sample_reference",
-           "sample_rows", "uniform"]
+__all__ = ["PRNG_DOMAIN", "SAMPLING_RULE", "SAMPLING_RULE_V3", "adjusted_logits",
+           "exp64_reference", "sample", "sample_reference", "sample_rows", "sample_v3", "uniform"]
 
 PRNG_DOMAIN = b"verinfer/sampling/v1"
 
@@ -54,6 +74,7 @@ def uniform(seed: int, position: int) -> float:
 
 
 SAMPLING_RULE = "vi-sample-v2"  # recorded in the engine fingerprint
+SAMPLING_RULE_V3 = EXTENDED_SAMPLER  # named by the ExecRequest that uses it
 
 # exp64 constants (bit-identical to csrc/verinfer_sampling.cpp)
 _SHIFTER = float.fromhex("0x1.8p52")  # adding it rounds a double to an integer (to nearest)
@@ -85,13 +106,19 @@ def sample_reference(logits: np.ndarray, params: SamplingParams, position: int) 
     if params.greedy:
         return int(np.argmax(logits))
     z = logits.astype(np.float64) / params.temperature
+    return _draw(z, np.arange(z.shape[0]), params, position)
+
+
+def _draw(z: np.ndarray, ids: np.ndarray, params: SamplingParams, position: int) -> int:
+    """v2's steps after the temperature: top-k, top-p and the draw over candidates ``ids``
+    (ascending) whose scaled logits are ``z``."""
     if not np.isfinite(z).all():
         raise ValueError("logits contain a NaN or an infinity")
-    ids = np.arange(z.shape[0])
     if 0 < params.top_k < z.shape[0]:
         ranked = np.lexsort((ids, -z))  # z descending, then id ascending
-        ids = np.sort(ranked[: params.top_k])
-    p = exp64_reference(z[ids] - z[ids].max())
+        keep_k = np.sort(ranked[: params.top_k])
+        ids, z = ids[keep_k], z[keep_k]
+    p = exp64_reference(z - z.max())
     if params.top_p < 1.0:
         target = params.top_p * float(np.cumsum(p)[-1])  # np.cumsum adds sequentially
         order = np.lexsort((np.arange(p.shape[0]), -p))  # p descending, then id ascending
@@ -131,3 +158,36 @@ def sample_rows(logits: torch.Tensor, params: SamplingParams,
     return [int(i) for i in kernels.sample_rows(logits, params.temperature, params.top_k,
                                                 params.top_p, us)]
 
+
+
+# ---- vi-sample-v3 -------------------------------------------------------------------------------
+def adjusted_logits(logits: np.ndarray, params: SamplingParams,
+                    counts: dict[int, int] | None = None) -> np.ndarray:
+    """v3's float64 logits before the temperature: bias, then frequency and presence
+    penalties (module docstring). ``counts``: token id -> occurrences in the output so far."""
+    lg = logits.astype(np.float64)  # a copy: the caller's row is never changed
+    if params.logit_bias:
+        ids = np.array([t for t, _ in params.logit_bias], dtype=np.int64)
+        lg[ids] = lg[ids] + np.array([b for _, b in params.logit_bias], dtype=np.float64)
+    if counts and (params.frequency_penalty or params.presence_penalty):
+        ids = np.array(sorted(counts), dtype=np.int64)
+        c = np.array([counts[int(i)] for i in ids], dtype=np.float64)
+        lg[ids] = lg[ids] - c * params.frequency_penalty
+        lg[ids] = lg[ids] - params.presence_penalty
+    return lg
+
+
+def sample_v3(logits: np.ndarray, params: SamplingParams, position: int, *,
+              counts: dict[int, int] | None = None, allowed: np.ndarray | None = None,
+              fallback: int = 0) -> int:
+    """Rule vi-sample-v3 for one row of float32 logits: ``counts`` of the output so far,
+    ``allowed`` the grammar's mask (bool [V]; None: every id), ``fallback`` the id chosen when
+    the mask allows none (the first EOS/EOT id)."""
+    lg = adjusted_logits(logits, params, counts)
+    ids = np.arange(lg.shape[0]) if allowed is None else np.flatnonzero(allowed[:lg.shape[0]])
+    if ids.shape[0] == 0:
+        return fallback
+    cand = lg[ids]
+    if params.greedy:
+        return int(ids[int(np.argmax(cand))])
+    return _draw(cand / params.temperature, ids, params, position)

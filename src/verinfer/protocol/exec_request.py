@@ -34,8 +34,9 @@ from verinfer.protocol.errors import (
     UnsupportedVersionError,
 )
 from verinfer.protocol.fields import check_bytes, check_uint, parse_hex, show
+from verinfer.protocol.grammar import Grammar
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.protocol.sampling_params import EXTENDED_SAMPLER, SamplingParams, check_logit_bias
 
 # The one version of the ExecRequest/ExecResult maps, and the first that shipped (v0.1).
 # Version 1 (no logprobs keys) existed only during development: no evidence was ever sealed
@@ -307,6 +308,9 @@ class _Canonical:
     BYTES32: ClassVar[tuple[str, ...]] = ()
     TUPLES: ClassVar[tuple[str, ...]] = ()
     FLOATS: ClassVar[tuple[str, ...]] = ()
+    #: Keys a map holds only when their value is not the default (so every map written before
+    #: they existed keeps its bytes and hash); a default written out is not canonical.
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
     #: What a valid encoding holds at most (:func:`decode_cbor`); the ExecResult keeps the
     #: default, the largest (:data:`MAX_CBOR`).
     CBOR_BOUND: ClassVar[CborBound] = MAX_CBOR
@@ -329,11 +333,12 @@ class _Canonical:
         if "version" in m:  # the version first: an old map is refused as such, not as bad keys
             _check_version(m["version"], what)
         keys = cls.KEYS
-        if set(m) != set(keys):
-            raise ReceiptFormatError(f"{what} keys must be exactly {sorted(keys)}, got "
+        if set(m) - set(cls.OPTIONAL) != set(keys) or not set(m) <= {*keys, *cls.OPTIONAL}:
+            raise ReceiptFormatError(f"{what} keys must be exactly {sorted(keys)} (and "
+                                     f"optionally {sorted(cls.OPTIONAL)}), got "
                                      f"{sorted(map(str, m))}")
         kw = {k: tuple(m[k]) if k in cls.TUPLES and isinstance(m[k], list) else m[k]
-              for k in keys}
+              for k in m}
         return cls(**cls._convert(kw))
 
     @classmethod
@@ -356,7 +361,7 @@ class _Canonical:
     def to_json(self) -> dict[str, Any]:
         out = self.as_map()
         for k in self.BYTES32:
-            if out[k] is not None:
+            if out.get(k) is not None:
                 out[k] = to_hex(out[k])
         for k in self.TUPLES:
             out[k] = list(out[k])
@@ -402,21 +407,101 @@ class ExecRequest(_Canonical):
     # (the ExecResult commits them, so they are part of what was asked).
     top_logprobs: int | None = None
     version: int = EXEC_VERSION
+    # Sampling rule vi-sample-v3 (docs/protocol.md "Penalties, logit_bias, structured
+    # outputs"): written only when not neutral, with "sampler": "vi-sample-v3" beside them. A
+    # map without them is a vi-sample-v2 request, byte for byte what it was before they existed.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    grammar: Grammar | None = None
 
     KEYS: ClassVar[tuple[str, ...]] = (
         "version", "model_id", "tokenizer_hash", "engine_fingerprint", "prompt_token_ids",
         "max_tokens", "temperature", "top_k", "top_p", "stop", "seed", "ignore_eos",
         "prompt_commitments", "top_logprobs")
-    BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments")
+    OPTIONAL: ClassVar[tuple[str, ...]] = (
+        "sampler", "presence_penalty", "frequency_penalty", "logit_bias", "grammar_spec",
+        "grammar_engine", "grammar_hash")
+    #: The dataclass fields behind OPTIONAL (the grammar's three keys are one Grammar).
+    OPTIONAL_FIELDS: ClassVar[tuple[str, ...]] = (
+        "presence_penalty", "frequency_penalty", "logit_bias", "grammar")
+    BYTES32: ClassVar[tuple[str, ...]] = ("model_id", "tokenizer_hash", "prompt_commitments",
+                                          "grammar_hash")
     TUPLES: ClassVar[tuple[str, ...]] = ("prompt_token_ids", "stop")
-    FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p")
+    FLOATS: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "presence_penalty",
+                                         "frequency_penalty")
     #: Its map, the prompt's ids (fewer than MAX_CONTEXT_TOKENS: the rule leaves room for one
     #: output token), up to MAX_STOP stop strings; 3 containers (the map, the prompt, the stop
     #: list); strings: the keys, the fingerprint, the stops, the hashes. Margins: 64 items, 8
     #: strings (a bignum ``seed`` is a tag and a byte string, refused by its field check by name).
+    #: The optional keys add their map entries, the logit bias's list of [id, bias] pairs and
+    #: three strings (sampler, grammar spec, grammar engine).
     CBOR_BOUND: ClassVar[CborBound] = CborBound(
-        items=1 + 2 * len(KEYS) + MAX_CONTEXT_TOKENS + MAX_STOP + 64, containers=3,
-        strings=len(KEYS) + 1 + MAX_STOP + len(BYTES32) + 8)
+        items=(1 + 2 * (len(KEYS) + len(OPTIONAL)) + MAX_CONTEXT_TOKENS + MAX_STOP
+               + 1 + 3 * _limits.MAX_LOGIT_BIAS_ENTRIES + 64),
+        containers=4 + _limits.MAX_LOGIT_BIAS_ENTRIES,
+        strings=len(KEYS) + len(OPTIONAL) + 1 + MAX_STOP + len(BYTES32) + 3 + 8)
+
+    @property
+    def extended(self) -> bool:
+        """Uses sampling rule vi-sample-v3 beyond vi-sample-v2 (penalties, bias, grammar)."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.logit_bias
+                    or self.grammar is not None)
+
+    @property
+    def sampler(self) -> str | None:
+        """The sampling rule the map names: vi-sample-v3 when extended, else None (the
+        fingerprint's, vi-sample-v2)."""
+        return EXTENDED_SAMPLER if self.extended else None
+
+    def as_map(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.KEYS}
+        if self.extended:
+            out["sampler"] = EXTENDED_SAMPLER
+        if self.presence_penalty:
+            out["presence_penalty"] = self.presence_penalty
+        if self.frequency_penalty:
+            out["frequency_penalty"] = self.frequency_penalty
+        if self.logit_bias:
+            out["logit_bias"] = [list(p) for p in self.logit_bias]
+        if self.grammar is not None:
+            out["grammar_spec"] = self.grammar.spec
+            out["grammar_engine"] = self.grammar.engine
+            out["grammar_hash"] = self.grammar.compiled
+        return out
+
+    @classmethod
+    def _convert(cls, kw: dict[str, Any]) -> dict[str, Any]:
+        sampler = kw.pop("sampler", None)
+        if "logit_bias" in kw:
+            lb = kw["logit_bias"]
+            if not isinstance(lb, list | tuple) or not lb:
+                raise ReceiptFormatError(f"logit_bias must be a non-empty list of pairs, got "
+                                         f"{show(lb)}", param="logit_bias")
+            kw["logit_bias"] = tuple(
+                (p[0], float(p[1]) if type(p[1]) is int else p[1])
+                if isinstance(p, list | tuple) and len(p) == 2 else p for p in lb)
+        for k in ("presence_penalty", "frequency_penalty"):
+            if k in kw and kw[k] == 0:
+                raise ReceiptFormatError(f"{k} is written only when non-zero", param=k)
+        g = {k: kw.pop(k) for k in ("grammar_spec", "grammar_engine", "grammar_hash") if k in kw}
+        if g:
+            if len(g) != 3 or not all(isinstance(g[k], str) for k in ("grammar_spec",
+                                                                     "grammar_engine")):
+                raise ReceiptFormatError("grammar_spec, grammar_engine and grammar_hash come "
+                                         "together (strings and 32 bytes)", param="grammar")
+            check_bytes(g["grammar_hash"], 32, "grammar_hash")
+            kw["grammar"] = Grammar(g["grammar_spec"], g["grammar_engine"], g["grammar_hash"])
+        extended = bool(kw.get("presence_penalty") or kw.get("frequency_penalty")
+                        or kw.get("logit_bias") or "grammar" in kw)
+        if (sampler is not None or extended) and sampler != EXTENDED_SAMPLER:
+            raise ReceiptFormatError(f"sampler must be {EXTENDED_SAMPLER!r} exactly when a "
+                                     f"vi-sample-v3 field is present, got {show(sampler)}",
+                                     param="sampler")
+        if sampler is not None and not extended:
+            raise ReceiptFormatError("sampler is written only with a vi-sample-v3 field",
+                                     param="sampler")
+        return kw
 
     def __post_init__(self) -> None:
         _check_version(self.version, "ExecRequest")
@@ -447,12 +532,28 @@ class ExecRequest(_Canonical):
             raise ReceiptFormatError(f"stop must be a tuple of up to {MAX_STOP} non-empty "
                                      f"strings, got {show(self.stop)}", param="stop")
         check_uint(self.seed, 64, "seed")
+        for name in ("presence_penalty", "frequency_penalty"):
+            _float(getattr(self, name), name, _limits.MIN_PENALTY, _limits.MAX_PENALTY)
+            object.__setattr__(self, name, getattr(self, name) + 0.0)
+        try:
+            check_logit_bias(self.logit_bias)
+        except Exception as e:
+            raise ReceiptFormatError(str(getattr(e, "message", e)), param="logit_bias") from None
+        if self.grammar is not None and (
+                not isinstance(self.grammar, Grammar) or not self.grammar.spec
+                or not isinstance(self.grammar.spec, str)
+                or not isinstance(self.grammar.engine, str) or not self.grammar.engine
+                or not isinstance(self.grammar.compiled, bytes)
+                or len(self.grammar.compiled) != 32):
+            raise ReceiptFormatError(f"grammar must be a Grammar(spec, engine, 32-byte hash), "
+                                     f"got {show(self.grammar)}", param="grammar")
         if type(self.ignore_eos) is not bool:
             raise ReceiptFormatError(f"ignore_eos must be a bool, got {show(self.ignore_eos)}",
                                      param="ignore_eos")
         if self.prompt_commitments is not None:
             check_bytes(self.prompt_commitments, 32, "prompt_commitments")
-        for name in ("engine_fingerprint", *self.stop):  # CBOR text must be valid UTF-8
+        texts = (self.grammar.spec, self.grammar.engine) if self.grammar is not None else ()
+        for name in ("engine_fingerprint", *self.stop, *texts):  # CBOR text must be UTF-8
             try:
                 (self.engine_fingerprint if name == "engine_fingerprint" else name).encode()
             except UnicodeEncodeError:
@@ -478,10 +579,15 @@ class ExecRequest(_Canonical):
                    temperature=float(params.temperature), top_k=params.top_k,
                    top_p=float(params.top_p), stop=tuple(params.stop), seed=params.seed,
                    ignore_eos=params.ignore_eos, prompt_commitments=prompt_commitments,
-                   top_logprobs=top_logprobs)
+                   top_logprobs=top_logprobs, presence_penalty=float(params.presence_penalty),
+                   frequency_penalty=float(params.frequency_penalty),
+                   logit_bias=tuple(params.logit_bias), grammar=params.grammar)
 
     def sampling_params(self) -> SamplingParams:
         """The decode policy to re-execute with (verifiers)."""
         return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature,
                               top_k=self.top_k, top_p=self.top_p, stop=self.stop,
-                              seed=self.seed, ignore_eos=self.ignore_eos)
+                              seed=self.seed, ignore_eos=self.ignore_eos,
+                              presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty,
+                              logit_bias=self.logit_bias, grammar=self.grammar)

@@ -56,6 +56,11 @@ MAX_TOP_P = 1.0
 MAX_TOP_K = 2**32 - 1  # the canonical ExecRequest holds top_k and max_tokens as u32
 MAX_MAX_TOKENS = 2**32 - 1
 MAX_SEED = 2**64 - 1
+#: presence_penalty and frequency_penalty (OpenAI's range), sampling rule vi-sample-v3.
+MIN_PENALTY, MAX_PENALTY = -2.0, 2.0
+#: logit_bias: at most this many token ids, each biased by a value in [-100, 100] (OpenAI's).
+MAX_LOGIT_BIAS_ENTRIES = 300
+MAX_ABS_LOGIT_BIAS = 100.0
 #: Integers written as JSON floats (``8.0``) are accepted only where the double is exact.
 MAX_EXACT_FLOAT_INT = 2**53
 

@@ -53,8 +53,10 @@ from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import json_shape, loads_untrusted, require_utf8
+from verinfer.protocol.sampling_options import SamplingOptions, check_bias_vocab, sampling_options
 
 Endpoint = Literal["chat", "completions"]
+NEUTRAL_OPTIONS = SamplingOptions()  # (frozen: one shared default)
 ROLES = ("system", "developer", "user", "assistant")
 
 #: Fields that never change an output bit (type-checked, then ignored by the rule): OpenAI's
@@ -175,6 +177,8 @@ class DecodePolicy:
     stream: bool
     include_usage: bool
     nonce: str | None = None  # the client's: folded into a derived seed (step 6)
+    # penalties, logit_bias and the response format's grammar (vi-sample-v3; neutral: v2)
+    options: SamplingOptions = NEUTRAL_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -233,16 +237,8 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
         raise InvalidRequestError(f"unrecognized request argument: {unknown[0]}",
                                   param=unknown[0])
     model_name = _str(b.get("model"), "model")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if name in b and canonical_float(b[name], name) != 0.0:
-            raise InvalidRequestError(f"{name} is not supported by this server", param=name)
-    if "logit_bias" in b:
-        lb = b["logit_bias"]
-        if not isinstance(lb, Mapping):
-            raise InvalidRequestError("logit_bias must be an object", param="logit_bias")
-        if lb:
-            raise InvalidRequestError("logit_bias is not supported by this server",
-                                      param="logit_bias")
+    # penalties, logit_bias, response_format: sampling rule vi-sample-v3 (sampling_options.py)
+    options = sampling_options(b)
     _transport_only(b)
     stream = _bool(b["stream"], "stream") if "stream" in b else False
     include_usage = False
@@ -313,7 +309,8 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
     policy = DecodePolicy(endpoint=endpoint, max_tokens=max_tokens, temperature=temperature,
                           top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
                           top_logprobs=top_logprobs, prompt_commitments=commitments,
-                          stream=stream, include_usage=include_usage, nonce=nonce)
+                          stream=stream, include_usage=include_usage, nonce=nonce,
+                          options=options)
     return ParsedBody(policy, model_name, messages, prompts)
 
 
@@ -345,15 +342,6 @@ def _transport_only(b: Mapping[str, Any]) -> None:
 def _chat_only_options(b: Mapping[str, Any]) -> None:
     """Chat options accepted only in the form that changes nothing this server does, and
     refused by name otherwise (never ignored)."""
-    if "response_format" in b:  # (json_object / json_schema: the sampling options, issue 34)
-        rf = b["response_format"]
-        if not isinstance(rf, Mapping) or not isinstance(rf.get("type"), str):
-            raise InvalidRequestError("response_format must be an object with a type",
-                                      param="response_format")
-        if rf["type"] != "text" or set(rf) != {"type"}:
-            raise InvalidRequestError(f"response_format type {rf['type']!r} is not supported "
-                                      "by this server (only 'text')",
-                                      param="response_format")
     if "parallel_tool_calls" in b:  # no tools are accepted, so there is nothing to parallelize
         _bool(b["parallel_tool_calls"], "parallel_tool_calls")
     if "reasoning_effort" in b:
@@ -602,6 +590,7 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
     parsed = parse_body(body, endpoint)
     check_model(parsed.model, model)
     pol = parsed.policy
+    check_bias_vocab(pol.options.logit_bias, model.vocab_size)
     prompt_ids: Iterable[list[int]]
     if parsed.messages is not None:
         prompt_ids = [prompts.chat(parsed.messages)]
@@ -628,7 +617,10 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
                 engine_fingerprint=model.engine_fingerprint, prompt_token_ids=tuple(ids),
                 max_tokens=max_tokens, temperature=pol.temperature, top_k=pol.top_k,
                 top_p=pol.top_p, stop=pol.stop, seed=choice_seed(base, i), ignore_eos=False,
-                prompt_commitments=pol.prompt_commitments, top_logprobs=pol.top_logprobs))
+                prompt_commitments=pol.prompt_commitments, top_logprobs=pol.top_logprobs,
+                presence_penalty=pol.options.presence_penalty,
+                frequency_penalty=pol.options.frequency_penalty,
+                logit_bias=pol.options.logit_bias, grammar=pol.options.grammar))
     return RequestPlan(pol, tuple(out))
 
 

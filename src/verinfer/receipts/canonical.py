@@ -189,5 +189,5 @@ class ExecResult(_Canonical):
         return hashlib.sha256(text.encode()).digest() == self.text_sha256
 
 
-assert {f.name for f in fields(ExecRequest)} == set(ExecRequest.KEYS)
+assert {f.name for f in fields(ExecRequest)} == {*ExecRequest.KEYS, *ExecRequest.OPTIONAL_FIELDS}
 assert {f.name for f in fields(ExecResult)} == set(ExecResult.KEYS)

@@ -24,8 +24,8 @@ import torch
 
 from verinfer.engine.digest import roll_up, step_digests
 from verinfer.engine.fingerprint import EngineFingerprint, engine_fingerprint
-from verinfer.engine.loader import LoadedModel, load_model
 from verinfer.engine.grammar import OutputState, grammar_tokenizer
+from verinfer.engine.loader import LoadedModel, load_model
 from verinfer.engine.logprobs import TokenLogprob, row_logprobs, token_logprob
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
@@ -126,8 +126,8 @@ class _Seq:
     top_logprobs: int | None = None  # None: no logprobs
     logprobs: list[TokenLogprob] = field(default_factory=list)
     on_step: Callable[[StepEvent], None] | None = None
-    # allocated when the scheduler starts the sequence, never at submit: a waiting request
     state: OutputState | None = None  # vi-sample-v3 requests: counts and grammar matcher
+    # allocated when the scheduler starts the sequence, never at submit: a waiting request
     # holds its prompt ids only (issue 32.2: 128 queued jobs of one body had committed their
     # whole KV caches up front, ~36 GiB at the default window)
     cache: KVCache | None = None
@@ -200,6 +200,9 @@ class Engine:
         if bad:
             raise InvalidRequestError(f"token id {bad[0]} is outside the vocabulary [0, {vocab})",
                                       param="prompt")
+        if params.extended:
+            self.output_state_v3(params)  # refuses a bias id outside the vocabulary, a grammar
+            # this engine cannot compile exactly as the request names it
         need = len(prompt_ids) + params.max_tokens
         if need > self.max_context:
             raise ContextLengthExceededError(
@@ -207,17 +210,6 @@ class Engine:
                 f"has {len(prompt_ids)} and max_tokens asks for {params.max_tokens} more",
                 param="max_tokens" if len(prompt_ids) < self.max_context else "messages")
 
-    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
-        if params.extended:
-            self.output_state_v3(params)  # refuses a bias id outside the vocabulary, a grammar
-            # this engine cannot compile exactly as the request names it
-               top_logprobs: int | None = None,
-               on_step: Callable[[StepEvent], None] | None = None
-               ) -> Future[GenerationResult]:
-        """Queues a request. ``top_logprobs`` (0..20) asks for per-token logprobs; ``on_step``
-        is called on the engine thread after every token (keep it short and non-blocking)."""
-        self.check_request(prompt_ids, params)
-        self.check_top_logprobs(top_logprobs)
     def output_state_v3(self, params: SamplingParams) -> OutputState:
         """A fresh vi-sample-v3 state for one output of ``params`` (engine/grammar.py)."""
         vocab = self.config.vocab_size
@@ -229,6 +221,14 @@ class Engine:
               else None)
         return OutputState(params, gt)
 
+    def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+               top_logprobs: int | None = None,
+               on_step: Callable[[StepEvent], None] | None = None
+               ) -> Future[GenerationResult]:
+        """Queues a request. ``top_logprobs`` (0..20) asks for per-token logprobs; ``on_step``
+        is called on the engine thread after every token (keep it short and non-blocking)."""
+        self.check_request(prompt_ids, params)
+        self.check_top_logprobs(top_logprobs)
         fut: Future[GenerationResult] = Future()
         with self._cv:
             if self._closed:

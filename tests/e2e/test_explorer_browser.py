@@ -10,6 +10,8 @@ devnet up` (which starts the explorer beside anvil, the shards, the operator and
   already-open operator page;
 - the search box finds a receipt id, a batch id, an address, both kinds of DA pointer and a
   challenge id; unknown ids give a 404 page, not a traceback;
+- the receipts, operators and models lists page and filter (by operator, model name, status);
+  a model name typed in the search box lands on that model's receipts;
 - no request leaves 127.0.0.1 (every request the browser makes is recorded and anything else is
   aborted).
 
@@ -158,7 +160,13 @@ def test_overview_lists_the_operator(browser: Browser, explorer: str, devnet: De
     row.wait_for()
     assert "active" in row.inner_text() and "20 ETH" in row.inner_text()
     assert page.locator("#verifiers tbody tr").count() == 4
-    assert page.locator("svg.chart").count() == 2
+    # receipts, throughput and challenges over time, each with both axes and its unit
+    assert page.locator("svg.chart").count() == 3
+    for fig in ("#chart-receipts", "#chart-throughput", "#chart-challenges"):
+        svg = page.locator(f"{fig} svg.chart")
+        assert svg.locator("line.axis").count() == 2, fig
+        assert svg.locator("text.y-label").count() == 1, fig
+        assert "UTC" in svg.locator("text.x-tick").last.text_content(), fig
     assert page.locator("#live").inner_text() == "live"  # live.js ran under the CSP
 
 
@@ -367,6 +375,112 @@ def test_unpublished_claim_is_upheld_on_its_page(browser: Browser, explorer: str
     page.goto(f"{explorer}/operator/{devnet.state['accounts']['operator']}")
     row = page.locator("tr.slash-row").filter(has_text="unpublished")
     assert row.count() == 1 and f"claim {claim_id}" in row.inner_text()
+
+
+def _served_name(devnet: Devnet) -> str:
+    return str(devnet.state["served"][0])
+
+
+def _wait_named(explorer: str, name: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Until the explorer learned the model's name (the prober asks the operator endpoint
+    every 3 s)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        models = httpx.get(explorer + "/api/models", timeout=5).json()["models"]
+        hit = [m for m in models if m["model"] == name]
+        if hit:
+            return dict(hit[0])
+        assert time.monotonic() < deadline, models
+        time.sleep(0.5)
+
+
+def test_receipts_list_filters_by_operator_model_and_status(
+        browser: Browser, explorer: str, devnet: Devnet, answered: dict[str, Any]) -> None:
+    rid = answered["verification"]["receipt_id"]
+    operator = devnet.state["accounts"]["operator"]
+    name = _served_name(devnet)
+    model = _wait_named(explorer, name)
+    page = browser.page
+    resp = page.goto(explorer + "/receipts")
+    assert resp is not None and resp.status == 200
+    row = page.locator("#receipts tbody tr").filter(has=page.locator(f'a[href="/receipt/{rid}"]'))
+    assert row.count() == 1
+    assert name in row.inner_text()  # the model's name, not its 0x hash
+    # the filter form, as a person uses it: this operator's receipts in the answered one's
+    # status (challengeable, or dismissed once the challenge test ran)
+    status = httpx.get(f"{explorer}/api/receipt/{rid}", timeout=5).json()["receipt_status"]
+    page.fill("form.filters input[name=operator]", operator)
+    page.select_option("form.filters select[name=status]", status)
+    with page.expect_navigation():
+        page.click("form.filters button[type=submit]")
+    q = urlsplit(page.url).query
+    assert f"operator={operator}" in q and f"status={status}" in q
+    shown = page.locator("#receipts tbody tr a[href^='/receipt/']").evaluate_all(
+        "els => els.map(e => e.getAttribute('href'))")
+    api = httpx.get(f"{explorer}/api/receipts?operator={operator}&status={status}",
+                    timeout=5).json()
+    assert f"/receipt/{rid}" in shown
+    assert shown == [f"/receipt/{r['receipt']}" for r in api["receipts"]]
+    assert all(r["status"] == status for r in api["receipts"])
+    # by model name
+    page.goto(explorer + "/receipts?model=" + model["model_id"])
+    assert name in page.locator("#model-filter").inner_text()
+    assert page.locator(f'#receipts a[href="/receipt/{rid}"]').count() == 1
+    # a bad filter is a 400 page naming the parameter, not a traceback
+    resp = page.goto(explorer + "/receipts?status=bogus")
+    assert resp is not None and resp.status == 400 and page.locator("#error").count() == 1
+    assert "status" in page.locator("main").inner_text()
+
+
+def test_receipt_page_shows_reproduce_command_and_challengeable_until(
+        browser: Browser, explorer: str, devnet: Devnet, answered: dict[str, Any]) -> None:
+    rid = answered["verification"]["receipt_id"]
+    page = browser.page
+    page.goto(f"{explorer}/receipt/{rid}")
+    cmd = page.locator("#reproduce-command").inner_text()
+    assert cmd.startswith(f"verinfer reproduce {rid} --model ")
+    assert f"--rpc-url {devnet.rpc_url} --deployment " in cmd
+    until = page.locator("#challengeable-until").inner_text()
+    assert " UTC (" in until and until[:4].isdigit()  # a date, not unix seconds
+
+
+def test_operators_and_models_lists(browser: Browser, explorer: str, devnet: Devnet,
+                                    answered: dict[str, Any]) -> None:
+    operator = devnet.state["accounts"]["operator"]
+    name = _served_name(devnet)
+    _wait_named(explorer, name)
+    page = browser.page
+    resp = page.goto(explorer + "/operators")
+    assert resp is not None and resp.status == 200
+    row = page.locator("#operators tbody tr").filter(
+        has=page.locator(f'a[href="/operator/{operator}"]'))
+    assert row.count() == 1 and name in row.inner_text()
+    page.goto(explorer + "/operators?status=below-minimum")
+    assert page.locator("#operators").count() == 0
+    resp = page.goto(explorer + "/models")
+    assert resp is not None and resp.status == 200
+    assert page.locator("#models tbody tr").filter(has_text=name).count() == 1
+    page.goto(explorer + "/models?status=revoked")
+    assert page.locator("#models").count() == 0
+
+
+def test_search_finds_a_model_by_name(browser: Browser, explorer: str, devnet: Devnet,
+                                      answered: dict[str, Any]) -> None:
+    name = _served_name(devnet)
+    model = _wait_named(explorer, name)
+    rid = answered["verification"]["receipt_id"]
+    page = browser.page
+    for query in (name, name.rsplit("/", 1)[-1].upper()):  # the whole name, or part of it
+        page.goto(explorer + "/")
+        box = page.locator("form.search input[name=q]")
+        box.fill(query)
+        with page.expect_navigation():
+            box.press("Enter")
+        assert urlsplit(page.url).path == "/receipts", (query, page.url)
+        assert urlsplit(page.url).query == f"model={model['model_id']}"
+        assert page.locator(f'#receipts a[href="/receipt/{rid}"]').count() == 1
+    page.goto(explorer + "/search?q=no-such-model-anywhere")
+    assert page.locator("#error").count() == 1
 
 
 @pytest.mark.parametrize("path", ["/receipt/0x" + "ab" * 32, "/batch/0x" + "cd" * 32,

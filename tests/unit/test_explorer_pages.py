@@ -16,14 +16,16 @@ from fastapi.testclient import TestClient
 
 from verinfer.chain.bindings import BatchRegistryContract
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.structs import ETHER, Role, Status
+from verinfer.chain.structs import ETHER, Kind, Role, Status
 from verinfer.da_client.factory import DARouter
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.da_client.pointer import Pointer
+from verinfer.errors import VerinferError
 from verinfer.explorer.app import CSP, create_app
 from verinfer.explorer.follower import ChainFollower
 from verinfer.explorer.index import EventMeta, Index
+from verinfer.explorer.models import DEPLOYMENT, ModelNames
 from verinfer.explorer.views import Context
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
@@ -31,6 +33,8 @@ from verinfer.receipts.signed import SignedReceipt
 CM = "0x" + "cd" * 20
 DOMAIN = Domain(31337, CM)
 OPERATOR = Account.from_key(b"\x01" * 32)
+MODEL_ID = b"\x11" * 32
+MODEL_NAME = "Tiny-Test-Model"
 MEMBERS = [Account.from_key(bytes([i + 2]) * 32).address for i in range(3)]
 
 
@@ -41,7 +45,7 @@ def _meta(block: int, tx: bytes = b"") -> EventMeta:
 def _signed(i: int, da: LocalDAClient) -> tuple[SignedReceipt, Pointer]:
     blob = f"ciphertext {i}".encode()
     ptr = da.put(blob)
-    r = Receipt(operator=OPERATOR.address, chain_id=31337, model_id=b"\x11" * 32,
+    r = Receipt(operator=OPERATOR.address, chain_id=31337, model_id=MODEL_ID,
                 engine_fingerprint_hash=b"\x22" * 32, req_hash=i.to_bytes(32, "big"),
                 out_hash=b"\x33" * 32, key_epoch=1, ciphertext_hash=ptr.blob_sha256,
                 issued_at=1_700_000_000 + i)
@@ -54,8 +58,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     da = LocalDAClient(tmp / "da")
     idx = Index()
     params = {"publicationDeadline": 600, "minOperatorStake": ETHER, "quorumBps": 6667,
-              "challengeBond": ETHER // 10, "commitPeriod": 300}
+              "challengeBond": ETHER // 10, "commitPeriod": 300, "challengeWindow": 3600}
     idx.apply("ParamsSet", {"params": params}, _meta(0))
+    idx.apply("Approved", {"kind": int(Kind.MODEL), "id": MODEL_ID, "since": 1_699_999_000},
+              _meta(0))
     idx.apply("Registered", {"account": OPERATOR.address, "role": int(Role.OPERATOR),
                              "amount": 20 * ETHER}, _meta(1))
     for m in MEMBERS:
@@ -106,8 +112,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
                               "publishBy": 1_700_000_600, "responseDeadline": 1_700_001_200},
               _meta(12))
     idx.head_block = idx.indexed_block = 12
+    idx.head_time = 1_700_000_012
+    names = ModelNames()
+    names.set(MODEL_ID, MODEL_NAME, DEPLOYMENT)
     ctx = Context(idx, DOMAIN, None, router, "http://127.0.0.1:8545", "/d/deployment.json",
-                  ("--da-store", "/d/da"))
+                  ("--da-store", "/d/da"), names)
     _ = dep
     return {"client": TestClient(create_app(ctx)), "entries": entries, "batch_id": bid,
             "bomb_id": BatchRegistryContract.batch_id(OPERATOR.address, bomb_root),
@@ -184,7 +193,7 @@ def test_protocol_parameters_are_shown_in_their_units(world: dict[str, object]) 
     shown = {p["name"]: p["value"] for p in _get(world, "/api/overview").json()["params"]}
     assert shown == {"publication deadline": "600 s", "min operator stake": "1 ETH",
                      "quorum bps": "66.67 %", "challenge bond": "0.1 ETH",
-                     "commit period": "300 s"}
+                     "commit period": "300 s", "challenge window": "3600 s"}
 
 
 @pytest.mark.parametrize("path", [
@@ -203,7 +212,11 @@ def test_unknown_ids_give_a_404_page(world: dict[str, object], path: str) -> Non
 @pytest.mark.parametrize("path", [
     "/receipt/abc", "/receipt/0x" + "ab" * 31, "/receipt/0x" + "zz" * 32, "/challenge/-1",
     "/challenge/1e3", "/challenge/%EF%BC%91", "/operator/0x" + "aB" * 20, "/batch/0X" + "ab" * 32,
-    "/search?q=hello", "/search?q=da://nowhere/0x00", "/batch/0x" + "ab" * 32 + "?page=x"])
+    "/search?q=0xhello", "/search?q=" + "n" * 121, "/search?q=da://nowhere/0x00",
+    "/receipts?status=bogus", "/receipts?operator=0x12", "/receipts?model=0x1234",
+    "/receipts?page=-1", "/receipts?operator=" + "a" * 300, "/models?status=x",
+    "/operators?status=x", "/receipts?status=final&status=slashed",
+    "/receipts?model=" + "0" * 3000, "/batch/0x" + "ab" * 32 + "?page=x"])
 def test_malformed_ids_give_a_400_page(world: dict[str, object], path: str) -> None:
     r = _get(world, path)
     assert r.status_code == 400, (path, r.status_code, r.text[:300])
@@ -376,3 +389,181 @@ def test_probes_bound_what_an_endpoint_sends() -> None:
     assert not ep.ok and "longer than" in ep.error
     assert sent["bytes"] <= MAX_PROBE_BYTES + 2 * 65536
     assert not shard.ok and shard.error
+
+
+# ---- the lists, model names, charts, verifier rates (issue 38) ---------------------------------
+def test_receipts_list_pages_and_filters(world: dict[str, object]) -> None:
+    entries = world["entries"]  # type: ignore[assignment]
+    r = _get(world, "/receipts")
+    assert r.status_code == 200 and 'id="receipts"' in r.text
+    assert MODEL_NAME in r.text  # the name, not only the 0x hash
+    api = _get(world, "/api/receipts").json()
+    assert api["paging"] == {"page": 1, "pages": 1, "total": 5}
+    # newest first; the challenged-and-slashed receipt says so
+    assert [x["receipt"] for x in api["receipts"]] == \
+        ["0x" + e.signed.digest.hex() for e in reversed(entries)]  # type: ignore[arg-type]
+    by_id = {x["receipt"]: x for x in api["receipts"]}
+    slashed = "0x" + entries[2].signed.digest.hex()  # type: ignore[index]
+    assert by_id[slashed]["status"] == "slashed"
+    assert by_id[slashed]["challengeable_until"] == "2023-11-14 23:13:23 UTC"  # batch + 3600 s
+    only = _get(world, "/api/receipts?status=slashed").json()["receipts"]
+    assert [x["receipt"] for x in only] == [slashed]
+    assert _get(world, "/api/receipts?status=challengeable").json()["paging"]["total"] == 4
+    assert _get(world, f"/api/receipts?operator={OPERATOR.address}").json()["paging"][
+        "total"] == 5
+    assert _get(world, f"/api/receipts?operator={MEMBERS[0]}").json()["receipts"] == []
+    for model in (MODEL_NAME, MODEL_NAME.lower(), "0x" + MODEL_ID.hex()):
+        got = _get(world, f"/api/receipts?model={model}").json()
+        assert got["paging"]["total"] == 5 and got["filters"]["model_name"] == MODEL_NAME
+    assert _get(world, "/api/receipts?model=no-such-model").status_code == 404
+    assert _get(world, "/api/receipts?model=0x" + "99" * 32).json()["receipts"] == []
+    # a page past the end is the last page; the pager keeps the filters
+    assert _get(world, "/api/receipts?page=99").json()["paging"]["page"] == 1
+    r = _get(world, f"/receipts?operator={OPERATOR.address}&status=slashed")
+    assert f'value="{OPERATOR.address}"' in r.text and '<option value="slashed" selected>' \
+        in r.text
+
+
+def test_receipts_list_pages_newest_first(tmp_path: Path) -> None:
+    """250 receipts in 3 batches: 100 a page, page 3 holds the oldest 50, the pager links
+    keep the filter."""
+    da = LocalDAClient(tmp_path / "da")
+    idx = Index()
+    idx.apply("Registered", {"account": OPERATOR.address, "role": int(Role.OPERATOR),
+                             "amount": 20 * ETHER}, _meta(1))
+    digests = []
+    for b in range(3):
+        entries = [ManifestEntry(*_signed(1000 * b + i, da)) for i in range(100 if b < 2 else 50)]
+        m = build_manifest(entries)
+        idx.apply("BatchCommitted", {"operator": OPERATOR.address, "root": m.root,
+                                     "leafCount": m.leaf_count,
+                                     "daPointer": str(da.put(m.to_bytes()))}, _meta(2 + b))
+        idx.add_manifest(BatchRegistryContract.batch_id(OPERATOR.address, m.root), m)
+        digests += [e.signed.digest for e in entries]
+    client = _client(idx, da)
+    p1 = client.get(f"/api/receipts?operator={OPERATOR.address}").json()
+    assert p1["paging"] == {"page": 1, "pages": 3, "total": 250}
+    assert p1["receipts"][0]["receipt"] == "0x" + digests[-1].hex()
+    p3 = client.get(f"/api/receipts?operator={OPERATOR.address}&page=3").json()
+    assert [x["receipt"] for x in p3["receipts"]] == ["0x" + d.hex() for d in
+                                                      reversed(digests[:50])]
+    html = client.get(f"/receipts?operator={OPERATOR.address}&page=2").text
+    assert f"/receipts?operator={OPERATOR.address}&amp;model=&amp;status=&amp;page=3" in html
+
+
+def test_operators_and_models_lists(world: dict[str, object]) -> None:
+    r = _get(world, "/operators")
+    assert r.status_code == 200 and OPERATOR.address in r.text and MODEL_NAME in r.text
+    ops = _get(world, "/api/operators").json()
+    assert [o["address"] for o in ops["operators"]] == [OPERATOR.address]
+    assert ops["operators"][0]["models"][0]["model"] == MODEL_NAME
+    assert _get(world, "/api/operators?status=active").json()["paging"]["total"] == 1
+    assert _get(world, "/api/operators?status=below-minimum").json()["operators"] == []
+    assert _get(world, f"/api/operators?model={MODEL_NAME}").json()["paging"]["total"] == 1
+    r = _get(world, "/models")
+    assert r.status_code == 200 and MODEL_NAME in r.text
+    models = _get(world, "/api/models").json()["models"]
+    assert models == [{"model_id": "0x" + MODEL_ID.hex(), "model": MODEL_NAME,
+                       "model_source": DEPLOYMENT, "status": "approved",
+                       "approved_since": "2023-11-14 21:56:40 UTC", "revoked": "",
+                       "receipts": 5, "operators": 1, "challenges": 1}]
+    assert _get(world, "/api/models?q=tiny").json()["paging"]["total"] == 1
+    assert _get(world, "/api/models?q=gemma").json()["models"] == []
+    assert _get(world, f"/api/models?operator={MEMBERS[0]}").json()["models"] == []
+    # the operator page names its approved model
+    assert MODEL_NAME in _get(world, f"/operator/{OPERATOR.address}").text
+
+
+@pytest.mark.parametrize("query", [MODEL_NAME, "tiny-test", "  TINY-TEST-MODEL "])
+def test_search_finds_a_model_by_name(world: dict[str, object], query: str) -> None:
+    r = _get(world, f"/search?q={query}")
+    assert r.status_code == 303, r.text[:300]
+    assert r.headers["location"] == f"/receipts?model=0x{MODEL_ID.hex()}"
+    assert _get(world, f"/api/search?q={query}").json()["kind"] == "model"
+    page = _get(world, r.headers["location"])
+    assert page.status_code == 200 and 'id="model-filter"' in page.text
+
+
+def test_search_for_an_unknown_model_name_is_a_404(world: dict[str, object]) -> None:
+    r = _get(world, "/search?q=llama-70b")
+    assert r.status_code == 404 and 'id="error"' in r.text
+
+
+def test_receipt_page_shows_reproduce_command_and_challengeable_until(
+        world: dict[str, object]) -> None:
+    e = world["entries"][1]  # type: ignore[index]
+    rid = "0x" + e.signed.digest.hex()
+    api = _get(world, f"/api/receipt/{rid}").json()
+    assert api["reproduce_command"] == (
+        f"verinfer reproduce {rid} --model {MODEL_NAME} --app-key APP_KEY_FILE --rpc-url "
+        "http://127.0.0.1:8545 --deployment /d/deployment.json --da-store /d/da")
+    # batch committed at block 3 (time 1_700_000_003) + the 3600 s challenge window
+    assert api["challengeable_until"] == "2023-11-14 23:13:23 UTC" and api["challengeable_now"]
+    assert api["model"] == MODEL_NAME and api["receipt_status"] == "challengeable"
+    html = _get(world, f"/receipt/{rid}").text
+    assert 'id="reproduce-command"' in html and "2023-11-14 23:13:23 UTC (open" in html
+
+
+def test_charts_have_axes_and_units(world: dict[str, object]) -> None:
+    charts = _get(world, "/api/overview").json()["charts"]
+    assert set(charts) == {"receipts_over_time", "throughput", "challenges_over_time"}
+    for svg in charts.values():
+        assert svg.count('class="axis"') == 2  # x and y
+        assert 'class="note y-label"' in svg and 'class="note y-tick"' in svg
+        assert "UTC</text>" in svg  # time labels under the x axis
+        assert svg.count("<rect") > 1  # a series, not one bar
+    assert "receipts per " in charts["receipts_over_time"]
+    assert "receipts / min" in charts["throughput"]
+    # the stake chart's axis is in ETH, the unit of the stake shown beside it
+    stake = _get(world, f"/api/operator/{OPERATOR.address}").json()["stake_chart"]
+    assert ">20 ETH</text>" in stake and "20000" not in stake
+
+
+def test_verifier_liveness_and_reveal_rates() -> None:
+    """Two challenges drawn to the same 3 members, both past their deadlines: member 0 commits
+    and reveals in both, member 1 never reveals the second, member 2 sits out the second."""
+    idx = Index()
+    for m in MEMBERS:
+        idx.apply("Registered", {"account": m, "role": int(Role.VERIFIER), "amount": ETHER},
+                  _meta(1))
+    for cid in (1, 2):
+        idx.apply("ChallengeOpened", {"id": cid, "receiptDigest": bytes([cid]) * 32,
+                                      "operator": OPERATOR.address, "challenger": MEMBERS[0],
+                                      "batchId": b"\x01" * 32, "bond": 1, "targetBlock": 3},
+                  _meta(2))
+        idx.apply("CommitteeDrawn", {"id": cid, "members": MEMBERS, "weights": [ETHER] * 3,
+                                     "commitDeadline": 1_700_000_100,
+                                     "revealDeadline": 1_700_000_200}, _meta(3))
+        for k, m in enumerate(MEMBERS):
+            if cid == 1 or k < 2:
+                idx.apply("VoteCommitted", {"id": cid, "voter": m,
+                                            "commitment": b"\x55" * 32}, _meta(4))
+            if cid == 1 or k == 0:
+                idx.apply("VoteRevealed", {"id": cid, "voter": m, "outHash": b"\x66" * 32},
+                          _meta(5))
+    idx.head_time = 1_700_000_300
+    client = _client(idx)
+    rows = {v["address"]: v for v in client.get("/api/overview").json()["verifiers"]}
+    assert [(rows[m]["liveness"], rows[m]["reveal_rate"]) for m in MEMBERS] == [
+        ("2/2 (100 %)", "2/2 (100 %)"), ("2/2 (100 %)", "1/2 (50 %)"),
+        ("1/2 (50 %)", "1/2 (50 %)")]
+    page = client.get(f"/operator/{MEMBERS[2]}").text
+    assert "1/2 (50 %)" in page and 'id="reveal-rate"' in page
+    # a seat still inside its phases counts for neither rate yet
+    idx.head_time = 1_700_000_050
+    rows = {v["address"]: v for v in client.get("/api/overview").json()["verifiers"]}
+    assert rows[MEMBERS[2]]["liveness"] == "1/1 (100 %)"
+
+
+def test_model_names_deployment_list_wins_over_an_endpoint(tmp_path: Path) -> None:
+    names = ModelNames()
+    path = tmp_path / "models.json"
+    path.write_text('{"gemma3-270m": "0x' + "ab" * 32 + '"}')
+    assert names.load_file(path) == 1
+    assert not names.set(b"\xab" * 32, "evil-name", "per operator endpoint http://x")
+    assert names.get(b"\xab" * 32).name == "gemma3-270m"  # type: ignore[union-attr]
+    assert not names.set(b"\xcd" * 32, "x" * 500, "per operator endpoint http://x")
+    assert not names.set(b"\xcd" * 32, "bad\nname", "per operator endpoint http://x")
+    path.write_text('{"bad\\u0000": "0x' + "ab" * 32 + '"}')
+    with pytest.raises(VerinferError):
+        ModelNames().load_file(path)

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from verinfer.errors import VerinferError
+from verinfer.errors import InvalidRequestError, VerinferError
 from verinfer.explorer import views
 from verinfer.explorer.errors import http_status
 from verinfer.explorer.ids import parse_int_id
@@ -92,13 +92,14 @@ def create_app(ctx: Context) -> FastAPI:
     # Plain `def` handlers: FastAPI runs them in its thread pool, so a page that waits on a slow
     # DA backend or index read blocks one worker thread, not the event loop serving every page.
     def page(path: str, template: str, title: Callable[[dict[str, Any]], str],
-             build: Callable[..., dict[str, Any]], *, paged: bool = False) -> None:
+             build: Callable[..., dict[str, Any]], *, paged: bool = False,
+             filters: tuple[str, ...] = ()) -> None:
         def html(request: Request) -> Response:
-            data = build(ctx, **_args(request, paged))
+            data = build(ctx, **_args(request, paged, filters))
             return render(request, template, data, title(data))
 
         def api(request: Request) -> Response:
-            return JSONResponse(build(ctx, **_args(request, paged)))
+            return JSONResponse(build(ctx, **_args(request, paged, filters)))
 
         app.add_api_route(path, html, methods=["GET"], response_class=HTMLResponse)
         app.add_api_route("/api" + (path if path != "/" else "/overview"), api, methods=["GET"])
@@ -118,6 +119,12 @@ def create_app(ctx: Context) -> FastAPI:
     page("/challenges", "challenges.html", lambda d: "Challenges", views.challenges_list,
          paged=True)
     page("/batches", "batches.html", lambda d: "Batches", views.batches_list, paged=True)
+    page("/receipts", "receipts.html", lambda d: "Receipts", views.receipts_list, paged=True,
+         filters=("operator", "model", "status"))
+    page("/operators", "operators.html", lambda d: "Operators", views.operators_list,
+         paged=True, filters=("operator", "model", "status"))
+    page("/models", "models.html", lambda d: "Models", views.models_list, paged=True,
+         filters=("q", "operator", "status"))
     page("/audits", "audits.html", lambda d: "Light audits", views.audits)
     page("/kms", "kms.html", lambda d: "KMS", views.kms)
 
@@ -141,11 +148,25 @@ def create_app(ctx: Context) -> FastAPI:
     return app
 
 
-def _args(request: Request, paged: bool) -> dict[str, Any]:
-    """Path parameters as given (the views parse them strictly) and, on paged lists,
-    ``?page=N``."""
+#: Longest query string a page reads (the filters are far shorter; lists.MAX_FILTER each).
+MAX_QUERY_STRING = 2048
+
+
+def _args(request: Request, paged: bool, filters: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Path parameters as given (the views parse them strictly), on paged lists ``?page=N``
+    and the page's ``filters`` (each given once; the views bound and parse them)."""
+    if len(request.url.query) > MAX_QUERY_STRING:
+        raise InvalidRequestError(f"query string of {len(request.url.query)} characters: at "
+                                  f"most {MAX_QUERY_STRING}", param="query")
     args: dict[str, Any] = dict(request.path_params)
     raw = request.query_params.get("page")
     if paged and raw is not None:
         args["page"] = parse_int_id(raw, "page") if raw else 1
+    for name in filters:
+        values = request.query_params.getlist(name)
+        if len(values) > 1:
+            raise InvalidRequestError(f"{name} given {len(values)} times: once at most",
+                                      param=name)
+        if values:
+            args[name] = values[0]
     return args

@@ -28,6 +28,10 @@ def explorer(
         help="A KMS shard URL (repeat for each shard).")] = None,
     operator: Annotated[list[str] | None, typer.Option(
         help="An operator's API URL to watch (repeat).")] = None,
+    model_names: Annotated[Path | None, typer.Option(
+        help="The deployment's model list: a JSON object name -> 0x model id (names for the "
+        "model ids approved on chain; without it, names come from the --operator endpoints)."
+    )] = None,
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Listen port.")] = 8600,
 ) -> None:
@@ -41,7 +45,8 @@ def explorer(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
     try:
         ex = Explorer(ExplorerConfig(rpc_url, deployment, da_store, da_redis_url, redis_url,
-                                     audit_prefix, list(kms or []), list(operator or [])))
+                                     audit_prefix, list(kms or []), list(operator or []),
+                                     model_names))
     except VerinferError as e:  # documented as exit 2: the explorer's options cannot be used
         raise fail(e, exit_code=2) from e
     ex.start()

@@ -201,6 +201,12 @@ class Index:
         self.batch_by_pointer: dict[str, bytes] = {}
         self.batches_by_root: dict[bytes, list[bytes]] = {}
         self.receipts: dict[bytes, ReceiptEntry] = {}
+        # every indexed receipt in the order its batch was read, and the same by model id and
+        # by operator (the /receipts list and its filters page through these)
+        self.receipt_order: list[bytes] = []
+        self.receipts_by_model: dict[bytes, list[bytes]] = {}
+        self.receipts_by_operator: dict[str, list[bytes]] = {}
+        self.operators_by_model: dict[bytes, set[str]] = {}
         self.receipt_by_ciphertext: dict[str, bytes] = {}
         self.challenges: dict[int, Challenge] = {}
         self.challenges_by_receipt: dict[bytes, list[int]] = {}
@@ -264,6 +270,11 @@ class Index:
             if d not in self.receipts:
                 self.receipts[d] = ReceiptEntry(e.signed, batch_id, i, str(e.ciphertext))
                 self.receipt_by_ciphertext.setdefault(str(e.ciphertext), d)
+                self.receipt_order.append(d)
+                self.receipts_by_model.setdefault(e.signed.receipt.model_id, []).append(d)
+                self.receipts_by_operator.setdefault(b.operator, []).append(d)
+                self.operators_by_model.setdefault(e.signed.receipt.model_id,
+                                                   set()).add(b.operator)
         if foreign:
             b.manifest_error = (f"{foreign} receipt(s) name another operator: not indexed "
                                 "under this batch")
@@ -460,6 +471,9 @@ class Index:
 
     def verifiers(self) -> list[Account]:
         return [a for a in self.accounts.values() if a.role is Role.VERIFIER]
+
+    def approved_models(self) -> list[Approval]:
+        return [ap for ap in self.approvals.values() if ap.kind is Kind.MODEL]
 
 
 def _snake(name: str) -> str:

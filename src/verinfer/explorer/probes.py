@@ -9,12 +9,14 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from verinfer.errors import VerinferError
+from verinfer.explorer.models import ENDPOINT, ModelNames
 from verinfer.protocol.jsonsafe import UntrustedJsonError, loads_untrusted
 from verinfer.verifier.audit_stream import StreamKeys
 from verinfer.verifier.reports import SignedAuditReport
@@ -24,6 +26,10 @@ log = logging.getLogger("verinfer.explorer")
 MAX_PROBE_BYTES = 256 * 1024
 #: Stream reports kept in memory (the newest): anyone who can write the stream can flood it.
 MAX_STREAM_ROWS = 10_000
+#: Model ids asked of each endpoint per poll, and how long before an id it did not name is
+#: asked again.
+NAMES_PER_POLL = 20
+NAME_RETRY_S = 60.0
 _DECISIONS = re.compile(r'^kms_release_decisions_total\{decision="(released|refused)"[^}]*\}'
                         r"\s+([0-9.eE+]+)$", re.MULTILINE)
 
@@ -122,6 +128,17 @@ def probe_endpoint(client: httpx.Client, url: str) -> EndpointStatus:
     return st
 
 
+def probe_model_name(client: httpx.Client, url: str, model_id: bytes) -> str | None:
+    """The name an operator endpoint serves ``model_id`` under (``GET /v1/models/0x<id>``
+    answers that model's card), or None."""
+    try:
+        card = _get_json(client, f"{url}/v1/models/0x{model_id.hex()}")
+    except (httpx.HTTPError, ValueError, UntrustedJsonError):
+        return None
+    name = card.get("id") if isinstance(card, dict) else None
+    return name if isinstance(name, str) and not name.startswith("0x") else None
+
+
 class AuditReportReader:
     """Reads ``<prefix>audit:reports`` incrementally (XRANGE after the last id seen); never
     writes (no consumer group). A malformed or badly signed report is counted, not shown as
@@ -177,8 +194,13 @@ class Prober:
     pages read the last snapshot under ``lock``."""
 
     def __init__(self, kms_urls: list[str], operator_urls: list[str],
-                 audits: AuditReportReader | None, *, interval_s: float = 3.0) -> None:
+                 audits: AuditReportReader | None, *, interval_s: float = 3.0,
+                 names: ModelNames | None = None,
+                 model_ids: Callable[[], list[bytes]] | None = None) -> None:
         self.lock = threading.Lock()
+        self.names = names
+        self.model_ids = model_ids  # the model ids approved on chain (read from the index)
+        self._asked: dict[tuple[str, bytes], float] = {}
         self.kms_urls = [u.rstrip("/") for u in kms_urls]
         self.operator_urls = [u.rstrip("/") for u in operator_urls]
         self.audits = audits
@@ -191,6 +213,7 @@ class Prober:
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             shards = [probe_shard(client, u) for u in self.kms_urls]
             endpoints = [probe_endpoint(client, u) for u in self.operator_urls]
+            named = self._name_models(client, endpoints)
         new_reports = 0
         if self.audits is not None:
             try:
@@ -202,12 +225,40 @@ class Prober:
                 with self.lock:
                     self.audits.error = f"{type(e).__name__}: {e}"[:200]
         with self.lock:
-            changed = new_reports > 0 or [(s.ok, s.log_count, s.released) for s in shards] != \
+            changed = named or new_reports > 0 or \
+                [(s.ok, s.log_count, s.released) for s in shards] != \
                 [(s.ok, s.log_count, s.released) for s in self.shards] or \
                 [e.ok for e in endpoints] != [e.ok for e in self.endpoints]
             self.shards, self.endpoints = shards, endpoints
             if changed:
                 self.version += 1
+
+    def _name_models(self, client: httpx.Client, endpoints: list[EndpointStatus]) -> bool:
+        """Asks each live endpoint the name of the approved model ids the deployment's list
+        does not name (a few per poll; an id an endpoint did not name is asked again after
+        NAME_RETRY_S). True if a name was learned."""
+        if self.names is None or self.model_ids is None:
+            return False
+        todo = self.names.missing(self.model_ids())
+        changed = False
+        now = time.monotonic()
+        for e in endpoints:
+            if not e.ok:
+                continue
+            asked = 0
+            for mid in todo:
+                if asked >= NAMES_PER_POLL:
+                    break
+                if self._asked.get((e.url, mid), 0.0) > now:
+                    continue
+                asked += 1
+                self._asked[(e.url, mid)] = now + NAME_RETRY_S
+                name = probe_model_name(client, e.url, mid)
+                if name is not None:
+                    changed |= self.names.set(mid, name, f"{ENDPOINT} {e.url}")
+        if len(self._asked) > 10_000:
+            self._asked.clear()
+        return changed
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -52,9 +52,35 @@ def operator_row(idx: Index, a: Account) -> dict[str, Any]:
             "slashed": eth(sum(s.amount for s in a.slashes))}
 
 
-def verifier_row(a: Account) -> dict[str, Any]:
+def _rate(done: int, due: int) -> str:
+    return f"{done}/{due} ({100 * done / due:.0f} %)" if due else "—"
+
+
+def verifier_rates(idx: Index, a: Account) -> dict[str, Any]:
+    """Liveness: of the committee seats whose commit phase is over (or committed), the share
+    it committed in; reveal rate: of the seats whose reveal phase is over (or revealed), the
+    share it revealed in. A seat still inside its phase counts for neither yet."""
+    now = idx.head_time
+    commit_due = committed = reveal_due = revealed = 0
+    for cid in dict.fromkeys(a.committees):
+        c = idx.challenges.get(cid)
+        v = c.votes.get(a.address) if c is not None else None
+        if c is None or v is None:
+            continue
+        if v.committed_at or c.final or now > c.commit_deadline:
+            commit_due += 1
+            committed += bool(v.committed_at)
+        if v.revealed_at or c.final or now > c.reveal_deadline:
+            reveal_due += 1
+            revealed += bool(v.revealed_at)
+    return {"liveness": _rate(committed, commit_due), "reveal_rate": _rate(revealed, reveal_due),
+            "commits": committed, "commit_due": commit_due, "reveals": revealed,
+            "reveal_due": reveal_due}
+
+
+def verifier_row(idx: Index, a: Account) -> dict[str, Any]:
     return {"address": a.address, "stake": eth(a.stake), "weight": eth(a.weight),
-            "committees": len(a.committees), "audits": a.audits}
+            "committees": len(a.committees), "audits": a.audits, **verifier_rates(idx, a)}
 
 
 def batch_row(b: Batch) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.explorer.app import create_app
 from verinfer.explorer.follower import ChainFollower
 from verinfer.explorer.index import Index
+from verinfer.explorer.models import ModelNames
 from verinfer.explorer.probes import AuditReportReader, Prober
 from verinfer.explorer.views import Context
 from verinfer.receipts.eip712 import Domain
@@ -30,6 +31,7 @@ class ExplorerConfig:
     audit_prefix: str = ""
     kms_urls: list[str] = field(default_factory=list)
     operator_urls: list[str] = field(default_factory=list)
+    model_names: Path | None = None  # the deployment's model list (explorer/models.py)
     poll_s: float = 0.5
     probe_s: float = 3.0
 
@@ -45,10 +47,14 @@ class Explorer:
                                                          ("redis", cfg.da_redis_url)) if on]
         self.da = DARouter(clients) if clients else None
         self.index = Index()
+        self.names = ModelNames()
+        if cfg.model_names is not None:
+            self.names.load_file(cfg.model_names)
         self.follower = ChainFollower(self.index, self.w3, self.deployment, self.da)
         audits = AuditReportReader(cfg.redis_url, cfg.audit_prefix) \
             if cfg.redis_url and cfg.audit_prefix else None
-        self.prober = Prober(cfg.kms_urls, cfg.operator_urls, audits, interval_s=cfg.probe_s)
+        self.prober = Prober(cfg.kms_urls, cfg.operator_urls, audits, interval_s=cfg.probe_s,
+                             names=self.names, model_ids=self._approved_model_ids)
         da_args: list[str] = []
         if cfg.da_store:
             da_args += ["--da-store", str(cfg.da_store)]
@@ -57,10 +63,14 @@ class Explorer:
         self.ctx = Context(self.index, Domain(self.deployment.chain_id,
                                               self.deployment.challenge_manager),
                            self.prober, self.da, cfg.rpc_url, str(cfg.deployment),
-                           tuple(da_args))
+                           tuple(da_args), self.names)
         self.app: FastAPI = create_app(self.ctx)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    def _approved_model_ids(self) -> list[bytes]:
+        with self.index.lock:
+            return [ap.item for ap in self.index.approved_models()]
 
     def start(self) -> Explorer:
         for name, target in (("follower", lambda: self.follower.run(self._stop,

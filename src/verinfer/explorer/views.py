@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from verinfer.chain.structs import Kind, Role, Status
 from verinfer.da_client.factory import DARouter
 from verinfer.da_client.pointer import Pointer
 from verinfer.errors import VerinferError
-from verinfer.explorer.charts import bar_chart
+from verinfer.explorer import lists
+from verinfer.explorer.charts import bar_chart, time_chart
 from verinfer.explorer.errors import NotFoundError
 from verinfer.explorer.ids import parse_address, parse_id32, parse_int_id
 from verinfer.explorer.index import Challenge, Index
+from verinfer.explorer.models import ModelNames
 from verinfer.explorer.probes import AuditReportRow, Prober
 from verinfer.explorer.rows import (
     PHASES,
@@ -32,6 +34,7 @@ from verinfer.explorer.rows import (
     operator_row,
     phase,
     slash_row,
+    verifier_rates,
     verifier_row,
     when,
 )
@@ -62,6 +65,7 @@ class Context:
     rpc_url: str
     deployment_path: str
     da_args: tuple[str, ...] = ()
+    names: ModelNames = field(default_factory=ModelNames)
 
 
 def _status(ctx: Context) -> dict[str, Any]:
@@ -86,11 +90,10 @@ def overview(ctx: Context) -> dict[str, Any]:
         chs = list(idx.challenges.values())
         open_chs = [c for c in chs if not c.final]
         resolved = [c for c in chs if c.final]
-        recent = batches[-40:]
         out = {
             "status": _status(ctx),
             "operators": [operator_row(idx, a) for a in idx.operators()],
-            "verifiers": [verifier_row(a) for a in idx.verifiers()],
+            "verifiers": [verifier_row(idx, a) for a in idx.verifiers()],
             "totals": {"batches": len(batches), "receipts": sum(b.leaf_count for b in batches),
                        "challenges": len(chs), "open_challenges": len(open_chs),
                        "slashes": len(idx.slashes), "claims": len(idx.claims),
@@ -101,12 +104,7 @@ def overview(ctx: Context) -> dict[str, Any]:
             "claims": _newest(list(idx.claims.values()), claim_row, LATEST),
             "slashes": _newest(idx.slashes, slash_row, LATEST),
             "audits": _audit_counts(ctx),
-            "charts": {
-                "receipts_per_batch": bar_chart(
-                    [b.leaf_count for b in recent],
-                    [f"block {b.block}" for b in recent], "receipts per batch (latest 40)"),
-                "challenges_over_time": _challenges_chart(chs),
-            },
+            "charts": _time_charts(idx, batches, chs),
             "endpoints": _endpoints(ctx),
             "params": _params(idx.params),
         }
@@ -125,22 +123,25 @@ def _params(p: dict[str, int]) -> list[dict[str, str]]:
     return out
 
 
-def _challenges_chart(chs: list[Challenge]) -> str:
-    """Challenges opened per time bucket (12 buckets over the span), coloured by outcome of
-    the bucket's majority: slashed, dismissed, or still open."""
-    if not chs:
-        return bar_chart([], [], "challenges over time")
-    t0, t1 = min(c.opened_at for c in chs), max(c.opened_at for c in chs)
-    n = 12
-    width = max(1, (t1 - t0 + n) // n)
-    counts, slashed = [0] * n, [0] * n
-    for c in chs:
-        i = min(n - 1, (c.opened_at - t0) // width)
-        counts[i] += 1
-        slashed[i] += c.status is Status.SLASHED
-    labels = [when(t0 + i * width) for i in range(n)]
-    classes = ["bar slash" if s * 2 > k else "bar" for s, k in zip(slashed, counts, strict=True)]
-    return bar_chart(counts, labels, "challenges opened over time", classes=classes)
+def _time_charts(idx: Index, batches: list[Any], chs: list[Challenge]) -> dict[str, str]:
+    """Receipts committed, throughput and challenges opened over the same span (the first
+    batch or challenge to the chain's head), 24 buckets of a round width, with axes."""
+    times = [b.time for b in batches] + [c.opened_at for c in chs]
+    start = min(times, default=idx.head_time)
+    end = max(idx.head_time, max(times, default=0))
+    bt = [b.time for b in batches]
+    leaves = [float(b.leaf_count) for b in batches]
+    return {
+        "receipts_over_time": time_chart(bt, "receipts committed over time", "receipts",
+                                         start=start, end=end, weights=leaves),
+        "throughput": time_chart(bt, "throughput: receipts committed per minute",
+                                 "receipts / min", start=start, end=end, weights=leaves,
+                                 rate_per_s=60.0),
+        "challenges_over_time": time_chart(
+            [c.opened_at for c in chs], "challenges opened over time (red: mostly slashed)",
+            "challenges", start=start, end=end,
+            red=[c.status is Status.SLASHED for c in chs]),
+    }
 
 
 def _audit_counts(ctx: Context) -> dict[str, Any]:
@@ -177,10 +178,8 @@ def _endpoints(ctx: Context) -> list[dict[str, Any]]:
 
 
 def _page(items: list[Any], page: int) -> tuple[list[Any], dict[str, int]]:
-    pages = max(1, -(-len(items) // PAGE_SIZE))
-    page = min(max(page, 1), pages)
-    return items[(page - 1) * PAGE_SIZE: page * PAGE_SIZE], {"page": page, "pages": pages,
-                                                              "total": len(items)}
+    rows, paging = lists.page_of(items, page, PAGE_SIZE)
+    return list(rows), paging
 
 
 def _newest(items: Sequence[T], row: Callable[[T], R], cap: int = LIST_CAP) -> list[R]:
@@ -214,6 +213,8 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
             return challenge_row(idx.challenges[c])
 
         approvals = [{"kind": ap.kind.name.lower().replace("_", " "), "id": hx(ap.item),
+                      "name": lists.model_label(ctx.names, ap.item)["model"]
+                      if ap.kind is Kind.MODEL else "",
                       "since": when(ap.since), "revoked": when(ap.until)}
                      for ap in idx.approvals.values()]
         return {
@@ -222,9 +223,13 @@ def operator(ctx: Context, address: str) -> dict[str, Any]:
                         "weight": eth(a.weight), "audits": a.audits},
             "stake_history": [{"block": p.block, "time": when(p.time), "stake": eth(p.stake),
                                "what": p.what} for p in reversed(a.history[-LIST_CAP:])],
-            "stake_chart": bar_chart([p.stake // 10**15 for p in a.history[-60:]],
-                                     [f"block {p.block}: {p.what}" for p in a.history[-60:]],
-                                     "stake after each change (milli-ETH, latest 60)"),
+            "stake_chart": bar_chart(
+                [p.stake for p in a.history[-60:]],
+                [f"block {p.block} ({when(p.time)}): {p.what}" for p in a.history[-60:]],
+                "stake after each change (latest 60)", fmt=lambda v: eth(int(v)), y_label="stake",
+                x_labels=[when(a.history[-60:][0].time), when(a.history[-1].time)]
+                if a.history else None),
+            "rates": verifier_rates(idx, a) if a.role is Role.VERIFIER else None,
             "approvals": approvals,
             "batches": _newest(a.batches, lambda b: batch_row(idx.batches[b]), 50),
             # the latest LIST_CAP of each list (the totals are in "account"; /challenges
@@ -304,6 +309,10 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
                   for a in (idx.audits[i] for i in idx.audits_by_receipt.get(digest, []))]
         signed, ciphertext = e.signed, e.ciphertext
         batch_of = batch_row(b)
+        until = lists.challengeable_until(idx, e)
+        state = lists.receipt_status(idx, digest, e)
+        head_time = idx.head_time
+    model = lists.model_label(ctx.names, signed.receipt.model_id)
     r = signed.receipt
     try:  # the signature, recovered here on the server (not taken from the manifest's word)
         signer = recover_signer(r, ctx.domain, signed.signature)
@@ -318,6 +327,12 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
                        else str(v)})
     cmd = ["verinfer", "challenge", hx(digest), "--rpc-url", ctx.rpc_url, "--deployment",
            ctx.deployment_path, *ctx.da_args]
+    # docs/cookbook.md §4: by receipt id, looked up in the chain's committed batches; the
+    # model file (or shipped name) and the key epoch's secret are the auditor's to give
+    reproduce = ["verinfer", "reproduce", hx(digest), "--model",
+                 _shell_word(model["model"]) if model["model"] else "MODEL_FILE",
+                 "--app-key", "APP_KEY_FILE", "--rpc-url", ctx.rpc_url, "--deployment",
+                 ctx.deployment_path, *ctx.da_args]
     return {
         "status": _status(ctx),
         "receipt_id": hx(digest), "fields": fields, "issued_at": when(r.issued_at),
@@ -328,6 +343,11 @@ def receipt(ctx: Context, receipt_id: str) -> dict[str, Any]:
         "ciphertext": ciphertext, "da_availability": _da_available(ctx, ciphertext),
         "challenges": chs, "claims": claims, "audits": audits,
         "challenge_command": " ".join(cmd),
+        "reproduce_command": " ".join(reproduce),
+        **model, "receipt_status": state,
+        "challengeable_until": when(until) if until is not None else "",
+        "challengeable_until_ts": until,
+        "challengeable_now": until is not None and head_time <= until,
         "challenge_env": "VERINFER_CHAIN_PRIVATE_KEY (or --keystore FILE)",
     }
 
@@ -433,6 +453,33 @@ def batches_list(ctx: Context, page: int = 1) -> dict[str, Any]:
         return _list_page(ctx, "batches", list(ctx.index.batches.values()), batch_row, page)
 
 
+def receipts_list(ctx: Context, page: int = 1, operator: str | None = None,
+                  model: str | None = None, status: str | None = None) -> dict[str, Any]:
+    with ctx.index.lock:
+        return {"status": _status(ctx), **lists.receipts(ctx.index, ctx.names, page, operator,
+                                                         model, status, PAGE_SIZE)}
+
+
+def operators_list(ctx: Context, page: int = 1, operator: str | None = None,
+                   model: str | None = None, status: str | None = None) -> dict[str, Any]:
+    with ctx.index.lock:
+        return {"status": _status(ctx), **lists.operators(ctx.index, ctx.names, page, operator,
+                                                          model, status, PAGE_SIZE)}
+
+
+def models_list(ctx: Context, page: int = 1, q: str | None = None,
+                operator: str | None = None, status: str | None = None) -> dict[str, Any]:
+    with ctx.index.lock:
+        return {"status": _status(ctx), **lists.models(ctx.index, ctx.names, page, q, operator,
+                                                       status, PAGE_SIZE)}
+
+
 def search(ctx: Context, query: str) -> dict[str, Any]:
     """The page a search query names (``search.search`` over this explorer's index)."""
-    return search_index(ctx.index, query)
+    return search_index(ctx.index, query, ctx.names)
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

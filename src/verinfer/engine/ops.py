@@ -83,10 +83,10 @@ class Matrix:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` as fp32 (embedding lookup), exact either way."""
-        if self.f32 is not None:
-            return self.f32.index_select(0, ids)
+        if self.f32 is not None:  # ids follow the weights to their device (a GPU engine's)
+            return self.f32.index_select(0, ids.to(self.f32.device))
         assert self.blocks is not None
-        return self._dequantize(self.blocks.index_select(0, ids))
+        return self._dequantize(self.blocks.index_select(0, ids.to(self.blocks.device)))
 
     def _dequantize(self, blocks: torch.Tensor) -> torch.Tensor:
         if self.qtype == "Q8_0":  # the hot path (embedding lookups), in torch
@@ -443,7 +443,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: boo
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
-def make_ops(mode: KernelMode) -> Ops:
+def make_ops(mode: KernelMode, device: str = "cpu") -> Ops:
+    """The Ops of ``mode`` on ``device``: ``cpu`` the C++ kernels / plain torch; ``cuda`` the
+    Triton kernels (engine/triton_ops.py, imported only then) / plain torch on the GPU."""
+    if device != "cpu":
+        from verinfer.engine.triton_ops import device_ops
+
+        return device_ops(mode, device)
     if mode == "invariant":
         return InvariantOps()
     if mode == "fast":

@@ -44,6 +44,11 @@ def serve(
     kernels: KernelsOpt = "invariant",
     max_seqs: Annotated[int, typer.Option(help="Sequences decoded together.")] = 16,
     max_context: Annotated[int, typer.Option(help="Context limit served.")] = 8192,
+    device: Annotated[
+        str,
+        typer.Option(help="own: cpu (C++ kernels) | cuda (Triton kernels, docs/gpu.md; the "
+                     "self-test must pass before signing)."),
+    ] = "cpu",
     name: Annotated[
         str | None,
         typer.Option(help="Model name clients send (one --model only; default: the model's name)."),
@@ -132,8 +137,9 @@ def serve(
         typer.Option(
             "--selftest/--no-selftest",
             help="Run the determinism self-test before signing (a failed one stops signing; the "
-            "report is kept in the operator directory). Default: on for vllm, off for own "
-            "(its kernels are invariant by construction, tested in CI).",
+            "report is kept in the operator directory). Default: on for vllm and for "
+            "--device cuda, off for own on the CPU (its kernels are invariant by "
+            "construction, tested in CI).",
         ),
     ] = None,
 ) -> None:
@@ -168,7 +174,7 @@ def serve(
         raise fail("--backend vllm serves one --model (one vLLM engine per process)")
     try:
         choice = EngineChoice(
-            backend, kernels, vllm_threads, max_seqs, vllm_export_dir, max_context
+            backend, kernels, vllm_threads, max_seqs, vllm_export_dir, max_context, device
         )
     except VerinferError as e:
         raise fail(e) from e
@@ -200,7 +206,9 @@ def serve(
                 cfg,
                 list(engines.values()),
                 check_identity=not unsafe_skip_identity_check,
-                selftest=selftest if selftest is not None else backend == "vllm",
+                # a GPU's bits are measured, not assumed: the self-test gates signing there
+                selftest=(selftest if selftest is not None
+                          else backend == "vllm" or device != "cpu"),
             )
         except VerinferError as e:
             for eng in engines.values():

@@ -73,10 +73,11 @@ class KVCache:
     same whether a position was computed in prefill, in a decode step or in a replay.
     """
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int) -> None:
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, capacity: int,
+                 device: torch.device | str = "cpu") -> None:
         self.capacity = capacity
-        self.k = torch.zeros(n_layers, n_kv_heads, capacity, head_dim)
-        self.v = torch.zeros(n_layers, n_kv_heads, capacity, head_dim)
+        self.k = torch.zeros(n_layers, n_kv_heads, capacity, head_dim, device=device)
+        self.v = torch.zeros(n_layers, n_kv_heads, capacity, head_dim, device=device)
 
     def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [n, n_kv_heads, head_dim] for positions start..start+n-1."""

@@ -27,6 +27,9 @@ from verinfer.chain.structs import Kind, pool_key
 from verinfer.client.errors import ClientConfigError
 from verinfer.errors import VerinferError
 
+#: At most this many chain answers are kept (then the cache starts afresh).
+MAX_CACHED = 4096
+
 
 class ChainReadError(VerinferError):
     """A chain read failed (deadline, size cap, revert, connection): the answer cannot be
@@ -70,6 +73,8 @@ class ChainView:
             raise ChainReadError(f"chain read {key[0]} failed: {type(e).__name__}: {e}") from e
         with self._lock:
             self.reads += 1
+            if len(self._cache) >= MAX_CACHED:  # keys an operator chooses (its address):
+                self._cache.clear()             # bounded, whatever it signs with
             self._cache[key] = (now, value)
         return value
 

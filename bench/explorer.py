@@ -11,7 +11,9 @@ slash on the pages). Transactions are sent back to back with local nonces (anvil
 Then a real `verinfer explorer` process indexes the chain from the deployment block (timed:
 ``index_s``) and the bench requests its pages over HTTP, one at a time: the overview, the
 operator (all its challenges), batch pages, receipt pages (signature recovery and Merkle proof
-each), challenge pages, lists, searches and their /api twins. Last line: JSON with
+each), challenge pages, lists (receipts, operators, models; filtered by operator, model name
+and status, deep pages), searches (ids and a model name) and their /api twins; the model
+names come from a deployment model list (``--model-names``). Last line: JSON with
 ``p95_page_ms`` (target <= 300) and per-page-kind p50/p95.
 """
 
@@ -40,11 +42,13 @@ from verinfer.chain.structs import ETHER, Kind, Role
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
 from verinfer.devnet.network import devnet_params
+from verinfer.explorer.models import write_model_list
 from verinfer.ports import free_port
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
 
 MODEL_ID = b"\x11" * 32
+MODEL_NAME = "bench-model-270m"
 UNAPPROVED_MODEL_ID = b"\x12" * 32
 FINGERPRINT = b"\x22" * 32
 
@@ -80,6 +84,7 @@ def populate(w3: Web3, root: Path, n_receipts: int, batch_size: int, n_challenge
     gov, operator, challenger = accts[0], accts[1], accts[2]
     d = deploy_all(w3, gov, devnet_params())
     d.save(root / "deployment.json")
+    write_model_list(root / "models.json", {MODEL_NAME: MODEL_ID})
     g: Contracts = d.bind(w3, TxSender(w3, gov))
     g.config.approve(Kind.MODEL, MODEL_ID)
     g.config.approve(Kind.ENGINE_FINGERPRINT, FINGERPRINT)
@@ -160,7 +165,8 @@ def main() -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "verinfer", "explorer", "--rpc-url", anvil.url,
              "--deployment", str(pop["deployment"]), "--da-store", str(pop["da"]),
-             "--port", str(port)], stdout=log, stderr=log, env={**os.environ})
+             "--model-names", str(root / "models.json"), "--port", str(port)],
+            stdout=log, stderr=log, env={**os.environ})
         try:
             with httpx.Client(timeout=30, trust_env=False) as http:
                 totals: dict[str, Any] = {}
@@ -219,6 +225,16 @@ def _page_mix(pop: dict[str, Any], rnd: random.Random, n: int) -> list[tuple[str
         ("api_receipt", lambda: f"/api/receipt/{rnd.choice(pop['receipts'])}"),
         ("api_overview", lambda: "/api/overview"),
         ("not_found", lambda: "/receipt/0x" + rnd.randbytes(32).hex()),
+        ("receipts", lambda: f"/receipts?page={rnd.randint(1, 100)}"),
+        ("receipts_filtered", lambda: rnd.choice([
+            f"/receipts?operator={pop['operator']}&page={rnd.randint(1, 100)}",
+            f"/receipts?model={MODEL_NAME}&status=challengeable",
+            f"/receipts?status=challenged&operator={pop['operator']}",
+            f"/receipts?model=0x{MODEL_ID.hex()}&status=slashed"])),
+        ("operators", lambda: "/operators?status=active"),
+        ("models", lambda: rnd.choice(["/models", "/models?q=bench"])),
+        ("search_model", lambda: "/api/search?q=" + rnd.choice([MODEL_NAME, "BENCH-MODEL"])),
+        ("api_receipts", lambda: f"/api/receipts?page={rnd.randint(1, 100)}"),
     ]
     out = []
     for i in range(n):

@@ -25,7 +25,7 @@ from verinfer.errors import VerinferError
 from verinfer.explorer.app import CSP, create_app
 from verinfer.explorer.follower import ChainFollower
 from verinfer.explorer.index import EventMeta, Index
-from verinfer.explorer.models import DEPLOYMENT, ModelNames
+from verinfer.explorer.models import DEPLOYMENT, ModelName, ModelNames
 from verinfer.explorer.views import Context
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
@@ -567,3 +567,39 @@ def test_model_names_deployment_list_wins_over_an_endpoint(tmp_path: Path) -> No
     path.write_text('{"bad\\u0000": "0x' + "ab" * 32 + '"}')
     with pytest.raises(VerinferError):
         ModelNames().load_file(path)
+
+
+def test_model_names_learned_from_an_endpoint_only_for_approved_ids() -> None:
+    """The prober asks an operator endpoint (an in-process transport standing in for a hostile
+    one) the name of each approved model id only; an id the deployment's list names is not
+    asked, an over-long name is dropped, and an id is not asked again before NAME_RETRY_S."""
+    import httpx
+
+    from verinfer.explorer.probes import EndpointStatus, Prober
+
+    approved, listed, long_named = b"\x01" * 32, b"\x02" * 32, b"\x04" * 32
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        if request.url.path == f"/v1/models/0x{approved.hex()}":
+            return httpx.Response(200, json={"id": "served-name", "object": "model"})
+        if request.url.path == f"/v1/models/0x{listed.hex()}":
+            return httpx.Response(200, json={"id": "operator-says-so"})
+        return httpx.Response(200, json={"id": "x" * 10_000})
+
+    names = ModelNames()
+    names.set(listed, "from-the-list", DEPLOYMENT)
+    prober = Prober([], ["http://op"], None, names=names,
+                    model_ids=lambda: [approved, listed, long_named])
+    up = [EndpointStatus("http://op", ok=True)]
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        assert prober.name_models(client, up)
+        assert not prober.name_models(client, up)  # nothing asked again yet
+        assert not prober.name_models(client, [EndpointStatus("http://op", ok=False)])
+    got = names.get(approved)
+    assert got is not None and got.name == "served-name"
+    assert got.source == "per operator endpoint http://op"
+    assert names.get(listed) == ModelName("from-the-list", DEPLOYMENT)
+    assert names.get(long_named) is None  # its answer was 10,000 characters
+    assert sorted(asked) == sorted(f"/v1/models/0x{m.hex()}" for m in (approved, long_named))

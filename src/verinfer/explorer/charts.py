@@ -37,8 +37,8 @@ def bar_chart(values: Sequence[float], labels: Sequence[str], title: str, *,
     parts.append(f'<line class="axis" x1="{x0}" y1="{y0}" x2="{WIDTH - RIGHT}" y2="{y0}"/>')
     parts.append(f'<line class="axis" x1="{x0}" y1="{TOP}" x2="{x0}" y2="{y0}"/>')
     if y_label:
-        parts.append(f'<text class="note y-label" x="{x0 - 4}" y="{TOP - 5}" '
-                     f'text-anchor="end">{escape(y_label)}</text>')
+        parts.append(f'<text class="note y-label" x="{x0 + 4}" y="{TOP - 5}" '
+                     f'text-anchor="start">{escape(y_label)}</text>')
     if not values:
         parts.append(f'<text class="note" x="{x0 + PLOT_W // 2}" y="{TOP + PLOT_H // 2}" '
                      'text-anchor="middle">nothing yet</text></svg>')
@@ -93,7 +93,7 @@ def per(w: int) -> str:
     if w % 3600 == 0:
         return f"per {w // 3600} h" if w > 3600 else "per hour"
     if w % 60 == 0:
-        return f"per {w // 60} min"
+        return f"per {w // 60} min" if w > 60 else "per min"
     return f"per {w} s"
 
 

@@ -213,7 +213,7 @@ class Prober:
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             shards = [probe_shard(client, u) for u in self.kms_urls]
             endpoints = [probe_endpoint(client, u) for u in self.operator_urls]
-            named = self._name_models(client, endpoints)
+            named = self.name_models(client, endpoints)
         new_reports = 0
         if self.audits is not None:
             try:
@@ -233,7 +233,7 @@ class Prober:
             if changed:
                 self.version += 1
 
-    def _name_models(self, client: httpx.Client, endpoints: list[EndpointStatus]) -> bool:
+    def name_models(self, client: httpx.Client, endpoints: list[EndpointStatus]) -> bool:
         """Asks each live endpoint the name of the approved model ids the deployment's list
         does not name (a few per poll; an id an endpoint did not name is asked again after
         NAME_RETRY_S). True if a name was learned."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from support.servers import free_port
+from verinfer.ports import free_port
 from verinfer.testing.hostile import fake_deployment
 
 SECRETS = ("PATHKEY7731", "QUERYKEY9120", "PASSWORD5531")

@@ -14,12 +14,11 @@ when it is missing, 400 when malformed, 413 over the limit.
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from support.rawhttp import raw_exchange
 from verinfer.testing.eigenda_fake_proxy import FakeEigenDAProxy
 
 LIMIT = 1024 * 1024  # a small limit: the attack streams a few times past it
@@ -32,29 +31,10 @@ def proxy() -> Iterator[FakeEigenDAProxy]:
 
 
 def _exchange(proxy: FakeEigenDAProxy, length: str | None, body: bytes) -> bytes:
-    host, port = proxy.url.removeprefix("http://").split(":")
     head = "POST /put?commitment_mode=standard HTTP/1.1\r\nHost: x\r\n"
     if length is not None:
         head += f"Content-Length: {length}\r\n"
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(head.encode() + b"\r\n")
-        try:
-            for i in range(0, len(body), 1 << 16):
-                s.sendall(body[i:i + (1 << 16)])
-            s.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the proxy refused and closed: its answer is already on the way
-        out = b""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        return out
+    return raw_exchange(proxy.url, head.encode() + b"\r\n", body, half_close=True)
 
 
 def test_negative_content_length_does_not_bypass_the_body_limit(

@@ -17,13 +17,12 @@ and the connection is closed.
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from support.rawhttp import raw_exchange
 from support.servers import Server, launched_server
 
 BODY = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": 2,
@@ -39,20 +38,7 @@ def server(tiny_path: Path) -> Iterator[Server]:
 
 
 def _send(server: Server, data: bytes) -> bytes:
-    host, port = server.base.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(data)
-        out = b""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-    return out
+    return raw_exchange(server.base, data)
 
 
 def _statuses(answer: bytes) -> list[bytes]:

@@ -53,6 +53,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from verinfer.ports import free_port
+
 ATTACK_SRC = "127.0.0.2"
 HONEST_SRC = "127.0.0.1"
 
@@ -721,12 +723,6 @@ class HostilePeer:
 
 
 # ---- the services, as real processes --------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HONEST_SRC, 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_health(proc: subprocess.Popen[bytes], port: int, path: str, log: Path,
                  timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
@@ -787,7 +783,7 @@ def operator_service(model: Path, workdir: Path, *extra: str) -> Iterator[Servic
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError(f"operator init failed: {r.stderr[-2000:]}")
-    port = free_port()
+    port = free_port(HONEST_SRC)
     cmd = [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port", str(port),
            "--name", "tiny", "--max-context", "512", "--unsafe-dev", "--operator-dir",
            str(opdir), *extra]
@@ -861,7 +857,7 @@ def explorer_service(workdir: Path) -> Iterator[Service]:
     whose operator never answers (:class:`HostilePeer`): the client attacks and the
     ``hostile_peers`` case all run with its outbound calls held by them."""
     dep = fake_deployment(workdir / "deployment.json")
-    port = free_port()
+    port = free_port(HONEST_SRC)
     with HostilePeer("drip") as rpc, HostilePeer("huge") as kms, \
             HostilePeer("silent") as op:
         cmd = [sys.executable, "-m", "verinfer", "explorer", "--rpc-url", rpc.url,
@@ -907,7 +903,7 @@ def operator_start_against_rpc(model: Path, workdir: Path, mode: str,
                            capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"operator init failed: {r.stderr[-2000:]}")
-        port = free_port()
+        port = free_port(HONEST_SRC)
         with (workdir / f"operator-rpc-{mode}.log").open("ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "verinfer", "serve", "--model", str(model), "--port",
@@ -940,7 +936,7 @@ def explorer_against_rpc(workdir: Path, mode: str, limit_s: float = 30.0
     """``verinfer explorer`` whose chain RPC is a :class:`HostilePeer` (``mode``), for
     ``limit_s``: what its status says at the end (the follower's error, or "no error"), the
     seconds, the RPC requests the peer saw and the process's peak RSS in MB."""
-    port = free_port()
+    port = free_port(HONEST_SRC)
     dep = fake_deployment(workdir / "deployment.json")
     with HostilePeer(mode) as rpc:
         cmd = [sys.executable, "-m", "verinfer", "explorer", "--rpc-url", rpc.url,

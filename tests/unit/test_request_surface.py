@@ -18,6 +18,7 @@ from verinfer.engine.engine import Engine
 from verinfer.engine.served import prompt_tokenizer, served_model
 from verinfer.engine.tokenizer.base import Tokenizer
 from verinfer.engine.tokenizer.bytelevel import bytes_to_unicode
+from verinfer.engine.tokenizer.load import tokenizer_from_tokenizer_json
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.request_rule import ChatTurn, exec_requests, parse_body
@@ -99,7 +100,7 @@ def _chatml(tmp: Path, template: str) -> Tokenizer:
     backend.save(str(tmp / "tokenizer.json"))
     (tmp / "tokenizer_config.json").write_text(json.dumps(
         {"eos_token": "<|im_end|>", "add_bos_token": False, "chat_template": template}))
-    return Tokenizer.from_tokenizer_json(tmp / "tokenizer.json")
+    return tokenizer_from_tokenizer_json(tmp / "tokenizer.json")
 
 
 def test_a_template_that_writes_names_renders_them(tmp_path: Path) -> None:

@@ -36,6 +36,31 @@ from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import LocalFault, OperatorFault, ReceiptRefError
 
 
+#: Blocks per eth_getLogs request. Public RPCs refuse wider ranges (10,000 blocks or fewer, some
+#: 2,000), and one request over a chain's whole history also outgrows the RPC answer cap
+#: (``verinfer.chain.rpc.RPC_MAX_ANSWER_BYTES``): a node that asked for "deployment to latest"
+#: stopped working once the chain was 10,000 blocks past the deployment.
+LOG_CHUNK_BLOCKS = 2_000
+#: Blocks re-read below the ChallengeOpened cursor at each scan: an event moved by a shallow
+#: reorg is still seen (challenges are keyed by id).
+REORG_OVERLAP_BLOCKS = 12
+
+
+def _ranges(from_block: int, to_block: int, chunk: int = LOG_CHUNK_BLOCKS
+            ) -> list[tuple[int, int]]:
+    """[from_block, to_block] cut into ``chunk``-block pieces."""
+    return [(lo, min(lo + chunk - 1, to_block)) for lo in range(from_block, to_block + 1, chunk)]
+
+
+def chunked_logs(event: Any, from_block: int, to_block: int,
+                 chunk: int = LOG_CHUNK_BLOCKS) -> list[Any]:
+    """``event.get_logs`` over [from_block, to_block] in ``chunk``-block pieces."""
+    out: list[Any] = []
+    for lo, hi in _ranges(from_block, to_block, chunk):
+        out.extend(event.get_logs(from_block=lo, to_block=hi))
+    return out
+
+
 @dataclass(frozen=True)
 class BatchRecord:
     batch_id: bytes
@@ -70,10 +95,16 @@ def receipt_from_tuple(t: Any) -> Receipt:
 
 
 class ChainView:
-    def __init__(self, w3: Web3, deployment: Deployment, contracts: Contracts) -> None:
+    def __init__(self, w3: Web3, deployment: Deployment, contracts: Contracts, *,
+                 log_chunk_blocks: int = LOG_CHUNK_BLOCKS) -> None:
+        """``log_chunk_blocks``: the widest eth_getLogs range sent (at most the RPC's limit)."""
+        if log_chunk_blocks < 1:
+            raise ValueError(f"log_chunk_blocks must be >= 1, not {log_chunk_blocks}")
         self.w3, self.d, self.c = w3, deployment, contracts
+        self.log_chunk_blocks = log_chunk_blocks
         self.domain = Domain(deployment.chain_id, deployment.challenge_manager)
         self._opened: dict[int, OpenedChallenge] = {}
+        self._opened_from: int | None = None  # ChallengeOpened read below this block
         self._manifests: dict[str, BatchManifest] = {}
         #: lookups that failed for good: by pointer (bytes that are no manifest), or by
         #: (pointer, leafCount) (bytes too large for a batch of that many receipts)
@@ -85,25 +116,35 @@ class ChainView:
         return int(b["number"]), int(b["timestamp"])
 
     def batches(self, from_block: int | None = None) -> list[BatchRecord]:
-        evs = batches_committed(self.c.batches, self.d.deployed_block if from_block is None
-                                else from_block)
-        return [BatchRecord(b.batch_id, b.operator, b.root, b.leaf_count, b.da_pointer,
-                            b.block_number) for b in evs]
+        start = self.d.deployed_block if from_block is None else from_block
+        head = int(self.w3.eth.block_number)
+        out = []
+        for b in (batches_committed(self.c.batches, lo, hi)
+                  for lo, hi in _ranges(start, head, self.log_chunk_blocks)):
+            out.extend(BatchRecord(e.batch_id, e.operator, e.root, e.leaf_count, e.da_pointer,
+                                   e.block_number) for e in b)
+        return out
 
     def opened(self, from_block: int | None = None) -> list[OpenedChallenge]:
-        """Every ChallengeOpened since ``from_block``, with the receipt decoded from calldata."""
+        """Every ChallengeOpened since ``from_block`` (default: the deployment), with the
+        receipt decoded from calldata. Incremental: the events are remembered, and each call
+        reads only the blocks since the previous one (plus REORG_OVERLAP_BLOCKS), in
+        LOG_CHUNK_BLOCKS ranges — the node calls this every step, and a scan of the whole
+        history each time grew with the chain's age until the RPC refused it."""
         ev = self.c.challenges.contract.events.ChallengeOpened()
-        out = []
-        for log in ev.get_logs(from_block=self.d.deployed_block if from_block is None
-                               else from_block, to_block="latest"):
+        head = int(self.w3.eth.block_number)
+        start = self.d.deployed_block if self._opened_from is None else max(
+            self.d.deployed_block, self._opened_from - REORG_OVERLAP_BLOCKS)
+        for log in chunked_logs(ev, start, head, self.log_chunk_blocks):
             cid = int(log["args"]["id"])
             if cid not in self._opened:
                 digest = bytes(log["args"]["receiptDigest"])
                 self._opened[cid] = OpenedChallenge(cid, self._signed_from_tx(log, digest),
                                                     bytes(log["args"]["batchId"]),
                                                     int(log["blockNumber"]), digest)
-            out.append(self._opened[cid])
-        return out
+        self._opened_from = head + 1
+        lo = self.d.deployed_block if from_block is None else from_block
+        return [oc for _, oc in sorted(self._opened.items()) if oc.block_number >= lo]
 
     def _signed_from_tx(self, log: Any, digest: bytes) -> SignedReceipt | None:
         """The receipt from the openChallenge calldata. Anyone can open a challenge through
@@ -161,10 +202,25 @@ class ChainView:
 
     def batch(self, batch_id: bytes) -> BatchRecord:
         """The BatchCommitted record of ``batch_id``. A challenge was opened against it, so the
-        chain has it: missing means this verifier's RPC is behind or wrong (LocalFault)."""
-        for b in self.batches():
-            if b.batch_id == batch_id:
-                return b
+        chain has it: missing means this verifier's RPC is behind or wrong (LocalFault).
+
+        Read from the one block the BatchRegistry recorded for it (``committedBlock``), not by
+        walking every BatchCommitted since the deployment: that walk grew with every batch any
+        operator ever committed (the daPointer is an unbounded string in each event), so a
+        cheating operator's junk batches — or a few weeks of honest ones — pushed the answer
+        past the RPC's answer cap or range limit, and every honest member's judgement failed
+        as a local fault until its commit window closed: no vote, the fraud Inconclusive and
+        each honest member penalised."""
+        info = self.c.batches.batch(batch_id)
+        if info.exists:
+            ev = self.c.batches.contract.events.BatchCommitted()
+            for log in chunked_logs(ev, info.committed_block, info.committed_block):
+                a = log["args"]
+                rec = BatchRecord(self.c.batches.batch_id(str(a["operator"]), bytes(a["root"])),
+                                  str(a["operator"]), bytes(a["root"]), int(a["leafCount"]),
+                                  str(a["daPointer"]), int(log["blockNumber"]))
+                if rec.batch_id == batch_id:
+                    return rec
         raise LocalFault(f"no BatchCommitted event for batch 0x{batch_id.hex()} (RPC behind?)")
 
     def challenge_manifest(self, da: BlobSource, batch: BatchRecord, *,

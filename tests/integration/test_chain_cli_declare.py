@@ -86,6 +86,11 @@ def test_verifier_register_declares_and_leaves(node: Anvil, tmp_path: Path) -> N
     leave_at = view.stakes.declarations_of(ver.address)[POOL]
     now = int(w3.eth.get_block("latest")["timestamp"])
     assert leave_at == now + default_params().max_dispute_span() + notice
+    # a challenge opened just before leave_at draws from its open block's pool up to
+    # drawPeriod later and votes commit + reveal after that: the CLI says so
+    p = default_params()
+    assert f"liable until {leave_at + p.draw_period + p.commit_period + p.reveal_period}" \
+        in r.output, r.output
     assert view.stakes.coverage_at(POOL, now) == 0  # stops covering at once
 
     r = runner.invoke(app, ["verifier", "complete-undeclare", *base, "--fingerprint",

@@ -205,18 +205,26 @@ def verifier_undeclare(fingerprint: Annotated[str, typer.Option(
                            "--model", help="The model id declared with it.")],
                        deployment: DeploymentOpt, rpc: RpcOpt = "",
                        keystore: KeystoreOpt = None) -> None:
-    """Stop covering a (fingerprint, model) pair now; stay drawable (and liable) for it until
-    the printed time (now + the longest dispute span), then `complete-undeclare`."""
+    """Stop covering a (fingerprint, model) pair now; stay drawable for it until leaveAt (now
+    + the longest dispute span), then `complete-undeclare` at once. Keep judging it (the node
+    running with the model) until the printed "liable until": a challenge opened just before
+    leaveAt (or before complete-undeclare) draws from the pool as it was at its open block, up
+    to drawPeriod later, and its vote ends commitPeriod + revealPeriod after the draw. A member
+    that stopped at leaveAt is drawn all the same and pays the non-reveal penalty."""
     fp, mid = parse_fingerprint(fingerprint), parse_model_id(model)
     try:
         s = _sender(rpc, keystore)
-        stakes = Deployment.load(deployment).bind(s.w3, s).stakes
-        stakes.undeclare_fingerprint(fp, mid)
-        leave_at = stakes.declarations_of(s.address)[pool_key(fp, mid)]
+        contracts = Deployment.load(deployment).bind(s.w3, s)
+        contracts.stakes.undeclare_fingerprint(fp, mid)
+        leave_at = contracts.stakes.declarations_of(s.address)[pool_key(fp, mid)]
+        p = contracts.config.params()
     except VerinferError as e:
         raise fail(e, exit_code=2) from e
+    liable_until = leave_at + p.draw_period + p.commit_period + p.reveal_period
     typer.echo(f"{s.address} leaves fingerprint {to_hex(fp)} model {to_hex(mid)} at "
-               f"{leave_at} (then: verinfer chain verifier complete-undeclare)")
+               f"{leave_at} (then at once: verinfer chain verifier complete-undeclare); "
+               f"liable until {liable_until}: keep judging this model until then (a challenge "
+               f"opened before you leave still draws you after leaveAt)")
 
 
 @verifier_app.command("complete-undeclare")

@@ -511,7 +511,7 @@ def test_charts_have_axes_and_units(world: dict[str, object]) -> None:
         assert svg.count('class="axis"') == 2  # x and y
         assert 'class="note y-label"' in svg and 'class="note y-tick"' in svg
         assert "UTC</text>" in svg  # time labels under the x axis
-        assert svg.count("<rect") > 1  # a series, not one bar
+        assert svg.count("<rect") == 24  # a series of 24 buckets, never a lone bar
     assert "receipts per " in charts["receipts_over_time"]
     assert "receipts / min" in charts["throughput"]
     # the stake chart's axis is in ETH, the unit of the stake shown beside it

@@ -41,7 +41,9 @@ def bar_chart(values: Sequence[float], labels: Sequence[str], title: str, *,
                      f'text-anchor="start">{escape(y_label)}</text>')
     if not values:
         parts.append(f'<text class="note" x="{x0 + PLOT_W // 2}" y="{TOP + PLOT_H // 2}" '
-                     'text-anchor="middle">nothing yet</text></svg>')
+                     'text-anchor="middle">nothing yet</text>')
+        parts.extend(_x_labels(list(x_labels or []), x0, y0))
+        parts.append("</svg>")
         return "".join(parts)
     top = max(max(values), 1)
     for frac in (0.0, 0.5, 1.0):
@@ -57,7 +59,15 @@ def bar_chart(values: Sequence[float], labels: Sequence[str], title: str, *,
         parts.append(f'<rect class="{escape(cls)}" x="{x0 + i * step + (step - bar_w) / 2:.1f}" '
                      f'y="{y0 - h:.1f}" width="{bar_w:.1f}" height="{h:.1f}">'
                      f"<title>{escape(label)}: {escape(fmt(v))}</title></rect>")
-    xs = list(x_labels) if x_labels is not None else [labels[0], labels[-1]]
+    parts.extend(_x_labels(list(x_labels) if x_labels is not None else [labels[0], labels[-1]],
+                           x0, y0))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _x_labels(xs: list[str], x0: int, y0: int) -> list[str]:
+    """Labels spread evenly under the x axis, each with its tick."""
+    parts = []
     for k, text in enumerate(xs):
         if len(xs) == 1:
             x, anchor = x0 + PLOT_W / 2, "middle"
@@ -67,8 +77,7 @@ def bar_chart(values: Sequence[float], labels: Sequence[str], title: str, *,
         parts.append(f'<line class="tick" x1="{x:.1f}" y1="{y0}" x2="{x:.1f}" y2="{y0 + 3}"/>')
         parts.append(f'<text class="note x-tick" x="{x:.1f}" y="{y0 + 14}" '
                      f'text-anchor="{anchor}">{escape(text)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
 
 
 def _clock(ts: int, span_s: int) -> str:
@@ -106,12 +115,16 @@ def time_chart(times: Sequence[int], title: str, unit: str, *, start: int, end: 
     5 min"). ``rate_per_s``: each bar divided by the bucket's seconds and multiplied by this
     (60: a rate per minute; the unit then says so). ``red``: bars where most of the bucket's
     events are marked (slashed challenges) are drawn red."""
-    if not times:
-        return bar_chart([], [], title, y_label=unit)
-    start = min(start, min(times))
-    end = max(end, max(times), start + 1)
+    if times:
+        start, end = min(start, min(times)), max(end, max(times))
+    end = max(end, start + 1)
+    if not times:  # the axes over the span with a note: the time it covers is still shown
+        span = end - start
+        return bar_chart([], [], title, y_label=unit,
+                         x_labels=[_clock(start, span), _clock(end, span) + " UTC"])
     w = bucket_width(end - start + 1, buckets)
-    n = min(buckets, (end - start) // w + 1)
+    n = buckets  # always the whole row of buckets, ending at ``end``: never a lone bar
+    start = end - n * w + 1
     sums = [0.0] * n
     marked, counts = [0] * n, [0] * n
     for k, t in enumerate(times):

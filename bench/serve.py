@@ -16,6 +16,12 @@ Method (see docs/operator-bench.md):
 - engine: the same prompt token ids through `Engine.submit` from 16 closed-loop threads;
 - HF: `generate` (greedy, same prompt ids and token budget), one request after another.
 
+Grammar overhead (issue 34, ``grammar_overhead_fraction``): SmolLM2 in-process at batch 1, a
+``json_schema`` request (a Pydantic-shaped object) decoded greedily; the mask cost is the time of
+the very work the engine does per step for it (``OutputState.allowed`` + ``push``: llguidance's
+mask and the matcher's advance), re-run over the same output tokens, divided by the decode's
+wall time. ``--grammar-only`` runs just this part.
+
 ``--smoke`` (CI, tests/slow/test_bench_smoke_gemma.py): the same parts, max_tokens 4, 2/4/16
 requests at levels 1/4/16 and 1 HF request: it checks that the bench runs, not its numbers.
 """
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -223,11 +230,80 @@ def bench_hf(model: Path, ids: list[list[int]]) -> dict[str, Any]:
     return res
 
 
+GRAMMAR_SCHEMA = {"type": "object", "additionalProperties": False,
+                  "required": ["name", "city", "age", "tags"],
+                  "properties": {"name": {"type": "string"}, "city": {"type": "string"},
+                                 "age": {"type": "integer"},
+                                 "tags": {"type": "array", "items": {"type": "string"}}}}
+
+
+def bench_grammar(rounds: int = 3, max_tokens: int = 96) -> dict[str, Any]:
+    """``grammar_overhead_fraction``: mask cost / decode wall time at batch 1 on SmolLM2."""
+    from verinfer.engine.grammar import grammar_tokenizer
+    from verinfer.engine.loader import smollm2_model_path
+    from verinfer.protocol.grammar import compile_grammar, response_format_spec
+
+    engine = Engine(load_model(smollm2_model_path()), "invariant", max_seqs=1)
+    try:
+        spec = response_format_spec({"type": "json_schema", "json_schema": {
+            "name": "person", "strict": True, "schema": GRAMMAR_SCHEMA}})
+        assert spec is not None
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                grammar=compile_grammar(spec))
+        plain = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        gt = grammar_tokenizer(engine, engine.tokenizer, engine.config.vocab_size)
+        ids = render_chat(engine.tokenizer, [ChatMessage(
+            "user", "Describe a person as JSON with name, city, age and tags.")])
+        engine.generate(ids, params)  # warm-up (the llguidance tokenizer is built once)
+        decode_s = mask_s = step_s = plain_s = 0.0
+        tokens = plain_tokens = 0
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            gen = engine.generate(ids, params)
+            decode_s += time.perf_counter() - t0
+            tokens += len(gen.token_ids)
+            # the engine's per-step v3 work again, on a logits row of the vocabulary's size:
+            # mask + draw + advance (step_s), of which llguidance's mask and advance (mask_s)
+            state = engine.output_state_v3(params)
+            row = np.random.default_rng(0).standard_normal(engine.config.vocab_size,
+                                                           dtype=np.float32)
+            for pos, tok in enumerate(gen.token_ids):
+                t1 = time.perf_counter()
+                state.choose(row, pos)
+                state.push(tok)
+                step_s += time.perf_counter() - t1
+            mask_s += state.mask_seconds
+            t0 = time.perf_counter()
+            plain_tokens += len(engine.generate(ids, plain).token_ids)
+            plain_s += time.perf_counter() - t0
+        if gen.finish_reason == "stop":
+            json.loads(engine.tokenizer.decode(gen.token_ids))  # the grammar held
+        del gt
+    finally:
+        engine.close()
+    out = {"grammar_overhead_fraction": round(mask_s / decode_s, 5),
+           "grammar_step_overhead_fraction": round(step_s / decode_s, 5),
+           "grammar_mask_ms_per_token": round(1000 * mask_s / tokens, 4),
+           "grammar_decode_tok_s_b1": round(tokens / decode_s, 3),
+           "plain_decode_tok_s_b1": round(plain_tokens / plain_s, 3),
+           "plain_tokens_per_answer": plain_tokens // rounds,
+           "grammar_tokens_per_answer": tokens // rounds, "grammar_model": "smollm2"}
+    log(f"grammar: {out}")
+    return out
+
+
 def main() -> None:
     global MAX_TOKENS, LEVELS, HF_REQUESTS  # every part reads these module constants
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CI smoke run: tiny sizes")
-    if ap.parse_args().smoke:
+    ap.add_argument("--grammar-only", action="store_true",
+                    help="only the structured-output part (grammar_overhead_fraction)")
+    args = ap.parse_args()
+    if args.grammar_only:
+        print(json.dumps(bench_grammar(rounds=1 if args.smoke else 3,
+                                       max_tokens=24 if args.smoke else 96)))
+        return
+    if args.smoke:
         MAX_TOKENS, LEVELS, HF_REQUESTS = 4, {1: 2, 4: 4, 16: 16}, 1
     t_start = time.perf_counter()
     model = embedded_model_path()
@@ -258,8 +334,10 @@ def main() -> None:
         "mean_completion_tokens": round(c1["tokens"] / c1["requests"], 2),
         "outbox_entries_after_run": server["outbox"],
         "threads": torch.get_num_threads(),
-        "total_s": round(time.perf_counter() - t_start, 1),
     })
+    out.update(bench_grammar(rounds=1 if args.smoke else 3,
+                             max_tokens=24 if args.smoke else 96))
+    out["total_s"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(out))
 
 

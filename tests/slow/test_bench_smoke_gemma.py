@@ -46,7 +46,9 @@ def test_serve_bench(hf_cache: dict[str, str]) -> None:
                           "evidence_ms_c1": rate, "evidence_ms_c16": rate,
                           "overhead_fraction": rate, "c1_mean_latency_ms": rate,
                           "mean_completion_tokens": rate, "requests": mapping,
-                          "outbox_entries_after_run": mapping, "total_s": rate})
+                          "outbox_entries_after_run": mapping, "total_s": rate,
+                          "grammar_overhead_fraction": rate,
+                          "grammar_step_overhead_fraction": rate})
 
 
 def test_hf_baseline_probe_bench(hf_cache: dict[str, str]) -> None:

@@ -148,12 +148,16 @@ class Engine:
                  ops: Ops | None = None) -> None:
         """``device``: ``cpu`` (the C++ kernels) or ``cuda`` (the Triton kernels,
         engine/triton_ops.py); ``ops``: an Ops built by the caller (tests, the GPU check's
-        interpreter dry run), instead of ``make_ops(kernels, device)``."""
+        interpreter dry run), instead of the ``kernels`` Ops of ``device``."""
         self.loaded = model
         self.config = model.config
         self.tokenizer = model.tokenizer
         self.kernel_mode: KernelMode = kernels
-        self.ops = ops if ops is not None else make_ops(kernels, device)
+        if ops is None and device != "cpu":
+            from verinfer.engine.triton_ops import device_ops
+
+            ops = device_ops(kernels, device)
+        self.ops = ops if ops is not None else make_ops(kernels)
         # where activations and KV caches live: the CPU, or the Ops' device
         self.device = getattr(self.ops, "device", torch.device("cpu"))
         off_cpu = hasattr(self.ops, "device")

@@ -152,6 +152,11 @@ def local_fingerprint(kernel_mode: str = "invariant", device: str = "cpu") -> En
         from verinfer.engine import kernels
 
         isa = kernels.isa()
-    ops = make_ops(kernel_mode, device)  # type: ignore[arg-type]
+    if device == "cpu":
+        ops: Any = make_ops(kernel_mode)  # type: ignore[arg-type]
+    else:
+        from verinfer.engine.triton_ops import device_ops
+
+        ops = device_ops(kernel_mode, device)  # type: ignore[arg-type]
     return engine_fingerprint(kernel_mode, isa, ops.linear_order,
                               device_ops=ops if device != "cpu" else None)

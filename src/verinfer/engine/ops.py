@@ -443,13 +443,8 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: boo
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
 
-def make_ops(mode: KernelMode, device: str = "cpu") -> Ops:
-    """The Ops of ``mode`` on ``device``: ``cpu`` the C++ kernels / plain torch; ``cuda`` the
-    Triton kernels (engine/triton_ops.py, imported only then) / plain torch on the GPU."""
-    if device != "cpu":
-        from verinfer.engine.triton_ops import device_ops
-
-        return device_ops(mode, device)
+def make_ops(mode: KernelMode) -> Ops:
+    """The CPU Ops of ``mode`` (on a GPU: engine/triton_ops.py's ``device_ops``)."""
     if mode == "invariant":
         return InvariantOps()
     if mode == "fast":

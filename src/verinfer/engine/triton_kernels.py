@@ -9,11 +9,13 @@ import triton.language as tl
 @triton.jit(do_not_specialize=["M"])
 def matmul(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, sxm, swn, ssn, sym,
            QUANT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-           SPLIT_K: tl.constexpr, NPROG: tl.constexpr, INTERPRET_DOT: tl.constexpr):
+           SPLIT_K: tl.constexpr, INTERPRET_DOT: tl.constexpr):
     pid = tl.program_id(0)
     n_m = (M + BM - 1) // BM
     n_n = (N + BN - 1) // BN
-    for tile in range(pid, n_m * n_n, NPROG):
+    # persistent: program pid computes tiles pid, pid + grid, ... (the grid is a launch
+    # parameter, not a constexpr: no recompilation when M changes the tile count)
+    for tile in range(pid, n_m * n_n, tl.num_programs(0)):
         pm = tile // n_n
         pn = tile % n_n
         rm = pm * BM + tl.arange(0, BM)
@@ -105,7 +107,7 @@ def glu(g_ptr, u_ptr, y_ptr, F, sg, su, sy, GELU: tl.constexpr, BLOCK: tl.conste
             a = tl.div_rn(g, 1.0 + tl.exp(-g))
         tl.store(y_ptr + row * sy + r, a * u, mask=m)
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer"])
 def kv_write(k_ptr, v_ptr, kbase, vbase, caps, seq, pos, layer, sk, sv,
              KV: tl.constexpr, D: tl.constexpr):
     t = tl.program_id(0)
@@ -119,7 +121,7 @@ def kv_write(k_ptr, v_ptr, kbase, vbase, caps, seq, pos, layer, sk, sv,
     tl.store(kc + off, tl.load(k_ptr + t * sk + h * D + tl.arange(0, D)))
     tl.store(vc + off, tl.load(v_ptr + t * sv + h * D + tl.arange(0, D)))
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "window"])
 def attention(q_ptr, o_ptr, kbase, vbase, caps, seq, pos, layer, sq, so, window, scale,
               H: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
               GP: tl.constexpr, BLOCK_N: tl.constexpr):

@@ -57,6 +57,7 @@ from verinfer.engine.ops import (
     Matrix,
     MatrixGroup,
     TorchOps,
+    make_ops,
     rope,
 )
 from verinfer.errors import KernelError
@@ -112,6 +113,12 @@ def _k() -> SimpleNamespace:
     return SimpleNamespace(triton=triton, matmul=tk.matmul, rmsnorm=tk.rmsnorm,
                            add_rmsnorm=tk.add_rmsnorm, glu=tk.glu, kv_write=tk.kv_write,
                            attention=tk.attention)
+
+
+def _check_heads(h: int, kv: int, d: int) -> None:
+    if h % kv or d & (d - 1):
+        raise KernelError(f"{h} heads over {kv} KV heads of dim {d}: the attention kernel "
+                          "needs whole GQA groups and a power-of-two head dim")
 
 
 def _pow2(n: int) -> int:
@@ -248,7 +255,7 @@ class TritonOps:
         self.k.matmul[(nprog,)](
             x, dw.w, s, y, m, dw.n, dw.k, x.stride(0), dw.w.stride(0), s.stride(0), y.stride(0),
             QUANT=quant, BM=cfg["BM"], BN=cfg["BN"], BK=cfg["BK"],
-            SPLIT_K=split_k if split_k is not None else self.split_k(m), NPROG=nprog,
+            SPLIT_K=split_k if split_k is not None else self.split_k(m),
             INTERPRET_DOT=self.device.type != "cuda",
             num_warps=cfg["num_warps"])
         return y
@@ -363,6 +370,7 @@ class TritonOps:
         q = q.reshape(T, H * D).contiguous()
         seq_d, pos_d = self.to_device(seq), self.to_device(pos)
         kb, vb, caps = self._cache_table(k_caches, v_caches)
+        _check_heads(H, KV, D)  # before anything is written
         out = torch.empty(T, H * D, dtype=torch.float32, device=self.device)
         if T:
             # the cache is written before attention reads it (same stream: in order)
@@ -374,9 +382,7 @@ class TritonOps:
     def _attend(self, q: torch.Tensor, out: torch.Tensor, kb: torch.Tensor, vb: torch.Tensor,
                 caps: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, layer: int,
                 window: int, scale: float, H: int, KV: int, D: int) -> None:
-        if H % KV or D & (D - 1):
-            raise KernelError(f"{H} heads over {KV} KV heads of dim {D}: the attention kernel "
-                              "needs whole GQA groups and a power-of-two head dim")
+        _check_heads(H, KV, D)
         g = H // KV
         self.k.attention[(q.shape[0], KV)](
             q, out, kb, vb, caps, seq, pos, layer, q.stride(0), out.stride(0), int(window),
@@ -467,7 +473,10 @@ class DeviceTorchOps(TorchOps):
 
 
 def device_ops(mode: KernelMode, device: str) -> Any:
-    """The Ops for ``mode`` on ``device`` (engine.ops.make_ops's non-CPU half)."""
+    """The Ops for ``mode`` on ``device``: ``cpu`` engine.ops.make_ops's (C++ kernels, plain
+    torch); ``cuda`` the Triton kernels or plain torch on the GPU."""
+    if device == "cpu":
+        return make_ops(mode)
     if mode == "invariant":
         return TritonOps(device)
     if mode == "fast":

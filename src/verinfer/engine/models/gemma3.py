@@ -116,5 +116,5 @@ class Gemma3:
             h = ops.add_rmsnorm_(x, ops.linear(m, L.down), L.post_ffw_norm, self.next_norm[i],
                                  eps)
         if not all_rows:  # the norm is per row: normed rows picked = picked rows normed
-            h = h.index_select(0, batch.logit_rows)
+            h = h.index_select(0, batch.logit_rows.to(h.device))  # h on the Ops' device
         return ops.linear(h, self.embed)  # [R, V]

@@ -145,5 +145,5 @@ class Llama:
             h = ops.add_rmsnorm_(x, ops.linear(a, L.o), None, L.ffn_norm, eps)
             h = ops.add_rmsnorm_(x, self.mlp(h, L), None, self.next_norm[i], eps)
         if not all_rows:  # the norm is per row: normed rows picked = picked rows normed
-            h = h.index_select(0, batch.logit_rows)
+            h = h.index_select(0, batch.logit_rows.to(h.device))  # h on the Ops' device
         return ops.linear(h, self.head)  # [R, V]

@@ -409,7 +409,9 @@ class TritonOps:
 
 class DeviceTorchOps(TorchOps):
     """Plain torch ops (cuBLAS, SDPA; NOT batch invariant) on a device: the comparison
-    ``scripts/gpu-check`` measures the cost of invariance against, same model code."""
+    ``scripts/gpu-check`` measures the cost of invariance against, same model code (its cache
+    writes and attention loop over the batch's sequences in Python, as TorchOps does on the
+    CPU: at batch 64 that loop is part of what it costs)."""
 
     def __init__(self, device: str = "cuda") -> None:
         self.device = torch.device(device)
@@ -440,9 +442,11 @@ class DeviceTorchOps(TorchOps):
                           sin: torch.Tensor, interleaved: bool, k_caches: list[torch.Tensor],
                           v_caches: list[torch.Tensor], layer: int, seq: torch.Tensor,
                           pos: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+        # seq/pos index device tensors (the cache writes): on the device too
         return super().qk_rope_attention(qkv, n_heads, n_kv_heads, head_dim, q_norm, k_norm,
                                          eps, self._d(cos), self._d(sin), interleaved,
-                                         k_caches, v_caches, layer, seq, pos, window, scale)
+                                         k_caches, v_caches, layer, self._d(seq), self._d(pos),
+                                         window, scale)
 
     def attention(self, q: torch.Tensor, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], seq: torch.Tensor, pos: torch.Tensor,

@@ -144,9 +144,12 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
         f["echo"] = draw(st.sampled_from([OMIT, None, False]))
         f["best_of"] = draw(st.sampled_from([OMIT, None, Num(str(n))]))
         f["suffix"] = draw(st.sampled_from([OMIT, None]))
-    for name in ("frequency_penalty", "presence_penalty"):
-        f[name] = draw(_opt(st.sampled_from(ZERO).map(Num)))
-    f["logit_bias"] = draw(st.sampled_from([OMIT, None, {}]))
+    for name in ("frequency_penalty", "presence_penalty"):  # vi-sample-v3 when not zero
+        f[name] = draw(_opt(st.sampled_from([*ZERO, "0.5", "-1.25", "2", "-2.0", "1e0",
+                                             "0.75E0"]).map(Num)))
+    f["logit_bias"] = draw(st.sampled_from([
+        OMIT, None, {}, {"5": Num("0")}, {"40": Num("3")}, {"40": Num("3.0e0")},
+        {"7": Num("-100"), "12": Num("0.5"), "3": Num("-0.0")}]))
     f["user"] = draw(_opt(text))
     # transport-only fields (no effect on any ExecRequest) and the client nonce
     f["store"] = draw(_opt(st.booleans()))
@@ -157,7 +160,12 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
     f["safety_identifier"] = draw(_opt(text))
     if chat:
         f["parallel_tool_calls"] = draw(_opt(st.booleans()))
-        f["response_format"] = draw(_opt(st.just({"type": "text"})))
+        f["response_format"] = draw(_opt(st.sampled_from([
+            {"type": "text"}, {"type": "json_object"},
+            {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": {
+                "type": "object", "properties": {"a": {"type": "integer"},
+                                                 "b": {"type": "boolean"}},
+                "required": ["a", "b"], "additionalProperties": False}}}])))
         f["modalities"] = draw(_opt(st.just(["text"])))
     if f["seed"] in (OMIT, None):  # a nonce varies only a derived seed
         f["nonce"] = draw(_opt(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e),
@@ -180,7 +188,13 @@ def bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
         "content_parts": int(parts > 0),
         "transport_only": int(any(f.get(k) not in (OMIT, None) for k in (
             "store", "metadata", "service_tier", "prompt_cache_key", "safety_identifier",
-            "parallel_tool_calls", "response_format", "modalities"))),
+            "parallel_tool_calls", "modalities")) or f.get("response_format") == {"type": "text"}),
+        "penalties": int(any(isinstance(f.get(k), Num) and f[k].text not in ZERO
+                             for k in ("frequency_penalty", "presence_penalty"))),
+        "logit_bias": int(isinstance(f.get("logit_bias"), dict) and any(
+            v.text not in ZERO for v in f["logit_bias"].values())),
+        "grammar": int(isinstance(f.get("response_format"), dict)
+                       and f["response_format"]["type"] != "text"),
         "nonce": int(f.get("nonce") not in (OMIT, None)),
     }
     return raw, exercised
@@ -218,4 +232,5 @@ def test_every_accepted_body_is_judged_conformant_and_reproduced(
     # the properties the issue names were all exercised, many times
     assert min(counts[k] for k in ("chat", "streamed", "n_gt_1", "max_tokens_omitted",
                                    "signed_zero", "int_as_float", "stop", "content_parts",
-                                   "transport_only", "nonce")) >= 20, counts
+                                   "transport_only", "nonce", "penalties", "logit_bias",
+                                   "grammar")) >= 20, counts

@@ -299,3 +299,16 @@ def test_engine_refuses_cuda_clearly_without_a_gpu(tiny_path: Path) -> None:
         EngineChoice("own", "invariant", device="cuda").load(tiny_path)
     with pytest.raises(UnknownBackendError):
         EngineChoice("own", "invariant", device="tpu")
+    with pytest.raises(UnknownBackendError):  # --device is the own engine's
+        EngineChoice("vllm", device="cuda")
+
+
+def test_the_cuda_choice_round_trips_and_its_receipts_name_the_own_backend() -> None:
+    from verinfer.engine.backends import EngineChoice, backend_for_fingerprint
+    from verinfer.engine.fingerprint import DEVICE_BACKEND
+
+    choice = EngineChoice("own", "invariant", device="cuda")
+    assert EngineChoice.from_json(choice.to_json()) == choice
+    assert EngineChoice.from_json({"backend": "own"}).device == "cpu"  # older documents
+    assert backend_for_fingerprint(DEVICE_BACKEND) == "own"
+    assert backend_for_fingerprint("torch-cpu") == "own"

@@ -41,7 +41,7 @@ from verinfer.engine.vllm_backend.fingerprint import vllm_fingerprint
 from verinfer.engine.vllm_backend.logits_hook import KEY, TRACKS, Track, hook_class
 from verinfer.engine.vllm_backend.settings import VllmSettings, require_vllm
 from verinfer.engine.weights import Weights
-from verinfer.errors import ModelLoadError, VerinferError
+from verinfer.errors import InvalidRequestError, ModelLoadError, VerinferError
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.sampling_params import SamplingParams
 
@@ -158,6 +158,18 @@ class VllmEngine(Engine):
         return llm
 
     # ---- requests ----------------------------------------------------------------------------
+    def check_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        """The engine's checks, and no vi-sample-v3 option: the logits hook draws by
+        vi-sample-v2 only (logits_hook.py), so a penalty, bias or grammar would be dropped."""
+        if params.extended:
+            raise InvalidRequestError("presence/frequency penalties, logit_bias and "
+                                      "response_format json_object/json_schema need sampling "
+                                      "rule vi-sample-v3, which the vLLM backend does not run",
+                                      param="response_format" if params.grammar is not None
+                                      else "logit_bias" if params.logit_bias
+                                      else "presence_penalty")
+        super().check_request(prompt_ids, params)
+
     def submit(self, prompt_ids: Sequence[int], params: SamplingParams, *,
                top_logprobs: int | None = None,
                on_step: Callable[[StepEvent], None] | None = None

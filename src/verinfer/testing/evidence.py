@@ -115,6 +115,16 @@ class EvidenceFactory:
         res = replace(res, output_token_ids=tuple(toks))
         return self._finish(body, request, res, gen.text)
 
+    def unsafe_dropped_v3_options(self, body: bytes) -> Evidence:
+        """Seals the rule's request (penalties, logit_bias, a grammar: vi-sample-v3) but serves
+        an answer drawn without them (e.g. JSON that violates the request's schema)."""
+        request = request_for_body(self.engine, body)
+        plain = replace(request.sampling_params(), presence_penalty=0.0,
+                        frequency_penalty=0.0, logit_bias=(), grammar=None)
+        gen = self.engine.generate(list(request.prompt_token_ids), plain,
+                                   top_logprobs=request.top_logprobs)
+        return self._finish(body, request, ExecResult.from_generation(gen), gen.text)
+
     def unsafe_other_model(self, body: bytes, other: Engine) -> Evidence:
         """Runs ``other`` (other weights) but claims this engine's model id."""
         request = request_for_body(self.engine, body)

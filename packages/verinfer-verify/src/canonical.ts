@@ -2,9 +2,10 @@
 // RFC 8949 core deterministic CBOR of one map whose keys are the field names, floats in their
 // shortest exact width, 32-byte hashes as byte strings, absent optionals null; the extended
 // keys (sampler, penalties, logit_bias, grammar_*) only when not neutral. The JSON view the
-// operator returns is decoded against the schema here (JSON cannot say 1.0 from 1), encoded with
-// cborg, and hashed with sha256 (req_hash / out_hash). Equality with Python is tested on
-// tests/vectors/exec_requests.json.
+// operator returns is decoded against the schema here (JSON cannot say 1.0 from 1), encoded
+// (the structure below, each float's shortest width by cborg) and hashed with sha256 (req_hash /
+// out_hash). Equality with Python is tested on tests/vectors/exec_requests.json (ExecRequests and
+// ExecResults made by the Python codec).
 import { encode, Token, Type } from "cborg";
 import { sha256 } from "@noble/hashes/sha2";
 import { bytesToHex, hexToBytes } from "@noble/hashes/utils";
@@ -33,9 +34,11 @@ function uint(v: Json | undefined, bound: bigint, name: string): number | bigint
   if (b < 0n || b >= bound) fail(`${name} out of range`);
   return v;
 }
-function float(v: Json | undefined, name: string): F {
+/** ``normalize``: -0.0 → 0.0, as the Python ExecRequest does for temperature and penalties
+ * (a logprob keeps its sign: the ExecResult does not normalize it). */
+function float(v: Json | undefined, name: string, normalize = true): F {
   if (typeof v !== "number" || !Number.isFinite(v)) fail(`${name} must be a finite number`);
-  return new F(v + 0); // -0.0 has one spelling: 0.0
+  return new F(normalize ? v + 0 : v);
 }
 function str(v: Json | undefined, name: string): string {
   if (typeof v !== "string") fail(`${name} must be a string`);
@@ -137,10 +140,10 @@ function execResultMap(j: Json): Map<string, unknown> {
   m.set("logprobs", j.logprobs === null ? null : list(j.logprobs, "logprobs").map((e) => {
     const entry = list(e, "logprobs entry");
     if (entry.length !== 2) fail("a logprobs entry is [logprob, top]");
-    return [float(entry[0], "logprob"), list(entry[1], "top").map((p) => {
+    return [float(entry[0], "logprob", false), list(entry[1], "top").map((p) => {
       const pair = list(p, "top pair");
       if (pair.length !== 2) fail("a top pair is [id, logprob]");
-      return [uint(pair[0], U32, "top id"), float(pair[1], "top logprob")];
+      return [uint(pair[0], U32, "top id"), float(pair[1], "top logprob", false)];
     })];
   }));
   return m;
@@ -150,10 +153,55 @@ const typeEncoders = {
   Object: (obj: unknown) => (obj instanceof F ? [new Token(Type.float, obj.v)] : null),
 };
 
+/** A float in the shortest IEEE 754 width that keeps it (cborg), -0.0 included (cborg 4.5.8
+ * writes -0.0 as +0.0 in half width; Python writes f9 80 00). */
+function encodeFloat(f: F): Uint8Array {
+  if (Object.is(f.v, -0)) return Uint8Array.of(0xf9, 0x80, 0x00);
+  return encode(f, { typeEncoders } as Parameters<typeof encode>[1]);
+}
+
+function head(major: number, n: number | bigint): Uint8Array {
+  const v = BigInt(n);
+  const m = major << 5;
+  if (v < 24n) return Uint8Array.of(m | Number(v));
+  const width = v < 0x100n ? 1 : v < 0x10000n ? 2 : v < 0x100000000n ? 4 : 8;
+  return concat(Uint8Array.of(m | (24 + Math.log2(width))), be(v, width));
+}
+
+function compareBytes(a: Uint8Array, b: Uint8Array): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+  return a.length - b.length;
+}
+
+/** RFC 8949 §4.2.1 core deterministic CBOR of the values the two maps hold (non-negative
+ * integers, text, bytes, arrays, text-keyed maps sorted bytewise by encoded key, null, booleans,
+ * floats); the float width comes from cborg. */
+function cbor(v: unknown): Uint8Array {
+  if (v === null) return Uint8Array.of(0xf6);
+  if (v === true) return Uint8Array.of(0xf5);
+  if (v === false) return Uint8Array.of(0xf4);
+  if (v instanceof F) return encodeFloat(v);
+  if (typeof v === "number" || typeof v === "bigint") {
+    if (typeof v === "number" && !Number.isSafeInteger(v)) fail("not an integer");
+    if (BigInt(v) < 0n) fail("negative integers do not occur");
+    return head(0, v);
+  }
+  if (typeof v === "string") {
+    const b = new TextEncoder().encode(v);
+    return concat(head(3, b.length), b);
+  }
+  if (v instanceof Uint8Array) return concat(head(2, v.length), v);
+  if (Array.isArray(v)) return concat(head(4, v.length), ...v.map(cbor));
+  if (v instanceof Map) {
+    const entries = [...v.entries()].map(([k, x]) => [cbor(k), cbor(x)] as const)
+      .sort((a, b) => compareBytes(a[0], b[0]));
+    return concat(head(5, entries.length), ...entries.flat());
+  }
+  fail(`cannot encode ${typeof v}`);
+}
+
 function encodeMap(m: Map<string, unknown>): Uint8Array {
-  // cborg's default map order is length-first then bytewise: for text keys the same as RFC 8949
-  // §4.2.1 (bytewise over the encoded keys).
-  return encode(m, { typeEncoders } as Parameters<typeof encode>[1]);
+  return cbor(m);
 }
 
 /** Canonical CBOR of the ExecRequest in its JSON view (throws VerificationError "format"). */

@@ -24,6 +24,8 @@ import pytest
 from support.servers import operator_init, running_server
 from verinfer.testing.client_chain import ClientChain, client_chain
 
+pytestmark = [pytest.mark.process]  # node, npm, the generator; the real answer: + anvil, loopback
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "packages" / "verinfer-verify"
 VECTORS = ROOT / "tests" / "vectors" / "exec_requests.json"

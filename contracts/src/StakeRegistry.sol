@@ -116,6 +116,9 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     uint256 public totalStake;
     /// @inheritdoc IStakeRegistry
     uint128 public minVerifierStake;
+    /// @notice A raised verifier minimum waiting for its notice (0 = none), and when it applies.
+    uint128 public pendingMinVerifierStake;
+    uint64 public pendingMinVerifierStakeAt;
 
     mapping(address => Account) internal _accounts;
     /// @dev Draw pools: ALL_VERIFIERS (slot kept in Account.slot) and one per fingerprint hash.
@@ -166,8 +169,33 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     function _syncParams() internal {
         IProtocolConfigTypes.Params memory p = config.params();
         minOperatorStake = uint256(p.minOperatorStake).toUint96();
-        minVerifierStake = p.minVerifierStake;
+        _syncVerifierMinimum(p);
         emit ParamsSynced(p.minOperatorStake);
+    }
+
+    /// @dev A lower (or the first) verifier minimum applies at once: draw weights only grow. A
+    ///      higher one applies maxDisputeSpan + coverageNotice after the first sync that sees
+    ///      it (a later sync applies it), like an undeclaration: applied at once, anyone could
+    ///      `syncWeight` every honest verifier under the new minimum to weight 0, so a receipt
+    ///      covered by their stake when it was signed was judged by whoever stayed in its pool
+    ///      (a partner sybil above the new minimum dismissed the fraud) — issue 31 review.
+    ///      INVARIANT: a verifier counted in a pool's coverage at t keeps its draw weight (it
+    ///      cannot unbond below the minimum while declared) until after t + coverageNotice +
+    ///      maxDisputeSpan, whatever governance sets.
+    function _syncVerifierMinimum(IProtocolConfigTypes.Params memory p) internal {
+        uint128 want = p.minVerifierStake;
+        if (want <= minVerifierStake || minVerifierStake == 0) {
+            minVerifierStake = want;
+            pendingMinVerifierStake = 0;
+            pendingMinVerifierStakeAt = 0;
+        } else if (pendingMinVerifierStake != want) {
+            pendingMinVerifierStake = want;
+            pendingMinVerifierStakeAt = uint64(block.timestamp + config.maxDisputeSpan(p) + coverageNotice);
+        } else if (block.timestamp >= pendingMinVerifierStakeAt) {
+            minVerifierStake = want;
+            pendingMinVerifierStake = 0;
+            pendingMinVerifierStakeAt = 0;
+        }
     }
 
     /// @inheritdoc IStakeRegistry

@@ -88,7 +88,10 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     /// @notice Sum of all accounts' stake; equals this contract's balance.
     function totalStake() external view returns (uint256);
 
-    /// @notice Copies the minimum stakes from the ProtocolConfig (call after setParams).
+    /// @notice Copies the minimum stakes from the ProtocolConfig (call after setParams). A
+    ///         raised minVerifierStake applies only maxDisputeSpan + coverageNotice after the
+    ///         first sync that sees it (call again then): draw weights relied on by receipts
+    ///         already covered stay until their disputes are over. Other changes apply at once.
     function syncParams() external;
 
     /// @notice Re-evaluates `account`'s draw weight against the cached minimum (anyone may call;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,7 +66,8 @@ def test_npm_test_equals_python_on_every_vector() -> None:
     _node_or_skip()
     r = _run("npm", "test")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "# fail 0" in r.stdout and "# pass 7" in r.stdout, r.stdout[-2000:]
+    passed = re.search(r"^# pass (\d+)$", r.stdout, re.M)
+    assert "# fail 0" in r.stdout and passed and int(passed[1]) >= 14, r.stdout[-2000:]
 
 
 # ---- a real answer -----------------------------------------------------------------------------

@@ -274,7 +274,8 @@ export function checkBodyFields(body: Obj, endpoint: string, k: number, req: Obj
     if (rf && rf.type === "json_schema" && typeof req.grammar_spec === "string") {
       const js = isObj(rf.json_schema) ? rf.json_schema : {};
       const signed = parseJson(req.grammar_spec);
-      same("grammar_spec", canon({ schema: js.schema ?? {}, type: "json_schema" }), canon(signed));
+      // grammar.response_format_spec: {"type": "json_schema", "schema": ...}, key order kept
+      same("grammar_spec", canon({ type: "json_schema", schema: js.schema ?? {} }), canon(signed));
     }
   } else if (endpoint === "completions") {
     if (body.max_tokens !== undefined && body.max_tokens !== null) same("max_tokens", Number(body.max_tokens), req.max_tokens);

@@ -133,6 +133,8 @@ FILE_MARKERS: dict[str, tuple[str, ...]] = {
     # unit/: the files of tests/unit/ that start a process or open a socket
     "unit/test_cli_tree.py": ("process",),
     "unit/test_container_digest.py": ("loopback",),
+    "unit/test_da_eigenda.py": ("loopback",),
+    "unit/test_da_outbox.py": ("loopback",),
     "unit/test_deploy_manifests.py": ("process",),
     "unit/test_domain_error_edges.py": ("loopback",),
     "unit/test_enclave_runner.py": ("loopback",),

@@ -16,10 +16,9 @@ from verinfer.operator.completions.protocol import CompletionRequest
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.jsonsafe import UntrustedJsonError
+from verinfer.protocol.numbers import canonical_float, canonical_int
 from verinfer.protocol.request_rule import (
     FIELDS,
-    canonical_float,
-    canonical_int,
     choice_seed,
     exec_requests,
     plan_request,

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import json_shape, loads_untrusted, require_utf8
+from verinfer.protocol.numbers import canonical_float, canonical_int, json_kind
 from verinfer.protocol.sampling_options import SamplingOptions, check_bias_vocab, sampling_options
 
 Endpoint = Literal["chat", "completions"]
@@ -85,42 +85,7 @@ MESSAGE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_NONCE_CHARS = 128
 
 
-# ---- numbers ---------------------------------------------------------------------------------
-def canonical_float(value: object, param: str) -> float:
-    """A JSON number as the one double it denotes: ints accepted, -0.0 becomes 0.0,
-    booleans, strings, NaN and infinities refused."""
-    if type(value) is bool or not isinstance(value, int | float):
-        raise InvalidRequestError(f"{param} must be a number, got {_kind(value)}", param=param)
-    try:
-        f = float(value)
-    except OverflowError:
-        raise InvalidRequestError(f"{param} is out of range", param=param) from None
-    if not math.isfinite(f):
-        raise InvalidRequestError(f"{param} must be a finite number", param=param)
-    return f + 0.0  # IEEE: -0.0 + 0.0 == +0.0; every other value is unchanged
-
-
-def canonical_int(value: object, param: str) -> int:
-    """A JSON number that is an integer: ``8`` and ``8.0`` (and ``8e0``) are 8; a float is
-    accepted only when it is exact (no fraction, |x| <= 2^53)."""
-    if type(value) is bool:
-        raise InvalidRequestError(f"{param} must be an integer, got a boolean", param=param)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) <= L.MAX_EXACT_FLOAT_INT:
-        return int(value)
-    raise InvalidRequestError(f"{param} must be an integer, got {_kind(value)}", param=param)
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else "a non-finite number"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return "an integer"
-    return {str: "a string", bool: "a boolean", list: "an array", dict: "an object",
-            type(None): "null"}.get(type(value), type(value).__name__)
-
-
+# ---- numbers (their reading: verinfer.protocol.numbers) --------------------------------------
 def _ranged_int(value: object, param: str, lo: int, hi: int) -> int:
     v = canonical_int(value, param)
     if not lo <= v <= hi:
@@ -130,13 +95,13 @@ def _ranged_int(value: object, param: str, lo: int, hi: int) -> int:
 
 def _bool(value: object, param: str) -> bool:
     if type(value) is not bool:
-        raise InvalidRequestError(f"{param} must be a boolean, got {_kind(value)}", param=param)
+        raise InvalidRequestError(f"{param} must be a boolean, got {json_kind(value)}", param=param)
     return value
 
 
 def _str(value: object, param: str) -> str:
     if not isinstance(value, str):
-        raise InvalidRequestError(f"{param} must be a string, got {_kind(value)}", param=param)
+        raise InvalidRequestError(f"{param} must be a string, got {json_kind(value)}", param=param)
     return value
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol import limits as L
 from verinfer.protocol.grammar import Grammar, compile_grammar, response_format_spec
+from verinfer.protocol.numbers import canonical_float
 
 _TOKEN_ID = re.compile(r"0|[1-9][0-9]{0,9}")
 
@@ -34,10 +35,7 @@ class SamplingOptions:
 
 
 def _number(value: object, param: str) -> float:
-    # the rule's one reading of a JSON number (imported late: request_rule imports this module)
-    from verinfer.protocol.request_rule import canonical_float
-
-    return canonical_float(value, param)
+    return canonical_float(value, param)  # the rule's one reading of a JSON number
 
 
 def penalty(value: object, param: str) -> float:

@@ -181,7 +181,12 @@ class ShardProcesses:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
-    def start(self, indices: Iterable[int] | None = None, timeout_s: float = 60.0) -> None:
+    def start(self, indices: Iterable[int] | None = None, timeout_s: float = 180.0) -> None:
+        """Starts the shards and waits until each answers /health. Each shard is a Python
+        process importing the whole service: five at once on a loaded 2-core machine took over
+        60 s, hence the generous deadline. A shard that exits or misses the deadline stops every
+        shard this call started (none is left running, unrecorded, behind a failed start) and
+        raises ShardUnavailableError."""
         infos = {s.index: s for s in self.lay.shards_info()}
         todo = list(indices) if indices is not None else sorted(infos)
         for i in todo:
@@ -198,8 +203,13 @@ class ShardProcesses:
             with self.lay.server_log(i).open("ab") as log:
                 self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
         deadline = time.monotonic() + timeout_s
-        for i in todo:
-            self._wait_healthy(infos[i], deadline)
+        try:
+            for i in todo:
+                self._wait_healthy(infos[i], deadline)
+        except BaseException:
+            for i in todo:
+                self.stop(i)
+            raise
 
     def scheduler_args(self) -> list[str]:
         addr = self.lay.audit_scheduler_address()

@@ -84,7 +84,7 @@ class RangeCappedRpc:
             def log_message(self, *_: object) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 answer = proxy._answer(json.loads(body))
                 data = json.dumps(answer).encode()

@@ -9,7 +9,8 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLCHAIN = {"torch": "2.13.0+cpu abc", "python": "3.11.7", "ext_suffix": ".so", "machine": "x86_64"}
+TOOLCHAIN = {"torch": "2.13.0+cpu abc", "python": "3.11.7", "ext_suffix": ".so",
+             "machine": "x86_64"}
 
 
 def _setup_module() -> ModuleType:
@@ -23,7 +24,7 @@ def _setup_module() -> ModuleType:
 def test_key_follows_sources_flags_compiler_and_toolchain() -> None:
     s = _setup_module()
     files = {"csrc/a.cpp": b"int a;", "csrc/b.h": b"#pragma once", "setup.py": b"x"}
-    flags = list(s.COMPILE_ARGS) + [s.PREFIX_MAP]
+    flags = [*list(s.COMPILE_ARGS), s.PREFIX_MAP]
     base = s.kernel_key(files, flags, "g++ 12.2.0", TOOLCHAIN)
     assert base == s.kernel_key(dict(reversed(list(files.items()))), flags, "g++ 12.2.0",
                                 TOOLCHAIN)
@@ -50,11 +51,11 @@ def test_key_inputs_do_not_depend_on_the_checkout_path(tmp_path: Path) -> None:
         clone = tmp_path / where
         shutil.copytree(ROOT / "csrc", clone / "csrc")
         shutil.copy(ROOT / "setup.py", clone / "setup.py")
-        keys.append(s.kernel_key(s._key_inputs(clone), list(s.COMPILE_ARGS) + [s.PREFIX_MAP],
+        keys.append(s.kernel_key(s._key_inputs(clone), [*list(s.COMPILE_ARGS), s.PREFIX_MAP],
                                  "g++", TOOLCHAIN))
     assert keys[0] == keys[1]
     (tmp_path / "one" / "csrc" / "verinfer_pool.h").write_bytes(b"changed")
-    assert s.kernel_key(s._key_inputs(tmp_path / "one"), list(s.COMPILE_ARGS) + [s.PREFIX_MAP],
+    assert s.kernel_key(s._key_inputs(tmp_path / "one"), [*list(s.COMPILE_ARGS), s.PREFIX_MAP],
                         "g++", TOOLCHAIN) != keys[0]
     # the compiled bytes do not name the checkout either: its path is mapped away
     assert s.PREFIX_MAP.format(root=tmp_path / "one") == \

@@ -35,7 +35,6 @@ from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import LocalFault, OperatorFault, ReceiptRefError
 
-
 #: Blocks per eth_getLogs request. Public RPCs refuse wider ranges (10,000 blocks or fewer, some
 #: 2,000), and one request over a chain's whole history also outgrows the RPC answer cap
 #: (``verinfer.chain.rpc.RPC_MAX_ANSWER_BYTES``): a node that asked for "deployment to latest"

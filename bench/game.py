@@ -20,8 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from verinfer.testing.game import play
-from verinfer.testing.game.play import replay
+from verinfer.testing.game.play import play, replay
 from verinfer.testing.game.world import World
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verinfer.testing.game import play
-from verinfer.testing.game.play import Game, play_episode, promised, replay
+from verinfer.testing.game.play import Game, play, play_episode, promised, replay
 from verinfer.testing.game.world import World
 
 TRACES = Path(__file__).resolve().parent / "game_traces"

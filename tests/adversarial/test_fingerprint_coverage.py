@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
@@ -48,6 +49,8 @@ from verinfer.chain.structs import (
 )
 from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.merkle import build_tree
+from verinfer.verifier.chain_view import ChainView
+from verinfer.verifier.node import NodeConfig, VerifierNode
 
 MODEL = hashlib.sha256(b"weights").digest()
 FP_OLD = hashlib.sha256(b"engine fingerprint: image v1").digest()  # 4 verifiers run it
@@ -398,3 +401,30 @@ def test_honest_receipt_survives_a_later_large_bond(net: Net) -> None:
 
     late = _post_and_open(net, FP_NEW, HONEST, b"after-bond")  # what the operator must refuse
     assert net.view.challenges.challenge(late.cid).status is Status.SLASHED
+
+
+def test_a_node_restart_keeps_a_pending_undeclaration(net: Net, tmp_path: Path) -> None:
+    """A verifier decides to leave a pool (undeclares; drawable until leaveAt), then its node
+    restarts: the node's start-up declaration used to re-declare every model it holds, which
+    cancels the pending undeclaration on chain, silently, so the verifier stays in the pool
+    it chose to leave (and pays for every seat it does not judge once it drops the model).
+    The node keeps the undeclaration and says so; an explicit declare still cancels it."""
+    v = net.old[0]
+    c = net.as_(v)
+    c.stakes.undeclare_fingerprint(FP_OLD, MODEL)
+    leave_at = net.view.stakes.declarations_of(v.address)[POOL_OLD]
+    assert leave_at > 0
+    node = VerifierNode(ChainView(net.w3, net.d, c), c, v,
+                        judge=lambda *_: None,  # type: ignore[arg-type,return-value]
+                        da=None,  # type: ignore[arg-type]
+                        cfg=NodeConfig(tmp_path / "votes.json"))
+    decl = node.ensure_declared([(FP_OLD, MODEL)])  # what `verinfer verifier run` does at start
+    assert decl.declared == () and decl.leaving == (((FP_OLD, MODEL), leave_at),)
+    assert net.view.stakes.declarations_of(v.address)[POOL_OLD] == leave_at  # still leaving
+    # a pool the node holds no model for is reported (it would be drawn and penalised)
+    decl = node.ensure_declared([(FP_OLD, MODEL_B)])
+    assert (POOL_OLD, leave_at) in decl.others
+    # the explicit `verinfer chain verifier declare` path cancels the undeclaration
+    decl = ensure_declared(c, v.address, [(FP_OLD, MODEL)])
+    assert decl.declared == ((FP_OLD, MODEL),)
+    assert net.view.stakes.declarations_of(v.address)[POOL_OLD] == 0

@@ -75,21 +75,31 @@ class Declared:
     """What :func:`ensure_declared` did: (fingerprint hash, model id) pairs newly declared (or
     whose pending undeclaration it cancelled), already declared, and skipped because governance
     has not approved the fingerprint or the model (the contract refuses those: nobody can be
-    drawn for them)."""
+    drawn for them); with ``keep_leaving``, the pairs left leaving (pair, leaveAt). ``others``:
+    pools (pool key, leaveAt; 0 = staying) ``me`` is declared for that ``pairs`` does not name:
+    it is drawn for their receipts and penalised if it does not reveal."""
 
     declared: tuple[Pair, ...]
     already: tuple[Pair, ...]
     unapproved: tuple[Pair, ...]
+    leaving: tuple[tuple[Pair, int], ...] = ()
+    others: tuple[tuple[bytes, int], ...] = ()
 
 
-def ensure_declared(contracts: Contracts, me: str, pairs: Iterable[Pair]) -> Declared:
+def ensure_declared(contracts: Contracts, me: str, pairs: Iterable[Pair], *,
+                    keep_leaving: bool = False) -> Declared:
     """Declare ``me`` (a registered verifier; ``contracts`` bound to its key) for every approved
     (engine fingerprint hash, model id) pair in ``pairs`` it does not cover yet, so that it is
     drawn into the committees of receipts of that model under that fingerprint
     (StakeRegistry.declareFingerprint; pools are per pair: the own engine's fingerprint is the
     same for every model). Declaring is a promise: a drawn member that does not reveal is
     penalised. The one implementation behind ``verinfer chain verifier register|declare``, the
-    verifier node's start and the devnet."""
+    verifier node's start and the devnet.
+
+    Declaring a pair whose undeclaration is pending cancels the undeclaration. That is what an
+    explicit ``declare`` means; a node that merely restarts passes ``keep_leaving=True`` so a
+    restart never silently undoes its operator's decision to leave (the pair is reported in
+    ``leaving`` instead)."""
     wanted = list(dict.fromkeys((bytes(f), bytes(m)) for f, m in pairs))
     for f, m in wanted:
         if len(f) != 32:
@@ -98,14 +108,19 @@ def ensure_declared(contracts: Contracts, me: str, pairs: Iterable[Pair]) -> Dec
         if len(m) != 32:
             raise StakeActionError(f"a model id is 32 bytes, got {len(m)}", param="model")
     have = contracts.stakes.declarations_of(me)
-    new, already, unapproved = [], [], []
+    new, already, unapproved, leaving = [], [], [], []
     for f, m in wanted:
-        if have.get(pool_key(f, m), None) == 0:
+        leave_at = have.get(pool_key(f, m), None)
+        if leave_at == 0:
             already.append((f, m))
+        elif leave_at is not None and keep_leaving:
+            leaving.append(((f, m), leave_at))
         elif not (contracts.config.is_approved(Kind.ENGINE_FINGERPRINT, f)
                   and contracts.config.is_approved(Kind.MODEL, m)):
             unapproved.append((f, m))
         else:
             contracts.stakes.declare_fingerprint(f, m)  # also cancels a pending undeclaration
             new.append((f, m))
-    return Declared(tuple(new), tuple(already), tuple(unapproved))
+    named = {pool_key(f, m) for f, m in wanted}
+    others = tuple((k, t) for k, t in have.items() if k not in named)
+    return Declared(tuple(new), tuple(already), tuple(unapproved), tuple(leaving), others)

@@ -109,6 +109,17 @@ def run(
             console.log(f"[yellow]engine fingerprint {to_hex(f)} or model {to_hex(m)} is not "
                         "approved on chain: "
                         "not declared, so never drawn for it[/yellow]")
+        for (f, m), leave_at in decl.leaving:
+            console.log(f"undeclaration of engine fingerprint {to_hex(f)} model {to_hex(m)} "
+                        f"is pending (leaveAt {leave_at}): kept; this node still judges what "
+                        "it is drawn for ('verinfer chain verifier declare' cancels the "
+                        "undeclaration)")
+        for pool, leave_at in decl.others:
+            console.log(f"[red]declared for pool {to_hex(pool)}"
+                        f"{'' if leave_at == 0 else f' (leaving, leaveAt {leave_at})'} but this "
+                        "node holds no model for it: it will be drawn for those receipts and "
+                        "penalised for not revealing. Run a node with that model, or "
+                        "'verinfer chain verifier undeclare'[/red]")
     except VerinferError as e:
         raise fail(e) from e
     stop = threading.Event()

@@ -119,9 +119,11 @@ class VerifierNode:
         """Declares the (engine fingerprint hash, model id) pairs this verifier re-executes
         (the approved ones it does not cover yet): committees of a receipt are drawn only from
         verifiers declared for its (fingerprint, model), so a verifier that never declares is
-        never drawn, and one holding model A is never drawn for a receipt of model B."""
+        never drawn, and one holding model A is never drawn for a receipt of model B.
+        A pending undeclaration is kept (a restart must not undo a decision to leave):
+        ``verinfer chain verifier declare`` is the explicit way to cancel one."""
         with self.tx_lock:
-            return ensure_declared(self.c, self.me, pairs)
+            return ensure_declared(self.c, self.me, pairs, keep_leaving=True)
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self, stop: Callable[[], bool], poll_s: float = 0.25) -> None:

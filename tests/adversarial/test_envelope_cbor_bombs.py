@@ -386,11 +386,12 @@ def test_the_largest_legitimate_request_still_decodes() -> None:
         ExecRequest.from_canonical(flood.canonical)
 
 
-def test_a_request_with_a_fourth_container_is_refused_by_the_count() -> None:
-    """The ExecRequest has three containers: a list in a float field is refused before the
-    prompt behind it is built."""
+def test_a_request_with_one_container_too_many_is_refused_by_the_count() -> None:
+    """The ExecRequest holds at most CBOR_BOUND.containers arrays/maps (the map, the prompt,
+    the stops, the logit bias's list and its pairs): lists in a float field that pass that
+    count are refused before the prompt behind them is built."""
     request = _small_request()
-    m = {**request.as_map(), "top_p": [[]] * 3}
+    m = {**request.as_map(), "top_p": [[]] * ExecRequest.CBOR_BOUND.containers}
     with pytest.raises(ReceiptFormatError, match="arrays/maps"):
         ExecRequest.from_canonical(cbor2.dumps(m, canonical=True))
 

@@ -50,7 +50,7 @@ def test_metrics_stay_bounded_and_never_echo_paths(server: Server) -> None:
             return r.text
 
         c.post("/v1/chat/completions", json=CHAT, headers=_auth(KEY_A))
-        for prefix in ("/", "/v1/", "/v1/receipts/0x"):  # every template seen once
+        for prefix in ("/", "/v1/", "/v1/receipts/0x", "/v1/models/"):  # every template once
             c.get(prefix + marker)
         size_before = len(scrape())
         for i in range(10_000):
@@ -65,7 +65,8 @@ def test_metrics_stay_bounded_and_never_echo_paths(server: Server) -> None:
     routes = {line.split('route="')[1].split('"')[0] for line in text.splitlines()
               if line.startswith("verinfer_requests_total{")}
     assert routes <= {"unmatched", "unrouted", "/v1/chat/completions", "/v1/completions",
-                      "/v1/models", "/v1/receipts/{receipt_id}", "/health", "/ready",
+                      "/v1/models", "/v1/models/{model:path}", "/v1/receipts/{receipt_id}",
+                      "/health", "/ready",
                       "/metrics"}, routes
 
 

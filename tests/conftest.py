@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,34 @@ if TYPE_CHECKING:  # the engine (torch, the kernels) is imported by the fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
+
+
+def _import_triton_for_its_interpreter() -> None:
+    """Imports ``triton.language`` with ``TRITON_INTERPRET=1``, then restores the environment.
+
+    Triton's own library (``tl.sum``, ``tl.max``, ``tl.cdiv``, ...) is ``@triton.jit``'d when
+    triton is first imported, as interpreter functions only if the variable is set then; a
+    kernel run by the interpreter (tests/unit/test_triton_ops.py) that calls one compiled
+    without it fails ("Cannot call @triton.jit'd outside of the scope of a kernel"). Any module
+    collected earlier in the same process may import triton first (vLLM does), so the order is
+    fixed here, before collection. Nothing in this process runs Triton on a GPU; subprocesses
+    inherit the environment as it was."""
+    import importlib.util
+
+    if "triton" in sys.modules or importlib.util.find_spec("triton") is None:
+        return
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+_import_triton_for_its_interpreter()
 
 # Markers say what a test needs (README.md "Tests", docs/testing.md); all are registered in
 # pyproject.toml (--strict-markers). The kind comes from the directory: integration/ and e2e/

@@ -11,10 +11,8 @@ Shapes are tiny: the interpreter costs milliseconds per program.
 
 from __future__ import annotations
 
-import os
-
-os.environ["TRITON_INTERPRET"] = "1"  # before triton_kernels is imported (jit reads it)
-
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed: run scripts/ci-extras.d/40-triton")
 
+from verinfer.engine import triton_ops
 from verinfer.engine.loader import LoadedModel
 from verinfer.engine.models.common import Batch, KVCache, Segment
 from verinfer.engine.models.registry import model_class
@@ -66,6 +65,21 @@ def rows_alone_equal(f, x: torch.Tensor, sizes: range | list[int] | None = None)
     alone = [f(x[i:i + 1])[0] for i in range(max(sizes))]
     return [n for n in sizes
             if not all(torch.equal(f(x[:n])[i], alone[i]) for i in range(n))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter() -> Iterator[None]:
+    """``TRITON_INTERPRET=1`` while this module runs, and the kernels decorated under it: jit
+    reads the variable when triton_kernels is imported (tests/conftest.py imported triton's own
+    library under it). Restored after, so no later test or subprocess inherits it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRITON_INTERPRET", "1")
+    sys.modules.pop("verinfer.engine.triton_kernels", None)
+    triton_ops._k.cache_clear()
+    yield
+    mp.undo()
+    sys.modules.pop("verinfer.engine.triton_kernels", None)
+    triton_ops._k.cache_clear()
 
 
 @pytest.fixture(scope="module")

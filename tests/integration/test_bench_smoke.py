@@ -38,6 +38,7 @@ SMOKE_TESTS: dict[str, str | None] = {
     "backends": "e2e/test_bench_smoke_optional.py::test_backends_bench",
     "challenge": "integration/test_bench_smoke.py::test_challenge_bench",
     "client": "integration/test_bench_smoke.py::test_client_bench",
+    "committer": "integration/test_bench_smoke.py::test_committer_bench",
     "da": "integration/test_bench_smoke.py::test_da_bench",
     "engine": "slow/test_bench_smoke_gemma.py::test_engine_bench",
     "explorer": "integration/test_bench_smoke.py::test_explorer_bench",
@@ -104,6 +105,15 @@ def test_da_bench() -> None:
             expect(out[backend][size], {"put_p50_ms": rate, "put_p99_ms": rate,
                                         "get_p50_ms": rate, "put_per_s": rate,
                                         "get_per_s": rate, "n": count}, f"{backend}.{size}.")
+
+
+def test_committer_bench() -> None:
+    """bench/committer.py (issue 37): 3 replica processes feed the batch committer over Redis."""
+    out = run_bench("committer", "--quick", timeout=180)
+    expect(out, {"committer_receipts_per_s": rate, "publish_per_s": rate, "receipts": count,
+                 "replicas": count, "batches": count, "elapsed_s": rate,
+                 "verify_signatures": flag})
+    assert out["receipts"] == 600 and out["replicas"] == 3 and out["batches"] >= 3
 
 
 def test_tokenizer_bench() -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from verinfer.cli_errors import fail
+from verinfer.operator.commit_cli import commit
 from verinfer.operator.config import (
     CONFIG_NAME,
     PASSWORD_ENV,
@@ -30,6 +31,8 @@ app = typer.Typer(help="Operator: serve the API, keystore, evidence configuratio
                   "publication status.", no_args_is_help=True)
 # `verinfer operator serve`, also `verinfer serve` (verinfer.cli); its heavy imports are lazy
 app.command("serve")(serve)
+# `verinfer operator commit`: the batch committer of serving replicas (docs/deploy.md)
+app.command("commit")(commit)
 
 NO_CHAIN = "0x0000000000000000000000000000000000000000"
 

@@ -12,6 +12,7 @@
      "sink": {"kind": "jsonl", "path": "batches.jsonl"},  # or {"kind": "chain",
                                                           #  "rpc_url": …, "deployment": …}
      "backpressure": {...},              # optional: BackpressureSection
+     "stream": {...},                    # optional: StreamSection (replicas + a committer)
      "kms_provisioned_locally": false}   # `operator init` provisioned a demo KMS in the dir
 
 Relative paths are relative to the directory holding operator.json. The file is parsed once,
@@ -89,6 +90,24 @@ class BackpressureSection(_Section):
     check_interval_s: float = Field(default=1.0, gt=0)
 
 
+class StreamSection(_Section):
+    """Serving replicas and one batch committer (docs/deploy.md "Replicas and the
+    committer"): with this section ``verinfer operator serve`` publishes every receipt to the
+    operator's Redis receipt stream instead of committing batches itself, and ``verinfer
+    operator commit`` (with a standby) commits them. ``local_copy`` also keeps each receipt in
+    the replica's own outbox (a local record; that outbox is never published from, so no
+    receipt is ever in two batches)."""
+
+    redis_url: str
+    prefix: str = "verinfer:operator:"
+    replica: str | None = None  # the name entries carry; default: the host name and pid
+    local_copy: bool = False
+    max_backlog: int = Field(default=100_000, gt=0)
+    call_deadline_s: float = Field(default=2.0, gt=0)
+    lease_ttl_s: float = Field(default=10.0, gt=0)
+    max_buffer_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+
+
 class OperatorConfig(_Section):
     """``operator.json``, checked once when loaded. Relative paths in it are relative to
     ``root``, the directory holding it."""
@@ -105,6 +124,7 @@ class OperatorConfig(_Section):
     batch: BatchSection
     sink: SinkSection
     backpressure: BackpressureSection = BackpressureSection()
+    stream: StreamSection | None = None
     kms_provisioned_locally: bool = False
     _root: Path = PrivateAttr(default=Path("."))
 

@@ -88,7 +88,12 @@ class EvidencePipeline:
     def __init__(self, engine: Engine, signer: ReceiptSigner, domain: Domain, key_epoch: int,
                  epoch_key: EpochPublicKey, outbox: Outbox, da_backend: str, *,
                  clock: Callable[[], float] = time.time,
-                 before_sign: Callable[[Receipt], None] | None = None) -> None:
+                 before_sign: Callable[[Receipt], None] | None = None,
+                 record: Callable[[Sequence[tuple[bytes, bytes, bytes]], bytes | None], None]
+                 | None = None) -> None:
+        """``record``: where a response's (digest, receipt, ciphertext) entries go before the
+        response leaves, instead of the outbox (stream mode, issue 37:
+        :class:`verinfer.operator.stream.StreamRecorder`); it raises to refuse them."""
         if da_backend == "eigenda":
             # The receipt would name a pointer only known after upload; publish through a
             # content-addressed backend and let the publisher fail over (see docs/operator.md).
@@ -97,6 +102,7 @@ class EvidencePipeline:
         self.engine, self.signer, self.domain = engine, signer, domain
         self.key_epoch, self.epoch_key, self.outbox = key_epoch, epoch_key, outbox
         self.da_backend, self.clock = da_backend, clock
+        self.record = record
         self.issuer = ReceiptIssuer(signer, domain, key_epoch, epoch_key, clock=clock,
                                     before_sign=before_sign)
 
@@ -116,8 +122,11 @@ class EvidencePipeline:
         ``verification`` object. Blocking: call it off the event loop. ``owner``: sha256 of
         the paying API key (only it may read the receipts back)."""
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
-        self.outbox.enqueue_many([(signed.digest, signed.to_bytes(), blob)
-                                  for signed, blob, _, _ in made], owner=owner)
+        items = [(signed.digest, signed.to_bytes(), blob) for signed, blob, _, _ in made]
+        if self.record is not None:
+            self.record(items, owner)
+        else:
+            self.outbox.enqueue_many(items, owner=owner)
         entries = [self._entry(ex, signed, blob, req, res)
                    for ex, (signed, blob, req, res) in zip(executions, made, strict=True)]
         out = dict(entries[0])

@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from verinfer.da_client.base import DAClient
-from verinfer.da_client.factory import DAConfig, open_client
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Publisher
-from verinfer.da_client.sinks import BatchSink, JsonlBatchSink
 from verinfer.engine.engine import Engine
 from verinfer.kms.epochs import FileEpochRegistry, require_live
-from verinfer.operator.config import ChainSink, JsonlSink, OperatorConfig, OperatorConfigError
+from verinfer.operator.config import ChainSink, OperatorConfig, OperatorConfigError
 from verinfer.operator.evidence import EvidencePipeline
+from verinfer.operator.publication import open_da, open_sink
 from verinfer.operator.readiness import BacklogMonitor, MonitorThread, NotReadyError, Readiness
 from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
@@ -180,7 +179,7 @@ class CoverageGuard:
 @dataclass
 class OperatorRuntime:
     evidence: EvidencePipeline
-    publisher: Publisher
+    publisher: Publisher | None  # None for a serving replica (stream mode): the committer's
     outbox: Outbox
     da: DAClient
     readiness: Readiness = field(default_factory=Readiness)
@@ -192,7 +191,8 @@ class OperatorRuntime:
     def close(self, drain_timeout_s: float = 10.0) -> None:
         if self.monitors is not None:
             self.monitors.stop()
-        self.publisher.stop(drain_timeout_s=drain_timeout_s)
+        if self.publisher is not None:
+            self.publisher.stop(drain_timeout_s=drain_timeout_s)
         if self.claims is not None:
             self.claims.stop()
         self.outbox.close()
@@ -210,15 +210,6 @@ def unsafe_reasons(cfg: OperatorConfig) -> list[str]:
         out.append("the KMS epoch was provisioned locally: seal keys, sealed shares and the "
                    "attestation root key sit in one directory beside the operator key")
     return out
-
-
-def open_sink(cfg: OperatorConfig) -> BatchSink:
-    if isinstance(cfg.sink, JsonlSink):
-        return JsonlBatchSink(cfg.rel(cfg.sink.path))
-    from verinfer.chain.sink import ChainBatchSink
-
-    return ChainBatchSink.connect(cfg.sink.rpc_url, Path(cfg.sink.deployment),
-                                  private_key=cfg.private_key())
 
 
 def _bind_chain(sink: ChainSink, domain: Domain) -> Any:
@@ -328,12 +319,8 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
         raise OperatorConfigError("no engine to serve")
     rec = require_live(FileEpochRegistry(cfg.rel(cfg.epochs_file)), cfg.key_epoch)
     epoch_key = load_public_key(rec.suite, rec.public_key_bytes)
-    da_cfg = cfg.da
-    backend = da_cfg.backend
-    da = open_client(backend, DAConfig(
-        local_store=str(cfg.rel(da_cfg.local_store)) if da_cfg.local_store else None,
-        redis_url=da_cfg.redis_url, redis_prefix=da_cfg.redis_prefix,
-        redis_retention_s=da_cfg.redis_retention_s, eigenda_url=da_cfg.eigenda_url))
+    backend = cfg.da.backend
+    da = open_da(cfg)
     domain = Domain(cfg.chain_id, cfg.challenge_manager)
     readiness = Readiness()
     checks: list[tuple[str, Callable[[], None]]] = []
@@ -362,27 +349,44 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
         raise OperatorConfigError(f"backpressure.stop_after_s must be in (0, {deadline:g}) "
                                   f"(the publication deadline), got {stop_after:g}")
     outbox = Outbox(cfg.rel(cfg.outbox), now=clock)
+    publisher: Publisher | None = None
+    record = None
+    if cfg.stream is not None:  # a serving replica: receipts go to the committer's stream
+        from verinfer.operator.stream import StreamMonitor, StreamRecorder, open_stream
+
+        stream = open_stream(cfg, now=clock)
+        record = StreamRecorder(stream, readiness, local_copy=(
+            (lambda items, owner: outbox.enqueue_many(items, owner=owner))
+            if cfg.stream.local_copy else None)).record
+        checks.append((StreamMonitor.NAME, StreamMonitor(readiness, stream,
+                                                         stop_after_s=stop_after)))
     evidence = EvidencePipeline(
         engines[0], ChainBoundSigner(cfg.private_key(), domain), domain,
-        cfg.key_epoch, epoch_key, outbox, backend, clock=clock, before_sign=before_sign)
-    publisher = Publisher(outbox, da, open_sink(cfg),
-                          batch_max_entries=cfg.batch.max_entries,
-                          batch_max_age_s=cfg.batch.max_age_s)
-    checks.append((BacklogMonitor.NAME, BacklogMonitor(
-        readiness, outbox.oldest_pending_at, outbox.pending_count, stop_after_s=stop_after,
-        max_pending=bp.max_pending, clock=clock,
-        last_error=lambda: publisher.last_error)))
+        cfg.key_epoch, epoch_key, outbox, backend, clock=clock, before_sign=before_sign,
+        record=record)
+    if cfg.stream is None:
+        pub = publisher = Publisher(outbox, da, open_sink(cfg),
+                                    batch_max_entries=cfg.batch.max_entries,
+                                    batch_max_age_s=cfg.batch.max_age_s)
+        checks.append((BacklogMonitor.NAME, BacklogMonitor(
+            readiness, outbox.oldest_pending_at, outbox.pending_count,
+            stop_after_s=stop_after, max_pending=bp.max_pending, clock=clock,
+            last_error=lambda: pub.last_error)))
     interval = (monitor_interval_s if monitor_interval_s is not None
                 else bp.check_interval_s)
     monitors = MonitorThread(readiness, checks, interval_s=interval)
     claims = None
-    if isinstance(cfg.sink, ChainSink):  # built before any thread starts: its state may refuse
+    if cfg.stream is not None and isinstance(cfg.sink, ChainSink):
+        log.warning("stream mode: this replica does not answer unpublished claims (its outbox "
+                    "holds no batches); see docs/deploy.md")
+    elif isinstance(cfg.sink, ChainSink):  # built before any thread starts: it may refuse
         from verinfer.operator.claims import ClaimResponder
 
         claims = ClaimResponder.connect(
             cfg.sink.rpc_url, Path(cfg.sink.deployment), private_key=cfg.private_key(),
             outbox=outbox, state_dir=cfg.root)
-    runtime = OperatorRuntime(evidence, publisher.start(), outbox, da, readiness, None,
+    runtime = OperatorRuntime(evidence, None if publisher is None else publisher.start(),
+                              outbox, da, readiness, None,
                               unsafe_reasons(cfg))
     runtime.monitors = monitors.start()
     if claims is not None:

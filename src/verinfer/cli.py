@@ -51,6 +51,8 @@ _SUBCOMMANDS: dict[str, _Lazy | dict[str, _Lazy]] = {
                     "operator, verifiers."),
     "explorer": _Lazy("verinfer.explorer.cli", "Web explorer: receipts, batches, challenges, "
                       "votes and slashes in the browser.", "explorer"),
+    "client": _Lazy("verinfer.client.cli", "Verified client: follow kept receipts (watch), "
+                    "show their progress (status)."),
     "reproduce": _Lazy("verinfer.auditor.cli", "Auditors: reproduce a receipt on this "
                        "machine, from its signature to a replay (docs/cookbook.md).",
                        "reproduce"),

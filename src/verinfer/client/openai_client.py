@@ -26,9 +26,11 @@ from verinfer.chain.deploy import Deployment
 from verinfer.client.chain_view import ChainView
 from verinfer.client.errors import ClientConfigError, VerificationError, VerificationWarning
 from verinfer.client.models import ClientModel, model_table
+from verinfer.client.receipt_store import ReceiptStore
 from verinfer.client.verify import Checked, Received, Verifier
 from verinfer.protocol.request_rule import Endpoint
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
+from verinfer.receipts.signed import SignedReceipt
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ class _Assembler:
 class _Core:
     verifier: Verifier
     policy: Policy
+    store: ReceiptStore | None = None  # accepted receipts are kept here (the keeper follows)
 
     def check(self, endpoint: Endpoint, body: bytes, verification: Any,
               received: list[Received]) -> list[Checked] | None:
@@ -142,6 +145,9 @@ class _Core:
         except VerificationError as e:
             self.fail(e)
             return None
+        if self.store is not None:
+            for c in out:
+                self.store.add(SignedReceipt(c.receipt, c.domain, c.signature))
         return out
 
     def fail(self, e: VerificationError) -> None:
@@ -316,7 +322,7 @@ def _install(http_client: Any, hook: Callable[[Any], Any]) -> None:
 
 def _core(models: Sequence[ClientModel | str | Path], rpc_url: str | None,
           deployment: Deployment | str | Path | None, chain_id: int | None,
-          policy: Policy) -> _Core:
+          policy: Policy, receipts: ReceiptStore | str | Path | None = None) -> _Core:
     if deployment is None:
         raise ClientConfigError("a verified client needs the deployment (deployment.json or "
                                 "a Deployment: contract addresses and chain id)",
@@ -331,7 +337,11 @@ def _core(models: Sequence[ClientModel | str | Path], rpc_url: str | None,
                         fingerprints=policy.fingerprints,
                         require_coverage=policy.require_coverage,
                         require_key_epoch=policy.require_key_epoch)
-    return _Core(verifier, policy)
+    store = (receipts if isinstance(receipts, ReceiptStore) or receipts is None
+             else ReceiptStore(receipts))
+    if store is not None:
+        store.bind_deployment(dep.chain_id, dep.challenge_manager)
+    return _Core(verifier, policy, store)
 
 
 class VerifiedOpenAI(openai.OpenAI):
@@ -340,15 +350,19 @@ class VerifiedOpenAI(openai.OpenAI):
 
     ``models``: the models the app accepts (GGUF paths or :class:`ClientModel`); ``rpc_url``,
     ``deployment`` (deployment.json or a Deployment) and optionally ``chain_id`` (checked
-    against the deployment and the RPC) name the chain; ``policy`` what a failure does."""
+    against the deployment and the RPC) name the chain; ``policy`` what a failure does;
+    ``receipts`` (a :class:`~verinfer.client.receipt_store.ReceiptStore` or its file) keeps
+    every accepted receipt for the keeper (:mod:`verinfer.client.keeper`)."""
 
     def __init__(self, *, models: Sequence[ClientModel | str | Path] = (),
                  rpc_url: str | None = None, deployment: Deployment | str | Path | None = None,
                  chain_id: int | None = None, policy: Policy | None = None,
+                 receipts: ReceiptStore | str | Path | None = None,
                  _verification: _Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.verification = (_verification if _verification is not None else
-                              _core(models, rpc_url, deployment, chain_id, policy or Policy()))
+                              _core(models, rpc_url, deployment, chain_id, policy or Policy(),
+                                    receipts))
         _install(self._client, _record)
 
     def copy(self, **kwargs: Any) -> Any:
@@ -376,10 +390,12 @@ class AsyncVerifiedOpenAI(openai.AsyncOpenAI):
     def __init__(self, *, models: Sequence[ClientModel | str | Path] = (),
                  rpc_url: str | None = None, deployment: Deployment | str | Path | None = None,
                  chain_id: int | None = None, policy: Policy | None = None,
+                 receipts: ReceiptStore | str | Path | None = None,
                  _verification: _Core | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.verification = (_verification if _verification is not None else
-                              _core(models, rpc_url, deployment, chain_id, policy or Policy()))
+                              _core(models, rpc_url, deployment, chain_id, policy or Policy(),
+                                    receipts))
         _install(self._client, _arecord)
 
     def copy(self, **kwargs: Any) -> Any:

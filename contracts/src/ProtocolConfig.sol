@@ -24,6 +24,12 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
     uint16 public constant MIN_OPERATOR_STAKE_SLASHES = 2;
 
     /// @inheritdoc IProtocolConfig
+    uint64 public constant DRAW_BLOCK_TIME = 12;
+    /// @notice drawPeriod must fit this many times the wait for a challenge's seed block: room for
+    ///         missed slots and for the draw transaction to be included after the seed exists.
+    uint64 public constant DRAW_PERIOD_MARGIN = 2;
+
+    /// @inheritdoc IProtocolConfig
     /// @dev INVARIANT: immutable. A notice governance could set to 0 would let it revoke in the
     ///      second an operator signs again.
     uint64 public immutable governanceNotice;
@@ -80,6 +86,11 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
             + p.commitPeriod + p.revealPeriod;
     }
 
+    /// @inheritdoc IProtocolConfig
+    function minDrawPeriod(uint16 drawDelayBlocks) public pure returns (uint256) {
+        return uint256(DRAW_PERIOD_MARGIN) * (uint256(drawDelayBlocks) + 1) * DRAW_BLOCK_TIME;
+    }
+
     /// @dev INVARIANT: publicationDeadline, drawPeriod and challengeWindow never shrink. They
     ///      are read when a claim opens (publishBy = issuedAt + publicationDeadline), when a
     ///      challenge is drawn or resolved undrawn (openedAt + drawPeriod) and when a challenge
@@ -107,6 +118,15 @@ contract ProtocolConfig is Ownable, IProtocolConfig {
         }
         if (p.drawDelayBlocks == 0 || p.drawDelayBlocks > 200) {
             revert InvalidParams("drawDelayBlocks not in [1, 200]");
+        }
+        // INVARIANT: a challenge can be drawn inside its draw period. drawCommittee needs a block
+        // after openBlock + drawDelayBlocks and reverts after openedAt + drawPeriod; if the seed
+        // block comes later than that (k = 200 at 12 s a block is 40 minutes, a 10-minute
+        // drawPeriod ends first), no challenge is ever drawn: each ends undrawn, every fraud
+        // escapes (AttackDrawDelay.t.sol).
+        uint256 minDraw = minDrawPeriod(p.drawDelayBlocks);
+        if (p.drawPeriod < minDraw) {
+            revert DrawPeriodTooShort(p.drawDelayBlocks, DRAW_BLOCK_TIME, minDraw, p.drawPeriod);
         }
         if (p.committeeSize == 0 || p.committeeSize > MAX_COMMITTEE_SIZE) {
             revert InvalidParams("committeeSize not in [1, MAX_COMMITTEE_SIZE]");

@@ -113,6 +113,10 @@ contract StakeRegistry is Ownable, IStakeRegistry {
     /// @inheritdoc IStakeRegistry
     uint96 public minOperatorStake;
     /// @inheritdoc IStakeRegistry
+    uint96 public pendingMinOperatorStake;
+    /// @inheritdoc IStakeRegistry
+    uint64 public pendingMinOperatorStakeAt;
+    /// @inheritdoc IStakeRegistry
     uint256 public totalStake;
     /// @inheritdoc IStakeRegistry
     uint128 public minVerifierStake;
@@ -168,34 +172,56 @@ contract StakeRegistry is Ownable, IStakeRegistry {
 
     function _syncParams() internal {
         IProtocolConfigTypes.Params memory p = config.params();
-        minOperatorStake = uint256(p.minOperatorStake).toUint96();
-        _syncVerifierMinimum(p);
-        emit ParamsSynced(p.minOperatorStake);
+        (uint256 op, uint256 opPending, uint64 opAt) =
+            _nextMinimum(Role.Operator, minOperatorStake, pendingMinOperatorStake, pendingMinOperatorStakeAt, p);
+        minOperatorStake = op.toUint96();
+        pendingMinOperatorStake = opPending.toUint96();
+        pendingMinOperatorStakeAt = opAt;
+        (uint256 v, uint256 vPending, uint64 vAt) =
+            _nextMinimum(Role.Verifier, minVerifierStake, pendingMinVerifierStake, pendingMinVerifierStakeAt, p);
+        minVerifierStake = v.toUint128();
+        pendingMinVerifierStake = vPending.toUint128();
+        pendingMinVerifierStakeAt = vAt;
+        emit ParamsSynced(op);
     }
 
-    /// @dev A lower (or the first) verifier minimum applies at once: draw weights only grow. A
-    ///      higher one applies maxDisputeSpan + coverageNotice after the first sync that sees
-    ///      it (a later sync applies it), like an undeclaration: applied at once, anyone could
-    ///      `syncWeight` every honest verifier under the new minimum to weight 0, so a receipt
-    ///      covered by their stake when it was signed was judged by whoever stayed in its pool
-    ///      (a partner sybil above the new minimum dismissed the fraud) — issue 31 review.
-    ///      INVARIANT: a verifier counted in a pool's coverage at t keeps its draw weight (it
-    ///      cannot unbond below the minimum while declared) until after t + coverageNotice +
-    ///      maxDisputeSpan, whatever governance sets.
-    function _syncVerifierMinimum(IProtocolConfigTypes.Params memory p) internal {
-        uint128 want = p.minVerifierStake;
-        if (want <= minVerifierStake || minVerifierStake == 0) {
-            minVerifierStake = want;
-            pendingMinVerifierStake = 0;
-            pendingMinVerifierStakeAt = 0;
-        } else if (pendingMinVerifierStake != want) {
-            pendingMinVerifierStake = want;
-            pendingMinVerifierStakeAt = uint64(block.timestamp + config.maxDisputeSpan(p) + coverageNotice);
-        } else if (block.timestamp >= pendingMinVerifierStakeAt) {
-            minVerifierStake = want;
-            pendingMinVerifierStake = 0;
-            pendingMinVerifierStakeAt = 0;
+    /// @dev The one home of the minimum-raise rule, for both roles: `current` is the minimum in
+    ///      force, `pending`/`pendingAt` a raise waiting for its notice (0 = none). A lower (or
+    ///      the first) minimum applies at once: it only lets more accounts in. A higher one is
+    ///      recorded with effectiveAt = now + maxDisputeSpan + coverageNotice (as an
+    ///      undeclaration; a different raise restarts the notice) and a sync from then on
+    ///      applies it.
+    ///      Verifiers: applied at once, anyone could `syncWeight` every honest verifier under
+    ///      the new minimum to weight 0, so a receipt covered by their stake when it was signed
+    ///      was judged by whoever stayed in its pool (a partner sybil above the new minimum
+    ///      dismissed the fraud; AttackMinimumRaise.t.sol).
+    ///      Operators: applied at once, an honest operator whose stake met the minimum a block
+    ///      earlier was no longer an active operator: `commitBatch` reverted, the receipts it had
+    ///      signed (under the old minimum) missed their publication deadline and every one was
+    ///      slashed by `claimUnpublished` (AttackOperatorMinimumRaise.t.sol).
+    ///      INVARIANT: an account that meets its role's minimum at time t keeps meeting it (its
+    ///      draw weight, its `isActiveOperator`) until at least t + coverageNotice +
+    ///      maxDisputeSpan unless its own stake moves (unbond, slash), whatever governance
+    ///      sets: a verifier counted in coverage at t stays drawable through every dispute of
+    ///      the receipts relying on it, and every receipt an operator signed by t can be
+    ///      committed inside its publication deadline; MinimumRaisePending tells it when to
+    ///      have bonded more (or left).
+    function _nextMinimum(
+        Role role,
+        uint256 current,
+        uint256 pending,
+        uint64 pendingAt,
+        IProtocolConfigTypes.Params memory p
+    ) internal returns (uint256, uint256, uint64) {
+        uint256 want = role == Role.Operator ? p.minOperatorStake : p.minVerifierStake;
+        if (want <= current || current == 0) return (want, 0, 0);
+        if (pending != want) {
+            uint64 due = uint64(block.timestamp + config.maxDisputeSpan(p) + coverageNotice);
+            emit MinimumRaisePending(role, current, want, due);
+            return (current, want, due);
         }
+        if (block.timestamp >= pendingAt) return (want, 0, 0);
+        return (current, pending, pendingAt);
     }
 
     /// @inheritdoc IStakeRegistry

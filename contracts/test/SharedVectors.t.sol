@@ -106,7 +106,7 @@ contract SharedVectorsTest is Test {
         p.challengeWindow = 1;
         p.publicationDeadline = 1;
         p.responsePeriod = 1;
-        p.drawPeriod = 1;
+        p.drawPeriod = 48; // ProtocolConfig.minDrawPeriod(1)
         p.commitPeriod = 1;
         p.revealPeriod = 1;
         p.unbondingPeriod = 100;

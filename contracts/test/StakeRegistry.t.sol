@@ -155,6 +155,10 @@ contract StakeRegistryTest is Fixture {
         p.minOperatorStake = 25 ether;
         config.setParams(p);
         stakes.syncParams();
+        // a raise waits its notice (AttackOperatorMinimumRaise.t.sol), then applies
+        vm.assertTrue(stakes.isActiveOperator(operator), "active through the notice");
+        vm.warp(stakes.pendingMinOperatorStakeAt());
+        stakes.syncParams();
         vm.assertEq(uint256(stakes.minOperatorStake()), 25 ether);
         vm.assertFalse(stakes.isActiveOperator(operator), "inactive below the new minimum");
     }

@@ -13,6 +13,11 @@ interface IProtocolConfigErrors {
     ///         disputes that already exist read it (publicationDeadline: claims; drawPeriod:
     ///         running draws; challengeWindow: committed batches), so it may only grow.
     error ParamShortened(string field, uint256 current, uint256 proposed);
+    /// @notice `drawPeriod` is shorter than `minDrawPeriod`, the time (at `blockTime` seconds a
+    ///         block, with margin) until a challenge's seed block `drawDelayBlocks` after its
+    ///         open block is mined: no committee could be drawn in time and every challenge,
+    ///         frauds included, would end undrawn.
+    error DrawPeriodTooShort(uint16 drawDelayBlocks, uint64 blockTime, uint256 minDrawPeriod, uint64 drawPeriod);
     /// @notice The entry is already approved.
     error AlreadyApproved(IProtocolConfigTypes.Kind kind, bytes32 id);
     /// @notice The entry is not currently approved.

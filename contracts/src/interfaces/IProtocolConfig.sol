@@ -33,6 +33,17 @@ interface IProtocolConfig is IProtocolConfigTypes, IProtocolConfigErrors {
     ///         minimum pays this many proven frauds in full (N frauds cost min(N·S, stake)).
     function MIN_OPERATOR_STAKE_SLASHES() external view returns (uint16);
 
+    /// @notice The longest block interval (seconds) setParams sizes drawPeriod for: Ethereum's
+    ///         12 s slot, the slowest chain these contracts target (L2s make blocks faster).
+    function DRAW_BLOCK_TIME() external view returns (uint64);
+
+    /// @notice setParams requires drawPeriod >= minDrawPeriod(drawDelayBlocks): a challenge's
+    ///         seed block (drawDelayBlocks after its open block) exists, with room to spare,
+    ///         before its draw deadline.
+    /// @param drawDelayBlocks k, the blocks between a challenge's open block and its seed block.
+    /// @return DRAW_PERIOD_MARGIN · (k + 1) · DRAW_BLOCK_TIME seconds.
+    function minDrawPeriod(uint16 drawDelayBlocks) external pure returns (uint256);
+
     /// @notice Replaces all parameters. Running challenges keep the deadlines they were given;
     ///         publicationDeadline, drawPeriod and challengeWindow may grow but never shrink
     ///         (ParamShortened): existing receipts, claims and challenges read them.

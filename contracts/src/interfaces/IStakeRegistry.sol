@@ -47,8 +47,12 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     event Unlocked(address indexed account, uint256 amount, uint256 totalLocked);
     /// @notice Stake was slashed and sent to the ChallengeManager for distribution.
     event Slashed(address indexed account, uint256 amount, uint256 newStake);
-    /// @notice The cached minimum stakes were refreshed.
+    /// @notice The cached minimum stakes were refreshed; `minOperatorStake` is the one in force.
     event ParamsSynced(uint256 minOperatorStake);
+    /// @notice A raised minimum stake of `role` was seen by `syncParams`: `current` stays in force
+    ///         until `effectiveAt` (chain time), then the next `syncParams` applies `pending`. An
+    ///         account of that role below `pending` has until then to bond more or to leave.
+    event MinimumRaisePending(Role indexed role, uint256 current, uint256 pending, uint64 effectiveAt);
     /// @notice The ChallengeManager address was fixed.
     event ChallengeManagerSet(address challengeManager);
     /// @notice A verifier's draw weight changed (from the end of this block).
@@ -80,6 +84,13 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     ///         commit does not call the config. Refreshed by `syncParams` (anyone may call it).
     function minOperatorStake() external view returns (uint96);
 
+    /// @notice A raised operator minimum waiting for its notice (0 = none): `syncParams` applies
+    ///         it from `pendingMinOperatorStakeAt` on.
+    function pendingMinOperatorStake() external view returns (uint96);
+
+    /// @notice When `pendingMinOperatorStake` may be applied (chain time; 0 = nothing pending).
+    function pendingMinOperatorStakeAt() external view returns (uint64);
+
     /// @notice ProtocolConfig.minVerifierStake as cached by `syncParams`: a verifier's draw
     ///         weight is its active stake if at least this, else 0. After changing the minimum,
     ///         call `syncParams` and `syncWeight(account)` for the accounts it affects.
@@ -89,9 +100,11 @@ interface IStakeRegistry is IStakeRegistryTypes, IStakeRegistryErrors {
     function totalStake() external view returns (uint256);
 
     /// @notice Copies the minimum stakes from the ProtocolConfig (call after setParams). A
-    ///         raised minVerifierStake applies only maxDisputeSpan + coverageNotice after the
-    ///         first sync that sees it (call again then): draw weights relied on by receipts
-    ///         already covered stay until their disputes are over. Other changes apply at once.
+    ///         raised minVerifierStake or minOperatorStake applies only maxDisputeSpan +
+    ///         coverageNotice after the first sync that sees it (MinimumRaisePending; call again
+    ///         then): draw weights relied on by receipts already covered stay until their
+    ///         disputes are over, and an operator can commit every receipt it signed under the
+    ///         old minimum, then bond more or leave. A lower minimum applies at once.
     function syncParams() external;
 
     /// @notice Re-evaluates `account`'s draw weight against the cached minimum (anyone may call;

@@ -61,10 +61,15 @@ abstract contract Fixture is Test {
         p.claimWindow = 1 days;
     }
 
+    /// @dev The parameters the fixture deploys with (a test may start from others).
+    function initialParams() internal pure virtual returns (IProtocolConfigTypes.Params memory) {
+        return defaultParams();
+    }
+
     function setUp() public virtual {
         vm.warp(T0);
         vm.roll(100);
-        config = new ProtocolConfig(address(this), defaultParams(), GOVERNANCE_NOTICE);
+        config = new ProtocolConfig(address(this), initialParams(), GOVERNANCE_NOTICE);
         stakes = new StakeRegistry(address(this), config, 10 minutes, MIN_COVERAGE_BPS);
         batches = new BatchRegistry(stakes);
         cm = new ChallengeManager(config, stakes, batches);

@@ -1,7 +1,8 @@
 """Issue 31 on anvil, through the Python bindings: governance acts with notice and keeps history
 (a revocation takes effect ProtocolConfig.governanceNotice after it is sent, a re-approval
 opens a new interval without rewriting the old one), parameters that let one seat block a
-quorum or leave claims unbounded are refused, and isVerifier counts only active stake."""
+quorum or leave claims unbounded are refused, a draw delay that cannot fit the draw period is
+refused with its numbers, and isVerifier counts only active stake."""
 
 from __future__ import annotations
 
@@ -70,6 +71,24 @@ def test_params_one_seat_blocking_or_claim_window_over_challenge_window_refused(
         with pytest.raises(ContractRevertError) as e:
             cfg.set_params(bad)
         assert (e.value.error_name, e.value.error_args) == ("InvalidParams", (why,))
+
+
+def test_a_draw_delay_that_cannot_fit_the_draw_period_is_refused(node: Anvil) -> None:
+    """drawDelayBlocks 200 at 12 s a block is 40 minutes before a challenge's seed exists: a
+    10-minute drawPeriod would end every challenge undrawn. The revert carries the numbers."""
+    gov, = dev_accounts(1)
+    w3 = node.web3()
+    d = deploy_all(w3, gov, default_params())
+    cfg = d.bind(w3, TxSender(w3, gov)).config
+    p = cfg.params()
+    need = cfg.min_draw_period(200)
+    assert need == 2 * 201 * 12 and p.draw_period < need
+    with pytest.raises(ContractRevertError) as e:
+        cfg.set_params(replace(p, draw_delay_blocks=200))
+    assert (e.value.error_name, e.value.error_args) == ("DrawPeriodTooShort",
+                                                        (200, 12, need, p.draw_period))
+    cfg.set_params(replace(p, draw_delay_blocks=200, draw_period=need))  # room made: accepted
+    assert (cfg.params().draw_delay_blocks, cfg.params().draw_period) == (200, need)
 
 
 def test_is_verifier_needs_active_stake(node: Anvil) -> None:

@@ -173,6 +173,11 @@ class ProtocolConfigContract(_Bound):
         return [(int(s), int(u)) for s, u in
                 self._call(self.contract.functions.approvalHistory(int(kind), item))]
 
+    def min_draw_period(self, draw_delay_blocks: int) -> int:
+        """The shortest drawPeriod setParams accepts with ``draw_delay_blocks`` (seconds; sized
+        for 12 s blocks with margin, else DrawPeriodTooShort)."""
+        return int(self._call(self.contract.functions.minDrawPeriod(draw_delay_blocks)))
+
     def governance_notice(self) -> int:
         """Seconds between a revocation / key retirement and its effect (immutable)."""
         return int(self._call(self.contract.functions.governanceNotice()))
@@ -209,6 +214,22 @@ class StakeRegistryContract(_Bound):
 
     def account_of(self, who: str) -> StakeAccount:
         return StakeAccount.from_tuple(self._call(self.contract.functions.accountOf(who)))
+
+    def sync_params(self) -> TxReceipt:
+        """Copy the minimum stakes from ProtocolConfig (anyone may): a lower minimum applies at
+        once, a raise is recorded as pending (MinimumRaisePending) and applied by a sync after
+        its effective time."""
+        return self._send(self.contract.functions.syncParams())
+
+    def min_operator_stake(self) -> int:
+        """The operator minimum in force (what commitBatch checks the active stake against)."""
+        return int(self._call(self.contract.functions.minOperatorStake()))
+
+    def pending_min_operator_stake(self) -> tuple[int, int]:
+        """A raised operator minimum waiting for its notice: (amount, effective chain time);
+        (0, 0) when none."""
+        return (int(self._call(self.contract.functions.pendingMinOperatorStake())),
+                int(self._call(self.contract.functions.pendingMinOperatorStakeAt())))
 
     def is_active_operator(self, who: str) -> bool:
         return bool(self._call(self.contract.functions.isActiveOperator(who)))

@@ -17,6 +17,11 @@ published receipt. :class:`ClaimResponder` answers:
    committed too late: then no proof exists) is retried while the response period lasts — a
    batch still being committed may land — and counted as failed once the period is over.
 
+The same loop runs the operator's :class:`~verinfer.operator.stake_watch.OperatorStakeWatch`
+when given one (``connect`` does): a raised operator minimum is announced on chain
+(MinimumRaisePending) a notice period ahead, and the watch logs the effective time and block and
+the shortfall to bond.
+
 Durable: the cursor and every tracked claim live in ``claims-<ChallengeManager>.json`` in the
 operator directory (written atomically), so a restarted operator re-checks its open claims and
 scans on from where it stopped. Every chain call runs under a whole-call deadline
@@ -43,6 +48,8 @@ from web3 import Web3
 from verinfer.chain.bindings import (
     BatchRegistryContract,
     ChallengeManagerContract,
+    ProtocolConfigContract,
+    StakeRegistryContract,
     TxSender,
 )
 from verinfer.chain.deploy import Deployment
@@ -54,6 +61,7 @@ from verinfer.da_client.manifest import inclusion_proof
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.publisher import Backoff
 from verinfer.errors import VerinferError
+from verinfer.operator.stake_watch import OperatorStakeWatch
 from verinfer.protocol.hexutil import parse_hex, to_hex
 
 log = logging.getLogger(__name__)
@@ -70,6 +78,9 @@ REORG_OVERLAP_BLOCKS = 12
 RPC_DEADLINE_S = 20.0
 #: Default whole-call deadline of answerUnpublished: estimate, send and wait to be mined.
 SEND_DEADLINE_S = 90.0
+
+#: Seconds between two reads of the operator minimum (a raise gives hours of notice).
+STAKE_WATCH_INTERVAL_S = 30.0
 
 OPEN, ANSWERED, FAILED = "open", "answered", "failed"
 
@@ -135,6 +146,10 @@ class ClaimResponder:
     rng: Callable[[], float] = random.random
     clock: Callable[[], float] = time.monotonic
     log_chunk_blocks: int = LOG_CHUNK_BLOCKS
+    #: checked after the claims, at most once per ``stake_watch_interval_s`` (its failure
+    #: never stops claim answering)
+    stake_watch: OperatorStakeWatch | None = None
+    stake_watch_interval_s: float = STAKE_WATCH_INTERVAL_S
 
     def __post_init__(self) -> None:
         if self.challenges.sender is None:
@@ -146,6 +161,7 @@ class ClaimResponder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_try: dict[int, float] = {}
+        self._stake_watched_at: float | None = None
         self._errors = 0
         self.last_error: str | None = None
         self.cursor, self.claims = self._load()
@@ -160,6 +176,9 @@ class ClaimResponder:
         w3 = bounded_web3(rpc_url, deadline_s=rpc_deadline)
         send_deadline = float(kw.get("send_deadline_s", SEND_DEADLINE_S))
         sender = TxSender(w3, Account.from_key(private_key), timeout=send_deadline * 0.8)
+        kw.setdefault("stake_watch", OperatorStakeWatch(
+            w3, StakeRegistryContract(w3, dep.stake_registry),
+            ProtocolConfigContract(w3, dep.protocol_config), sender.address))
         return cls(w3, ChallengeManagerContract(w3, dep.challenge_manager, sender),
                    BatchRegistryContract(w3, dep.batch_registry), outbox,
                    state_path(state_dir, dep.challenge_manager), dep.deployed_block, **kw)
@@ -212,6 +231,23 @@ class ClaimResponder:
                 pending = [c for c in self.claims.values() if c.state == OPEN]
             for c in pending:
                 self._advance(c, int(head["timestamp"]))
+            if self.stake_watch is not None:
+                self._watch_stake()
+
+    def _watch_stake(self) -> None:
+        assert self.stake_watch is not None
+        now = self.clock()
+        if self._stake_watched_at is not None and \
+                now - self._stake_watched_at < self.stake_watch_interval_s:
+            return
+        self._stake_watched_at = now
+        try:
+            self._bounded("stake watch", self.stake_watch.check)
+        except Exception as e:  # the watch never holds up claim answering (no step backoff)
+            msg = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+            with self._data_lock:
+                self._errors += 1
+            log.warning("operator stake watch: cannot read the operator minimum: %s", msg)
 
     def scan(self) -> list[TrackedClaim]:
         """Only the first half of a step: record (and persist) the claims opened since the

@@ -292,3 +292,38 @@ def test_backoff_is_bounded_and_jittered_by_the_injected_rng() -> None:
     assert p.backoff.delay(1, lambda: 0.5) == pytest.approx(1.0)
     assert p.backoff.delay(3, lambda: 0.5) == pytest.approx(4.0)
     assert p.backoff.delay(50, lambda: 1.0) == pytest.approx(60.0 * 1.2)
+
+
+# ---- the CLI over the store (no chain) -----------------------------------------------------------
+def test_client_add_keeps_signed_receipts_and_status_shows_them(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from verinfer.chain.deploy import Deployment
+    from verinfer.cli import app
+
+    dep = tmp_path / "deployment.json"
+    Deployment(31337, "0x" + "01" * 20, "0x" + "02" * 20, "0x" + "03" * 20,
+               DOMAIN.verifying_contract, "0x" + "05" * 20, 1).save(dep)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(signed(20).to_json()))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(SignedReceipt.sign(
+        replace(signed(21).receipt, chain_id=5), Domain(5, DOMAIN.verifying_contract),
+        SIGNER).to_json()))
+    store = tmp_path / "r.sqlite"
+    runner = CliRunner()
+    r = runner.invoke(app, ["client", "add", str(good), str(good), "--receipts", str(store),
+                            "--deployment", str(dep)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.strip().splitlines()[-1])["added"] == 1
+    r = runner.invoke(app, ["client", "add", str(other), "--receipts", str(store),
+                            "--deployment", str(dep)])
+    assert r.exit_code == 2 and "not for this chain" in r.output, r.output
+    r = runner.invoke(app, ["client", "status", "--json", "--receipts", str(store)])
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.output)
+    assert st["counts"]["pending"] == 1 and st["failures"] == []
+    r = runner.invoke(app, ["client", "status", "--receipts", str(store)])
+    assert "pending      1" in r.output and "next deadline: not known yet" in r.output

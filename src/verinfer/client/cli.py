@@ -1,5 +1,6 @@
 """`verinfer client watch` (follow the kept receipts: batch, DA, window; claim a missed
-deadline) and `verinfer client status` (progress from the store, no chain needed)."""
+deadline), `verinfer client add` (keep receipts from files) and `verinfer client status`
+(progress from the store, no chain needed)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ from typing import Annotated
 
 import typer
 
+from verinfer.chain.deploy import Deployment
 from verinfer.chain.keys import load_account
 from verinfer.cli_errors import fail
 from verinfer.client.keeper import Keeper, KeeperPolicy, KeeperStatus, status_of
-from verinfer.client.receipt_store import TERMINAL, ReceiptStore, default_path
+from verinfer.client.receipt_store import TERMINAL, ReceiptStore, State, default_path
 from verinfer.da_client.factory import DAConfig, DARouter, open_client
 from verinfer.errors import VerinferError
+from verinfer.protocol.hexutil import to_hex
+from verinfer.receipts.eip712 import Domain
+from verinfer.verifier.challenger import read_ref_file, signed_from_json
 
-app = typer.Typer(help="Verified client: follow the receipts it kept (watch), show their "
-                  "progress (status).", no_args_is_help=True)
+app = typer.Typer(help="Verified client: follow the receipts it kept (watch), keep more "
+                  "(add), show their progress (status).", no_args_is_help=True)
 
 RECEIPTS_OPT = typer.Option("--receipts", envvar="VERINFER_RECEIPTS",
                             help="The receipt store (SQLite); default: receipts.sqlite in the "
@@ -105,6 +110,29 @@ def watch(
         raise typer.Exit(1)
 
 
+@app.command("add")
+def add(
+    refs: Annotated[list[Path], typer.Argument(help="Files holding an API response, its "
+                                               "verification object or a signed receipt.")],
+    receipts: Annotated[Path | None, RECEIPTS_OPT] = None,
+    deployment: Annotated[Path, typer.Option("--deployment", help="deployment.json of the "
+                                             "contracts.")] = Path("deployment.json"),
+) -> None:
+    """Keep receipts obtained without the Python client (a saved response, a JS app's): each
+    must be signed for this deployment by its operator; `watch` follows them."""
+    try:
+        dep = Deployment.load(deployment)
+        domain = Domain(dep.chain_id, dep.challenge_manager)
+        signed = [signed_from_json(read_ref_file(str(r)), domain) for r in refs]
+        with ReceiptStore(receipts or default_path()) as store:
+            store.bind_deployment(dep.chain_id, dep.challenge_manager)
+            new = sum(store.add(s, note="added by 'verinfer client add'") for s in signed)
+    except VerinferError as e:
+        raise fail(e) from e
+    typer.echo(json.dumps({"added": new, "already_kept": len(signed) - new,
+                           "receipts": [to_hex(s.digest) for s in signed]}))
+
+
 @app.command("status")
 def status(
     receipts: Annotated[Path | None, RECEIPTS_OPT] = None,
@@ -132,6 +160,8 @@ def _print(st: KeeperStatus, *, as_json: bool) -> None:
         nd = st.next_deadline
         typer.echo(f"next deadline: {nd['deadline']} (chain time) for {nd['receipt']} "
                    f"({nd['state']})")
+    elif any(n for state, n in st.counts.items() if State(state) not in TERMINAL):
+        typer.echo("next deadline: not known yet (no keeper step since these were added)")
     else:
         typer.echo("next deadline: none (nothing in flight)")
     if st.failures:

@@ -391,7 +391,7 @@ class Keeper:
             head = self._call("eth_getBlock", lambda: self.w3.eth.get_block("latest"))
             rep.head, rep.chain_time = int(head["number"]), int(head["timestamp"])
             terms = self.terms()
-            live = [k for k in self.store.receipts() if k.state not in TERMINAL]
+            live = self.store.receipts([s for s in State if s not in TERMINAL])
             rep.batches_seen = self._scan(rep.head)
             waiting = {k.operator for k in live if k.state is State.PENDING}
             self._read_manifests(waiting, rep.chain_time, terms)
@@ -503,8 +503,8 @@ class Keeper:
         obs = self._observe(k, terms)
         d = decide(k, rep.chain_time, terms, obs, can_claim=self.policy.file_claims)
         if d.action == "move" or (d.action == "wait" and _changed(k, d.kept)):
-            self.store.update(k, replace(d.kept, failures=0, last_error=None)
-                              if d.action == "move" else d.kept)
+            # an answer came: the failures before it are over
+            self.store.update(k, replace(d.kept, failures=0, last_error=None))
             rep.moved += d.action == "move"
             if d.action == "move":
                 log.info("receipt %s: %s -> %s (%s)", k.id, k.state, d.kept.state, d.kept.note)
@@ -619,7 +619,8 @@ class _AlreadySlashed(Exception):
 
 
 def _changed(a: Kept, b: Kept) -> bool:
-    return (a.deadline, a.publish_by, a.note) != (b.deadline, b.publish_by, b.note)
+    return ((a.deadline, a.publish_by, a.note) != (b.deadline, b.publish_by, b.note)
+            or a.failures != 0 or a.last_error is not None)
 
 
 def _msg(e: BaseException) -> str:

@@ -26,20 +26,28 @@ import redis
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from verinfer.chain.anvil import Anvil, dev_accounts
-from verinfer.chain.bindings import BatchRegistryContract, TxSender
+from verinfer.chain.anvil import Anvil, dev_accounts, increase_time
+from verinfer.chain.bindings import BatchRegistryContract, ChallengeManagerContract, TxSender
 from verinfer.chain.deploy import Deployment, deploy_all
 from verinfer.chain.events import batches_committed
 from verinfer.chain.sink import ChainBatchSink
-from verinfer.chain.structs import ETHER, Role, default_params
+from verinfer.chain.structs import ETHER, ClaimStatus, Role, default_params
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import parse_manifest
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sinks import BatchCommitment
-from verinfer.operator.committer import BatchCommitter, CommitterStep, Lease, LeaseLostError
+from verinfer.operator.claims import ClaimResponder, state_path
+from verinfer.operator.committer import (
+    BatchCommitter,
+    CommitterStep,
+    Lease,
+    LeaseLostError,
+    StreamBatchIndex,
+)
 from verinfer.operator.config import create_keystore, write_config
 from verinfer.operator.stream import BoundedRedis, ReceiptStream, StreamKeys
 from verinfer.receipts.eip712 import Domain
+from verinfer.receipts.signed import SignedReceipt
 from verinfer.testing.sample import sample_signed_receipt
 
 pytestmark = [pytest.mark.anvil, pytest.mark.redis, pytest.mark.process]
@@ -54,6 +62,7 @@ class Net:
     w3: Web3
     d: Deployment
     operator: LocalAccount
+    stranger: LocalAccount
 
     @property
     def domain(self) -> Domain:
@@ -68,9 +77,9 @@ class Net:
 def net() -> Iterator[Net]:
     with Anvil() as node:
         w3 = node.web3()
-        accts = dev_accounts(2)
+        accts = dev_accounts(3)
         d = deploy_all(w3, accts[0], default_params())
-        n = Net(node, w3, d, accts[1])
+        n = Net(node, w3, d, accts[1], accts[2])
         d.bind(w3, TxSender(w3, n.operator)).stakes.register(Role.OPERATOR, 5 * ETHER)
         yield n
 
@@ -95,6 +104,7 @@ class Replica:
         self.net, self.name = net, name
         self.stream = ReceiptStream(BoundedRedis(SHARED, deadline_s=2.0), keys, replica=name)
         self.published: list[bytes] = []
+        self.signed: list[SignedReceipt] = []
 
     def publish(self, n: int) -> None:
         now = int(self.net.w3.eth.get_block("latest")["timestamp"])
@@ -105,6 +115,7 @@ class Replica:
                                       domain=self.net.domain)
             items.append((s.to_bytes(), payload))
             digests.append(s.digest)
+            self.signed.append(s)
         self.stream.publish(items)
         self.published += digests
 
@@ -219,12 +230,20 @@ def test_two_replicas_two_committers_active_one_sigkilled(net: Net, keys: Stream
 
 
 def _inproc(net: Net, keys: StreamKeys, da_dir: Path, name: str, *, sink: object = None,
-            max_age_s: float = 0.0) -> BatchCommitter:
+            max_age_s: float = 0.0, claims_dir: Path | None = None) -> BatchCommitter:
     rds = BoundedRedis(SHARED, deadline_s=0.5)
     real = ChainBatchSink(net.registry(send=True), net.operator.address)
-    return BatchCommitter(rds, keys, LocalDAClient(da_dir), sink or real,  # type: ignore[arg-type]
+    da = LocalDAClient(da_dir)
+    claims = None if claims_dir is None else ClaimResponder(
+        net.w3, ChallengeManagerContract(net.w3, net.d.challenge_manager,
+                                         TxSender(net.w3, net.operator)),
+        net.registry(), StreamBatchIndex(rds, keys, da),  # type: ignore[arg-type]
+        state_path(claims_dir, net.d.challenge_manager), net.w3.eth.block_number + 1,
+        poll_s=0.1)
+    return BatchCommitter(rds, keys, da, sink or real,  # type: ignore[arg-type]
                           Lease(rds, keys, name, ttl_s=1.6), domain=net.domain, consumer=name,
-                          batch_max_entries=8, batch_max_age_s=max_age_s)
+                          batch_max_entries=8, batch_max_age_s=max_age_s, claims=claims,
+                          claims_every_s=0.1)
 
 
 class _Crash(Exception):
@@ -303,3 +322,37 @@ def test_a_committer_that_lost_its_lease_neither_decides_nor_sends(
         pass
     seen, n = _committed_digests(net, tmp_path / "da", first_block)
     assert set(seen) == set(rep.published) and max(seen.values()) == 1
+
+
+def test_the_committer_answers_an_unpublished_claim_on_any_replicas_receipt(
+        net: Net, keys: StreamKeys, tmp_path: Path) -> None:
+    """A stranger claims a committed receipt of each replica unpublished: the lease holder's
+    claim responder finds its batch in the committer's records and answers both in time (the
+    operator's stake is untouched); a replica's own outbox knows nothing of them."""
+    r1, r2 = Replica(net, keys, "r1"), Replica(net, keys, "r2")
+    r1.publish(2)
+    r2.publish(3)
+    c = _inproc(net, keys, tmp_path / "da", "A", claims_dir=tmp_path)
+    while c.step(flush=True).progressed:
+        pass
+    view = net.d.bind(net.w3)
+    before = view.stakes.account_of(net.operator.address)
+    p = default_params()
+    latest = max(s.receipt.issued_at for s in r1.signed + r2.signed)
+    increase_time(net.w3, latest + p.publication_deadline + 1 - int(
+        net.w3.eth.get_block("latest")["timestamp"]))
+    stranger = net.d.bind(net.w3, TxSender(net.w3, net.stranger)).challenges
+    cids = [stranger.claim_unpublished(s.receipt, s.signature, p.challenge_bond)
+            for s in (r1.signed[1], r2.signed[0])]
+    stop = threading.Event()
+    t = threading.Thread(target=c.run, args=(stop,))
+    t.start()
+    try:
+        for cid in cids:
+            _wait(lambda cid=cid: view.challenges.claim(cid).status is ClaimStatus.ANSWERED,
+                  30, f"claim {cid} never answered")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    after = view.stakes.account_of(net.operator.address)
+    assert after.stake == before.stake and after.locked == before.locked

@@ -76,7 +76,8 @@ def _once(committer: BatchCommitter) -> None:
 
 def build_committer(cfg: OperatorConfig, name: str) -> BatchCommitter:
     """The committer of an operator config: its stream, lease, DA and sink."""
-    from verinfer.operator.committer import BatchCommitter, Lease
+    from verinfer.operator.committer import BatchCommitter, Lease, StreamBatchIndex
+    from verinfer.operator.config import ChainSink
     from verinfer.operator.publication import open_da, open_sink
     from verinfer.operator.stream import BoundedRedis, stream_keys
     from verinfer.receipts.eip712 import Domain
@@ -85,8 +86,17 @@ def build_committer(cfg: OperatorConfig, name: str) -> BatchCommitter:
     sc = cfg.stream
     assert sc is not None
     rds = BoundedRedis(sc.redis_url, deadline_s=sc.call_deadline_s)
+    da = open_da(cfg)
+    claims = None
+    if isinstance(cfg.sink, ChainSink):  # the lease holder answers unpublished claims too
+        from verinfer.operator.claims import ClaimResponder
+
+        claims = ClaimResponder.connect(
+            cfg.sink.rpc_url, Path(cfg.sink.deployment), private_key=cfg.private_key(),
+            outbox=StreamBatchIndex(rds, keys, da),  # type: ignore[arg-type]  # duck-typed
+            state_dir=cfg.root)
     return BatchCommitter(
-        rds, keys, open_da(cfg), open_sink(cfg), Lease(rds, keys, name, ttl_s=sc.lease_ttl_s),
+        rds, keys, da, open_sink(cfg), Lease(rds, keys, name, ttl_s=sc.lease_ttl_s),
         domain=Domain(cfg.chain_id, cfg.challenge_manager), consumer=name,
         batch_max_entries=cfg.batch.max_entries, batch_max_age_s=cfg.batch.max_age_s,
-        max_buffer_bytes=sc.max_buffer_bytes)
+        max_buffer_bytes=sc.max_buffer_bytes, claims=claims)

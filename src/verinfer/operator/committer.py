@@ -42,12 +42,14 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from verinfer.da_client.base import DAClient
 from verinfer.da_client.manifest import ManifestEntry, build_manifest
+from verinfer.da_client.outbox import BatchRow
 from verinfer.da_client.pointer import Pointer, sha256
 from verinfer.da_client.sinks import BatchCommitment, BatchSink
 from verinfer.errors import VerinferError
@@ -246,7 +248,11 @@ class BatchCommitter:
                  batch_max_age_s: float = 5.0, max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
                  read_block_ms: int = 200, retention_s: int = DEFAULT_RETENTION_S,
                  send_margin_s: float | None = None, verify_signatures: bool = True,
+                 claims: ClaimSteps | None = None, claims_every_s: float = 2.0,
                  now: Callable[[], float] = time.time) -> None:
+        """``claims``: the operator's unpublished-claim responder over this committer's batch
+        records (:class:`StreamBatchIndex`); stepped only while this committer holds the
+        lease, so the committer stays the operator's one sender."""
         if batch_max_entries < 1:
             raise ValueError(f"batch_max_entries must be >= 1, got {batch_max_entries}")
         if max_buffer_bytes < 1:
@@ -265,6 +271,8 @@ class BatchCommitter:
         self._buffer_bytes = 0
         self._cursor = "0"  # "0": own pending entries first; then ">" (new ones)
         self._term: int | None = None  # the lease token this committer last took over with
+        self.claims, self.claims_every_s = claims, claims_every_s
+        self._claims_at = float("-inf")
         self._decide = rds.script(_DECIDE)
         self._finish = rds.script(_FINISH)
         self.last_error: str | None = None
@@ -316,9 +324,10 @@ class BatchCommitter:
         start, claimed = "0-0", 0
         while True:
             # (not JUSTID: redis-py then drops the cursor) ids and fields, 100 at a time
-            res = self.redis.call("xautoclaim", lambda c, s=start: c.xautoclaim(
-                self.keys.stream, GROUP, self.consumer, min_idle_time=0, start_id=s,
-                count=100))
+            def claim(c: Any, s: str = start) -> Any:
+                return c.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_time=0,
+                                    start_id=s, count=100)
+            res = self.redis.call("xautoclaim", claim)
             nxt = _text(res[0])
             claimed += len(res[1])
             if nxt in ("0-0", "0"):
@@ -334,12 +343,11 @@ class BatchCommitter:
         rows = []
         for raw in roots:
             root = bytes.fromhex(_text(raw))
-            h = self.redis.call("batch", lambda c, r=root: c.hgetall(self.keys.batch(r)))
+            h = self._hgetall(root)
             rows.append((float(_text(h.get(b"decided_at", b"0"))), root, h))
         for _, root, h in sorted(rows, key=lambda t: t[0]):
             if not h:
-                self.redis.call("close batch", lambda c, r=root: c.srem(
-                    self.keys.open_batches, r.hex()))
+                self._close(root.hex())
                 continue
             self._send_and_finish(root, int(_text(h[b"leaf_count"])),
                                   Pointer.parse(_text(h[b"manifest"])), rep)
@@ -352,10 +360,11 @@ class BatchCommitter:
                 return
             cursor = self._cursor
             block = self.read_block_ms if cursor == ">" and not self._buffer else None
-            res = self.redis.call("xreadgroup", lambda c, cur=cursor, n=room, b=block:
-                                  c.xreadgroup(GROUP, self.consumer, {self.keys.stream: cur},
-                                               count=n, block=b),
-                deadline_s=self.redis.deadline_s + (block or 0) / 1000.0)
+            def read(c: Any, cur: str = cursor, n: int = room, b: int | None = block) -> Any:
+                return c.xreadgroup(GROUP, self.consumer, {self.keys.stream: cur}, count=n,
+                                    block=b)
+            res = self.redis.call("xreadgroup", read,
+                                  deadline_s=self.redis.deadline_s + (block or 0) / 1000.0)
             entries = res[0][1] if res else []
             if not entries:
                 if cursor != ">":
@@ -385,9 +394,10 @@ class BatchCommitter:
             self._ack([sid])
             return None
         try:
-            raw, blob = fields.get(b"r"), fields.get(b"c")
-            if raw is None or blob is None:
+            raw, got = fields.get(b"r"), fields.get(b"c")
+            if raw is None or got is None:
                 raise ValueError("entry lacks r (receipt) or c (ciphertext)")
+            blob = got
             signed = SignedReceipt.from_bytes(raw)
             if signed.domain != self.domain:
                 raise ValueError(f"receipt domain {signed.domain.to_json()} is not the "
@@ -416,6 +426,17 @@ class BatchCommitter:
         self._ack([sid])
         return None
 
+    def _hgetall(self, root: bytes) -> dict[bytes, bytes]:
+        key = self.keys.batch(root)
+        return dict(self.redis.call("batch", lambda c: c.hgetall(key)))
+
+    def _close(self, root_hex: str) -> None:
+        self.redis.call("close batch", lambda c: c.srem(self.keys.open_batches, root_hex))
+
+    def _is_open(self, root_hex: str) -> bool:
+        return bool(self.redis.call("is open", lambda c: c.sismember(self.keys.open_batches,
+                                                                      root_hex)))
+
     def _ack(self, ids: list[str]) -> None:
         def run(c: Any) -> None:
             pipe = c.pipeline(transaction=True)
@@ -440,8 +461,7 @@ class BatchCommitter:
             if root is None:
                 fresh.append(d)
             else:  # assigned before (published twice, or a predecessor decided it)
-                if self.redis.call("is open", lambda c, r=root: c.sismember(
-                        self.keys.open_batches, _text(r))):
+                if self._is_open(_text(root)):
                     return False  # its batch is not finished: finish it first (next step)
                 done_dups += [e.id for e in by_digest[d]]
         if done_dups:
@@ -517,6 +537,8 @@ class BatchCommitter:
                     self._cursor = "0"
                     stop.wait(min(max_backoff_s, 0.2 * 2 ** min(failures, 8)))
                     continue
+                if rep.leader:
+                    self._step_claims()
                 if not rep.leader:
                     stop.wait(self.lease.ttl_s / 5)
                 elif not rep.progressed:
@@ -529,6 +551,18 @@ class BatchCommitter:
             except ReceiptStreamError as e:
                 log.warning("could not release the committer lease: %s", e.message)
 
+    def _step_claims(self) -> None:
+        """One claim-responder step when due (its own failures are logged, never raised: a
+        chain outage must not stop batch commits, nor the reverse)."""
+        if self.claims is None or time.monotonic() - self._claims_at < self.claims_every_s:
+            return
+        self._claims_at = time.monotonic()
+        try:
+            self.claims.step()
+        except Exception as e:
+            msg = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+            log.warning("claim responder step failed: %s", msg)
+
     def _keep_lease(self, stop: threading.Event) -> None:
         while not stop.wait(self.lease.ttl_s / 3):
             if self.lease.token is None:
@@ -539,9 +573,68 @@ class BatchCommitter:
                 log.warning("committer lease renewal failed: %s", e.message)
 
 
+class ClaimSteps(Protocol):
+    def step(self) -> None: ...
+
+
+class StreamBatchIndex:
+    """Where a receipt was batched, for the unpublished-claim responder
+    (:class:`verinfer.operator.claims.ClaimResponder`), from the committer's records: the
+    receipt's batch root (``…:r:<digest>``), the batch record (``…:batch:<root>``) and its
+    manifest, read back from DA. The two calls the responder makes of an outbox, with the same
+    answers: ``entry_state`` -> (state, None, batch id) or a receipt in no batch yet (still in
+    the stream: the responder retries while the response period lasts), ``batch`` -> the row
+    with the manifest bytes. Batch ids are local handles of the roots seen (bounded)."""
+
+    MAX_HANDLES = 4096
+
+    def __init__(self, rds: BoundedRedis, keys: StreamKeys, manifest_da: DAClient) -> None:
+        self.redis, self.keys, self.manifest_da = rds, keys, manifest_da
+        self._ids: OrderedDict[bytes, int] = OrderedDict()
+        self._roots: dict[int, bytes] = {}
+        self._next = 1
+        self._lock = threading.Lock()
+
+    def entry_state(self, receipt_digest: bytes) -> tuple[str, str | None, int | None]:
+        key = self.keys.receipt(receipt_digest)
+        raw = self.redis.call("receipt batch", lambda c: c.get(key))
+        if raw is None:
+            return ("unbatched", None, None)
+        return ("batched", None, self._handle(bytes.fromhex(_text(raw))))
+
+    def _handle(self, root: bytes) -> int:
+        with self._lock:
+            if root in self._ids:
+                self._ids.move_to_end(root)
+                return self._ids[root]
+            if len(self._ids) >= self.MAX_HANDLES:
+                _, old_id = self._ids.popitem(last=False)
+                self._roots.pop(old_id, None)
+            bid, self._next = self._next, self._next + 1
+            self._ids[root], self._roots[bid] = bid, root
+            return bid
+
+    def batch(self, batch_id: int) -> BatchRow | None:
+        with self._lock:
+            root = self._roots.get(batch_id)
+        if root is None:
+            return None
+        key = self.keys.batch(root)
+        h = dict(self.redis.call("batch", lambda c: c.hgetall(key)))
+        if not h:
+            return None
+        pointer = _text(h[b"manifest"])
+        committed = h.get(b"committed_at")
+        return BatchRow(batch_id, root, int(_text(h[b"leaf_count"])),
+                        self.manifest_da.get(Pointer.parse(pointer)), pointer,
+                        _text(h.get(b"state", b"open")), 0,
+                        float(_text(h.get(b"decided_at", b"0"))),
+                        None if committed is None else float(_text(committed)))
+
+
 def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-__all__ = ["DEFAULT_LEASE_TTL_S", "BatchCommitter", "CommitterStep", "Lease", "LeaseLostError",
-           "StreamEntry"]
+__all__ = ["DEFAULT_LEASE_TTL_S", "BatchCommitter", "ClaimSteps", "CommitterStep", "Lease",
+           "LeaseLostError", "StreamBatchIndex", "StreamEntry"]

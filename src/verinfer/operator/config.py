@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from verinfer.errors import InvalidRequestError
 
@@ -106,6 +106,14 @@ class StreamSection(_Section):
     call_deadline_s: float = Field(default=2.0, gt=0)
     lease_ttl_s: float = Field(default=10.0, gt=0)
     max_buffer_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+
+    @model_validator(mode="after")
+    def _lease_outlives_calls(self) -> StreamSection:
+        # a holder renews every third of the TTL; a renewal may take a whole call deadline
+        if not self.lease_ttl_s > 3 * self.call_deadline_s:
+            raise ValueError(f"lease_ttl_s ({self.lease_ttl_s:g}) must exceed 3 x "
+                             f"call_deadline_s ({self.call_deadline_s:g})")
+        return self
 
 
 class OperatorConfig(_Section):

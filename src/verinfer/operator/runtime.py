@@ -377,8 +377,8 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     monitors = MonitorThread(readiness, checks, interval_s=interval)
     claims = None
     if cfg.stream is not None and isinstance(cfg.sink, ChainSink):
-        log.warning("stream mode: this replica does not answer unpublished claims (its outbox "
-                    "holds no batches); see docs/deploy.md")
+        log.info("stream mode: unpublished claims are answered by `verinfer operator "
+                 "commit` (the lease holder), not by this replica")
     elif isinstance(cfg.sink, ChainSink):  # built before any thread starts: it may refuse
         from verinfer.operator.claims import ClaimResponder
 

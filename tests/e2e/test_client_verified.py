@@ -3,13 +3,27 @@ real `verinfer serve` bound to that chain, and VerifiedOpenAI / AsyncVerifiedOpe
 official openai SDK underneath) over loopback. Honest answers — chat and completions, streamed
 and not, n > 1 — pass every check with the chain reads cached; a cheating operator (the cheat
 factory's answers, signed with the same staked key, served over HTTP) is refused by the check
-that names each tamper: text, request, signature, chain id, model, issuedAt."""
+that names each tamper: text, request, signature, chain id, model, issuedAt.
+
+The receipt keeper, last (it moves anvil's clock by hours, which the answers above — signed on
+the wall clock, their model approvals read at issuedAt — must not see): an honest answer kept
+by VerifiedOpenAI is followed by the keeper's background task through pending -> batched (the
+operator's real batch, proof checked against the committed root) -> available (its
+ciphertext on the operator's DA) -> final (the clock moved past the challenge window); an
+answer the operator signed and never published (the cheat factory, the operator's key) is
+claimed by `verinfer client watch` once its deadline passed and resolved after the response
+period: the operator is slashed, the claimant credited, `verinfer client status --json` shows
+it. The honest one runs first: once the clock jumped, the operator's next batch would be
+committed after a wall-clock receipt's deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -22,19 +36,27 @@ import pytest
 
 from support.client_evidence import Answer, cheating_operator, resigned
 from support.servers import operator_init, running_server
+from verinfer.chain.anvil import dev_accounts, increase_time
 from verinfer.chain.deploy import Deployment
+from verinfer.chain.structs import ClaimStatus
 from verinfer.client import (
     AsyncVerifiedOpenAI,
     ClientModel,
+    Keeper,
+    KeeperPolicy,
     Policy,
+    ReceiptStore,
     Received,
+    State,
     VerificationError,
     VerificationWarning,
     VerifiedOpenAI,
     Verifier,
 )
 from verinfer.client.chain_view import ChainView
+from verinfer.da_client.local import LocalDAClient
 from verinfer.engine.engine import Engine
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.epoch_keys import EnvelopeSuite, EpochPrivateKey, derive_epoch_keypair
 from verinfer.testing.client_chain import ClientChain, client_chain
@@ -52,6 +74,7 @@ class Net:
     chain: ClientChain
     base: str  # the honest operator's URL
     model: ClientModel
+    op_dir: Path  # the operator's directory: its local DA store is op_dir / "da"
 
     def client(self, base: str | None = None, **kw: Any) -> VerifiedOpenAI:
         return VerifiedOpenAI(base_url=(base or self.base + "/v1"), api_key="unused",
@@ -80,7 +103,7 @@ def net(tmp_path_factory: pytest.TempPathFactory, tiny_path: Path, tiny_engine: 
             while not httpx.get(base + "/health").json()["ready"]:
                 assert time.monotonic() < deadline, httpx.get(base + "/health").json()
                 time.sleep(0.2)
-            yield Net(chain, base, ClientModel.from_gguf(tiny_path, names=["tiny"]))
+            yield Net(chain, base, ClientModel.from_gguf(tiny_path, names=["tiny"]), tmp / "op")
 
 
 def test_honest_answers_pass_every_check(net: Net) -> None:
@@ -242,3 +265,102 @@ def test_with_options_copies_keep_checking(net: Net, cheater: Any) -> None:
     r = net.client().copy(max_retries=0).completions.create(model="tiny", prompt="The sea",
                                                              max_tokens=3, seed=1)
     assert r.choices[0].text is not None
+
+
+# ---- the receipt keeper (last: it moves the chain's clock) -------------------------------------
+VI = [sys.executable, "-m", "verinfer"]
+
+
+def _chain_time(net: Net) -> int:
+    return int(net.chain.node.web3().eth.get_block("latest")["timestamp"])
+
+
+def _wait_state(store: ReceiptStore, rid: str, want: State, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while store.get(rid).state is not want:
+        assert time.monotonic() < deadline, (store.get(rid), store.history(rid))
+        time.sleep(0.2)
+
+
+def test_keeper_follows_an_honest_answer_to_final(net: Net, tmp_path: Path) -> None:
+    store = ReceiptStore(tmp_path / "receipts.sqlite")
+    r = net.client(receipts=store).chat.completions.create(**CHAT, seed=11)
+    rid = r.model_extra["verification"]["receipt_id"]  # type: ignore[index]
+    assert [k.id for k in store.receipts()] == [rid]
+    keeper = Keeper.connect(store, net.chain.node.url, net.chain.deployment_file,
+                            LocalDAClient(net.op_dir / "da"), account=None,
+                            policy=KeeperPolicy(file_claims=False, poll_s=0.2)).start()
+    try:
+        _wait_state(store, rid, State.AVAILABLE)
+        k = store.get(rid)
+        assert k.committed_at is not None and k.committed_at <= (k.publish_by or 0)
+        assert k.final_after == k.committed_at + 3600 and k.ciphertext
+        assert _chain_time(net) <= k.final_after  # the window is open: not final yet
+        assert store.get(rid).state is State.AVAILABLE
+        increase_time(net.chain.node.web3(), k.final_after - _chain_time(net) + 1)
+        _wait_state(store, rid, State.FINAL, timeout_s=30)
+    finally:
+        keeper.stop(timeout_s=30)
+    assert [s for _, s, _ in store.history(rid)] == [State.PENDING, State.BATCHED,
+                                                     State.AVAILABLE, State.FINAL]
+
+
+def _watch_once(net: Net, receipts: Path, key: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [*VI, "client", "watch", "--once", "--receipts", str(receipts), "--rpc-url",
+         net.chain.node.url, "--deployment", str(net.chain.deployment_file), "--da-store",
+         str(net.op_dir / "da")], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "VERINFER_CHAIN_PRIVATE_KEY": key})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _status(receipts: Path) -> dict[str, Any]:
+    out = subprocess.run([*VI, "client", "status", "--json", "--receipts", str(receipts)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_keeper_claims_a_withheld_receipt_and_the_operator_is_slashed(
+        net: Net, cheater: Any, tmp_path: Path) -> None:
+    f, sk = cheater
+    receipts = tmp_path / "receipts.sqlite"
+    store = ReceiptStore(receipts)
+    with cheating_operator(lambda b: (f.honest(b), None), sk) as base:  # never published
+        net.client(base, receipts=store).chat.completions.create(**CHAT, seed=12)
+    [k] = store.receipts()
+    store.close()
+    c = net.chain.bound(net.chain.operator)
+    params = c.config.params()
+    operator = net.chain.operator.address
+    stake0 = c.stakes.account_of(operator).stake
+    claimant = dev_accounts(5)[4]
+    key = claimant.key.hex()
+    w3 = net.chain.node.web3()
+    publish_by = k.issued_at + params.publication_deadline
+    if _chain_time(net) < publish_by:
+        _watch_once(net, receipts, key)
+        status = _status(receipts)
+        assert status["counts"]["pending"] == 1, status  # its deadline has not passed
+        assert status["next_deadline"]["deadline"] == publish_by
+        increase_time(w3, publish_by - _chain_time(net) + 1)
+    _watch_once(net, receipts, key)  # the deadline passed: the claim is filed
+    with ReceiptStore(receipts) as s:
+        kept = s.get(k.id)
+    assert kept.state is State.CLAIMED and kept.claim_id, kept
+    claim = c.challenges.claim(kept.claim_id)
+    assert claim.status is ClaimStatus.OPEN and claim.claimant == claimant.address
+    assert to_hex(claim.receipt_digest) == k.id
+    _watch_once(net, receipts, key)  # within the response period: nothing to do
+    assert c.challenges.claim(kept.claim_id).status is ClaimStatus.OPEN
+    increase_time(w3, claim.response_deadline - _chain_time(net) + 1)
+    _watch_once(net, receipts, key)  # resolveUnpublished
+    _watch_once(net, receipts, key)  # reads the claim: slashed
+    assert c.challenges.claim(kept.claim_id).status is ClaimStatus.SLASHED
+    assert c.challenges.receipt_state(k.signed.digest).unpublished_slashed
+    assert c.stakes.account_of(operator).stake == stake0 - params.slash_amount
+    assert c.challenges.credits(claimant.address) > params.challenge_bond
+    status = _status(receipts)
+    assert status["counts"]["slashed"] == 1 and status["next_deadline"] is None, status
+    assert [x["receipt"] for x in status["failures"]] == [k.id]

@@ -1,7 +1,7 @@
 """The receipt keeper's state machine and store, with a fake of time only: real signed
 receipts, a real SQLite file, and the chain's and DA's answers as the plain values the keeper
 decides on (``Observation``) — nothing stands in for the chain or DA here (the devnet e2e test
-runs them: tests/e2e/test_client_keeper.py)."""
+runs them: the keeper tests at the end of tests/e2e/test_client_verified.py)."""
 
 from __future__ import annotations
 

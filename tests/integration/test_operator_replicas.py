@@ -1,6 +1,7 @@
 """Serving replicas in stream mode (issue 37): two real `verinfer serve` processes of one
 operator publish their receipts to the operator's Redis receipt stream instead of committing
-batches themselves, and `verinfer operator commit --once` commits them: every receipt a client
+batches themselves (keeping a local copy in their outbox, never published from), and
+`verinfer operator commit --once` commits them: every receipt a client
 got is in exactly one batch, whose manifest has the root recorded. A replica that cannot reach
 Redis stops signing: /health names the stream, and requests get a 503 in OpenAI's error shape
 with Retry-After, until Redis is back. Redis here is a throwaway redis-server of the test's
@@ -89,7 +90,8 @@ def test_two_replicas_publish_one_committer_commits_and_no_redis_stops_signing(
     op = tmp_path / "op"
     operator_init(op)
     cfg = json.loads((op / "operator.json").read_text())
-    cfg["stream"] = {"redis_url": stream_redis.url, "call_deadline_s": 0.5}
+    # local_copy: each replica also keeps its receipts in its outbox (here one file for both)
+    cfg["stream"] = {"redis_url": stream_redis.url, "call_deadline_s": 0.5, "local_copy": True}
     cfg["backpressure"] = {"check_interval_s": 0.2}
     (op / "operator.json").write_text(json.dumps(cfg))
     ids: list[str] = []
@@ -133,6 +135,15 @@ def test_two_replicas_publish_one_committer_commits_and_no_redis_stops_signing(
             ids.append(after.json()["verification"]["receipt_id"])
 
     assert _commit_once(op) == 2
+    st = subprocess.run([sys.executable, "-m", "verinfer", "operator", "status", str(op)],
+                        capture_output=True, text=True, timeout=60)
+    assert st.returncode == 0, st.stderr
+    status = json.loads(st.stdout)
+    # the local copies: every receipt, and never a batch from them (nothing twice)
+    assert status["entries"]["queued"] == 20 and sum(status["batches"].values()) == 0
+    rs = status["receipt_stream"]
+    assert (rs["entries"], rs["open_batches"], rs["lease_holder"]) == (0, 0, None)
+    assert rs["committed_batches"] >= 1 and rs["rejected"] == 0
     seen: collections.Counter[bytes] = collections.Counter()
     da = LocalDAClient(op / "da")
     for b in read_jsonl_batches(op / "batches.jsonl"):

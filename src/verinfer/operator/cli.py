@@ -164,12 +164,25 @@ def _approve_own_image(rpc_url: str, deployment: Path, key_env: str) -> dict[str
 
 @app.command()
 def status(directory: Annotated[Path, typer.Argument(help="Operator state directory.")]) -> None:
-    """Publication status of the operator's outbox (entries and batches per state)."""
+    """Publication status of the operator's outbox (entries and batches per state) and, with
+    replicas, of the receipt stream (backlog, lease holder, open and committed batches)."""
     from verinfer.da_client.outbox import Outbox
 
     cfg = OperatorConfig.load(directory)
     with Outbox(cfg.rel(cfg.outbox)) as ob:
-        typer.echo(json.dumps(ob.status().to_json(), indent=2))
+        out = ob.status().to_json()
+    if cfg.stream is not None:
+        from verinfer.errors import VerinferError
+        from verinfer.operator.stream import BoundedRedis, stream_keys, stream_status
+
+        rds = BoundedRedis(cfg.stream.redis_url, deadline_s=cfg.stream.call_deadline_s)
+        try:
+            out["receipt_stream"] = stream_status(rds, stream_keys(cfg))
+        except VerinferError as e:
+            raise fail(e) from e
+        finally:
+            rds.close()
+    typer.echo(json.dumps(out, indent=2))
 
 
 def _chain(directory: Path) -> tuple[Deployment, TxSender]:

@@ -219,6 +219,30 @@ class ReceiptStream:
         return Backlog(n, age)
 
 
+def stream_status(rds: BoundedRedis, keys: StreamKeys, *,
+                  now: Callable[[], float] = time.time) -> dict[str, object]:
+    """What `verinfer operator status` shows of the stream: backlog, the lease holder and its
+    fencing token, batches decided and not finished, batches committed, entries rejected."""
+    def read(c: Any) -> list[Any]:
+        pipe = c.pipeline(transaction=False)
+        pipe.xlen(keys.stream)
+        pipe.xrange(keys.stream, "-", "+", count=1)
+        pipe.get(keys.lease)
+        pipe.scard(keys.open_batches)
+        pipe.xlen(keys.committed)
+        pipe.xlen(keys.rejected)
+        return list(pipe.execute())
+    n, first, lease, open_batches, committed, rejected = rds.call("status", read)
+    age = None
+    if first:
+        age = max(0.0, now() - int(_text(first[0][0]).split("-")[0]) / 1000.0)
+    token, holder = (None, None) if lease is None else _text(lease).split("|", 1)
+    return {"stream": keys.stream, "entries": int(n), "oldest_age_s": age,
+            "lease_holder": holder, "lease_token": None if token is None else int(token),
+            "open_batches": int(open_batches), "committed_batches": int(committed),
+            "rejected": int(rejected)}
+
+
 def _text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
@@ -258,9 +282,10 @@ class StreamMonitor:
 
 class StreamRecorder:
     """What the evidence pipeline calls in stream mode: publish every choice's receipt to the
-    stream (and, with a local copy, to the replica's own outbox first). A failed publish
-    blocks readiness at once, so the next requests get a 503 without waiting for the monitor,
-    and raises ReceiptStreamError (503) for this one: its receipts are never handed out."""
+    stream, then, with a local copy, record them in the replica's own outbox (a record of what
+    was published: a receipt the stream refused is never handed out, so it is not kept). A
+    failed publish blocks readiness at once, so the next requests get a 503 without waiting
+    for the monitor, and raises ReceiptStreamError (503) for this one."""
 
     def __init__(self, stream: ReceiptStream, readiness: Readiness,
                  local_copy: Callable[[Sequence[tuple[bytes, bytes, bytes]], bytes | None],
@@ -270,13 +295,13 @@ class StreamRecorder:
 
     def record(self, items: Sequence[tuple[bytes, bytes, bytes]], owner: bytes | None) -> None:
         """``items``: (digest, signed receipt bytes, ciphertext) of one response."""
-        if self.local_copy is not None:
-            self.local_copy(items, owner)
         try:
             self.stream.publish([(receipt, blob) for _, receipt, blob in items])
         except ReceiptStreamError as e:
             self.readiness.block(StreamMonitor.NAME, e.message, e.retry_after)
             raise
+        if self.local_copy is not None:
+            self.local_copy(items, owner)
 
 
 def operator_address(cfg: OperatorConfig) -> str:
@@ -306,4 +331,4 @@ def open_stream(cfg: OperatorConfig, *, now: Callable[[], float] = time.time) ->
 __all__ = ["DEFAULT_CALL_DEADLINE_S", "DEFAULT_MAX_BACKLOG", "DEFAULT_PREFIX", "GROUP",
            "MAX_ENTRIES_PER_PUBLISH", "Backlog", "BoundedRedis", "ReceiptStream",
            "ReceiptStreamError", "ReceiptStreamFullError", "StreamKeys", "StreamMonitor",
-           "StreamRecorder", "open_stream", "operator_address", "stream_keys"]
+           "StreamRecorder", "open_stream", "operator_address", "stream_keys", "stream_status"]

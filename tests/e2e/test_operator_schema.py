@@ -122,7 +122,11 @@ JSON_CASES: list[tuple[str, Any, int, str | None]] = [
     (CHAT, chat(max_tokens="ten"), 400, "max_tokens"),
     (CHAT, chat(temperature="hot"), 400, "temperature"),
     (CHAT, chat(messages=[{"role": "user", "content": 5}]), 400, "messages.0.content"),
-    (CHAT, chat(messages=[{"role": "tool", "content": "x"}]), 400, "messages.0.role"),
+    (CHAT, chat(messages=[{"role": "function", "content": "x"}]), 400, "messages.0.role"),
+    # a tool message answers an earlier call (the rule's check, verinfer.protocol.tools)
+    (CHAT, chat(messages=[{"role": "tool", "content": "x", "tool_call_id": "c1"}]), 400,
+     "messages.tool_call_id"),
+    (CHAT, chat(functions=[{"name": "f"}]), 400, "functions"),
     (CHAT, chat(stop=[1, 2]), 400, "stop"),
     (CHAT, chat(unknown_field=1), 400, "unknown_field"),
     (COMPLETIONS, completion(unknown_field=1), 400, "unknown_field"),

@@ -2,7 +2,10 @@
 over every field the API accepts — numbers in every JSON spelling (signed zeros, integers as
 floats, exponents), omitted vs null vs explicit defaults, unicode stop strings and messages,
 n > 1, several prompts, streaming or not, logprobs, content as text parts, the transport-only
-fields and the client nonce (issue 34) — sends each, byte for byte, to the real
+fields and the client nonce (issue 34), and tool calling (tools, tool_choice, parallel_tool_calls,
+histories with tool calls and tool results: on the tiny model shipped with a tool-capable chat
+template, :func:`test_every_accepted_tool_body_is_judged_conformant_and_reproduced`) — sends each,
+byte for byte, to the real
 server (one `verinfer serve` process for the module), and has the real verifier job
 (verify_receipt_job, which loads its own engine from the model file) judge every receipt on the
 envelope the operator published. Every body is valid, so every one must be served, and every
@@ -14,15 +17,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support.request_rule import Served, judge_all, post, served
+from support.servers import operator_init, running_server
+from support.tool_template import QWEN25_TOOLS_TEMPLATE
+from verinfer.engine.tiny import write_tiny_llama
 from verinfer.protocol import limits as L
+from verinfer.protocol.request_rule import parse_body
 
 MIN_BODIES = 300
 EXAMPLES = 330  # a few spare: hypothesis may generate the same body twice
@@ -234,3 +243,135 @@ def test_every_accepted_body_is_judged_conformant_and_reproduced(
                                    "signed_zero", "int_as_float", "stop", "content_parts",
                                    "transport_only", "nonce", "penalties", "logit_bias",
                                    "grammar")) >= 20, counts
+
+
+# ---- tool calling (the tiny model with Qwen 2.5's tool template) ------------------------------
+MIN_TOOL_BODIES = 190
+TOOL_EXAMPLES = 200
+
+
+def _tool(name: str, maximum: str | None) -> dict[str, Any]:
+    if maximum is None:  # a function without parameters
+        return {"type": "function", "function": {"name": name}}
+    return {"type": "function", "function": {
+        "name": name, "description": f"the {name} tool",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "minimum": Num("0"), "maximum": Num(maximum)},
+            "unit": {"enum": ["C", "F"]}}, "required": ["a", "unit"],
+            "additionalProperties": False}}}
+
+
+@st.composite
+def tool_bodies(draw: st.DrawFn) -> tuple[bytes, dict[str, int]]:
+    """One valid chat body with tool fields, and what it exercises."""
+    f: dict[str, Any] = {"model": "tiny"}
+    msgs: list[Any] = [{"role": "user", "content": draw(text)}]
+    history = draw(st.booleans())
+    if history:  # an earlier call and its result (arguments in any JSON spelling)
+        cid = draw(st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e),
+                           min_size=1, max_size=12))
+        args = draw(st.sampled_from(['{"a": 3, "unit": "C"}', '{"a":3.0,"unit":"C"}',
+                                     '{"a": 30e-1, "unit": "C"}', "{}"]))
+        msgs += [{"role": "assistant", "content": draw(st.sampled_from([None, "", "ok"])),
+                  **({"refusal": None} if draw(st.booleans()) else {}),
+                  "tool_calls": [{"id": cid, "type": "function",
+                                  "function": {"name": "get_temp", "arguments": args}}]},
+                 {"role": "tool", "tool_call_id": cid, "content": draw(text)},
+                 {"role": "user", "content": draw(text)}]
+    f["messages"] = msgs
+    n_tools = draw(st.integers(0, 3))
+    tools = [_tool(name, draw(st.sampled_from(["9", "9.0", "90e-1", "99"])))
+             for name in ("get_temp", "add")[:min(n_tools, 2)]]
+    if n_tools == 3:
+        tools.append(_tool("ping", None))
+    f["tools"] = tools if tools else draw(st.sampled_from([OMIT, None]))
+    if tools:
+        names = [t["function"]["name"] for t in tools]
+        f["tool_choice"] = draw(st.sampled_from([
+            OMIT, None, "none", "auto", "required", "required", "required",
+            *({"type": "function", "function": {"name": n}} for n in names * 2)]))
+    else:
+        f["tool_choice"] = draw(st.sampled_from([OMIT, None, "none"]))
+    f["parallel_tool_calls"] = draw(st.sampled_from([OMIT, None, True, False, False]))
+    forced = f["tool_choice"] == "required" or isinstance(f["tool_choice"], dict)
+    if not forced:
+        f["response_format"] = draw(_opt(st.sampled_from([{"type": "text"},
+                                                          {"type": "json_object"}])))
+    # a forced call needs room to close its JSON (cut short, it is content)
+    limit = draw(st.sampled_from([OMIT, 40, 60] if forced else [OMIT, 4, 12, 40]))
+    f["max_tokens"] = limit if limit is OMIT else Num(str(limit))
+    n = draw(st.integers(1, 2))
+    f["n"] = Num(str(n))
+    f["temperature"] = draw(_opt(st.sampled_from(["0", "0.7", "1.0e0"]).map(Num)))
+    f["seed"] = draw(_opt(st.integers(0, 50).flatmap(_int)))
+    stream = draw(st.sampled_from([OMIT, False, True]))
+    f["stream"] = stream
+    items = draw(st.permutations([(k, v) for k, v in f.items() if v is not OMIT]))
+    raw = _dump(dict(items), draw(st.booleans())).encode()
+    exercised = {
+        "tools": int(bool(tools)), "history": int(history), "streamed": int(stream is True),
+        "required": int(f["tool_choice"] == "required"),
+        "named": int(isinstance(f["tool_choice"], dict)),
+        "none_or_auto": int(bool(tools) and not forced),
+        "parallel_false": int(f["parallel_tool_calls"] is False),
+    }
+    return raw, exercised
+
+
+@pytest.fixture(scope="module")
+def tools_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    model = write_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-tools.gguf",
+                             chat_template=QWEN25_TOOLS_TEMPLATE)
+    operator = tmp_path_factory.mktemp("operator-tools")
+    operator_init(operator)
+    # a window for the template's tool preamble (~800 tiny tokens): the last one given wins
+    with running_server(model, "--operator-dir", str(operator), "--max-context", "2048") as base:
+        yield base, operator, model
+
+
+def test_every_accepted_tool_body_is_judged_conformant_and_reproduced(
+        tools_server: tuple[str, Path, Path]) -> None:
+    base, operator_dir, model = tools_server
+    t0 = time.perf_counter()
+    sent: list[Served] = []
+    counts: dict[str, int] = {}
+    calls = 0
+
+    with httpx.Client() as client:
+        @settings(max_examples=TOOL_EXAMPLES, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(tool_bodies())
+        def send(case: tuple[bytes, dict[str, int]]) -> None:
+            nonlocal calls
+            raw, exercised = case
+            resp = post(client, base, raw)
+            sent.append(served(resp, raw))
+            if not resp.headers["content-type"].startswith("text/event-stream"):
+                # the served tool_calls are the rule's reading of the served text
+                policy = parse_body(raw, "chat").policy.tools
+                for ch in resp.json()["choices"]:
+                    text = ch["message"].get("content")
+                    n_calls = len(ch["message"].get("tool_calls") or [])
+                    calls += n_calls
+                    if policy is None or policy.choice == "none":
+                        assert n_calls == 0 and ch["finish_reason"] != "tool_calls"
+                    if n_calls:
+                        assert ch["finish_reason"] == "tool_calls"
+                    if policy is not None and policy.forced:  # a forced answer is its calls
+                        assert (text is None) == (n_calls > 0)
+            for k, v in exercised.items():
+                counts[k] = counts.get(k, 0) + v
+
+        send()
+    entries = [e for s in sent for e in s.entries]
+    verdicts = judge_all(operator_dir, model, entries)
+    bodies_of = [s.body for s in sent for _ in s.entries]
+    bad = [(v, body) for v, body in zip(verdicts, bodies_of, strict=True)
+           if not (v["reason"] == "match" and v["agrees"])]
+    print(f"\nrequest-rule differential (tools): {len(sent)} bodies, {len(entries)} receipts, "
+          f"{counts}, {calls} tool calls served, {time.perf_counter() - t0:.1f} s")
+    assert not bad, bad[:3]
+    assert len(sent) >= MIN_TOOL_BODIES
+    assert min(counts[k] for k in ("tools", "history", "streamed", "required", "named",
+                                   "none_or_auto", "parallel_false")) >= 20, counts
+    assert calls >= 20  # forced calls were served (and judged with their receipts)

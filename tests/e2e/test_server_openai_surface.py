@@ -60,6 +60,23 @@ def test_image_parts_and_unshown_names_are_refused_clearly(client: OpenAI) -> No
             model="tiny", messages=[{"role": "user", "content": "hi", "name": "alice"}])
 
 
+def test_tools_are_refused_by_a_model_without_tool_syntax(client: OpenAI) -> None:
+    """The tiny model has no chat template (its built-in turn format has no tool syntax): tools
+    are refused with the model named, never silently left out of the prompt; tool_choice
+    none shows the model no tools, so it is served."""
+    tool: Any = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {}}}}
+    msgs: Any = [{"role": "user", "content": "hi"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=msgs, tools=[tool], max_tokens=2)
+    body = e.value.body
+    assert isinstance(body, dict) and body["param"] == "tools", body
+    assert "model 'tiny'" in body["message"] and "no tool syntax" in body["message"], body
+    r = client.chat.completions.create(model="tiny", messages=msgs, tools=[tool],
+                                       tool_choice="none", max_tokens=2)
+    assert r.choices[0].finish_reason in ("stop", "length") and not r.choices[0].message.tool_calls
+
+
 TRANSPORT: dict[str, Any] = dict(
     store=False, metadata={"team": "search"}, service_tier="auto", user="user-1",
     prompt_cache_key="conv-7", safety_identifier="sid-42", parallel_tool_calls=False,

@@ -13,11 +13,13 @@ turn, as Gemma's own template does.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
 import jinja2
 
@@ -26,6 +28,7 @@ from verinfer.engine.tokenizer.chat_template import RenderBudget, render_templat
 from verinfer.engine.tokenizer.spec import TOKEN_CONTROL, TOKEN_USER_DEFINED
 from verinfer.errors import InvalidRequestError, TokenizerError
 from verinfer.protocol.request_rule import ROLES, ChatTurn
+from verinfer.protocol.tools import HistoryCall, ToolFunction
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,19 @@ class ChatMessage:
     role: str
     content: str
     name: str | None = None  # OpenAI's participant name: rendered by the template, or refused
+    tool_calls: tuple[HistoryCall, ...] = ()  # an assistant's earlier tool calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+
+
+class ToolsUnsupportedError(InvalidRequestError):
+    """The model's chat template has no tool syntax (or no chat template at all): tools, tool
+    calls and tool results cannot be shown to this model, so the body is refused."""
+
+    def __init__(self, detail: str, model: str | None = None) -> None:
+        who = f"the chat template of model {model!r}" if model else "this model's chat template"
+        super().__init__(f"{who} has no tool syntax ({detail}), so this model cannot be sent "
+                         "tools, tool calls or tool results", param="tools")
+        self.detail = detail
 
 
 NO_NAMES = ("this model's chat template does not use message names, so a name would change "
@@ -47,6 +63,8 @@ def render_chat(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
         raise InvalidRequestError("messages must not be empty", param="messages")
     if tokenizer.chat_template is not None:
         return render_template(tokenizer, messages, now=now)
+    if any(m.role == "tool" or m.tool_calls for m in messages):
+        raise ToolsUnsupportedError("it has no chat template")
     if any(m.name is not None for m in messages):  # our built-in formats have no name syntax
         raise InvalidRequestError(NO_NAMES, param="messages.name")
     system = [m.content for m in messages if m.role in ("system", "developer")]
@@ -90,9 +108,14 @@ class TokenizerPrompts:
         self.now = now
 
     def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
-        return render_chat(self.tokenizer,
-                           [ChatMessage(m.role, m.content, m.name) for m in messages],
-                           now=self.now)
+        return render_chat(self.tokenizer, _messages(messages), now=self.now)
+
+    def chat_with_tools(self, messages: Sequence[ChatTurn], tools: Sequence[ToolFunction]
+                        ) -> list[int]:
+        if self.tokenizer.chat_template is None:
+            raise ToolsUnsupportedError("it has no chat template")
+        return render_template(self.tokenizer, _messages(messages), now=self.now,
+                               tools=tools, tools_needed=True)
 
     def text(self, text: str) -> list[int]:
         spec = self.tokenizer.spec
@@ -100,9 +123,13 @@ class TokenizerPrompts:
         return bos + _plain(self.tokenizer, text)
 
 
+def _messages(turns: Sequence[ChatTurn]) -> list[ChatMessage]:
+    return [ChatMessage(m.role, m.content, m.name, m.tool_calls, m.tool_call_id) for m in turns]
+
+
 # ---- Jinja chat templates (HF apply_chat_template semantics) --------------------------------
-def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]],
-            now: datetime | None) -> str:
+def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, Any]],
+            now: datetime | None, tools: list[dict[str, Any]] | None = None) -> str:
     spec = tokenizer.spec
 
     def name(i: int | None) -> str | None:
@@ -111,8 +138,11 @@ def _render(tokenizer: Tokenizer, template: str, messages: list[dict[str, str]],
     variables = {"messages": messages, "add_generation_prompt": True,
                  "bos_token": name(spec.bos_id), "eos_token": name(spec.eos_id),
                  "unk_token": name(spec.unk_id), "pad_token": name(spec.pad_id)}
-    budget = RenderBudget.for_inputs(sum(len(m["content"]) + len(m.get("name", ""))
-                                         for m in messages))
+    if tools is not None:  # as HF passes them: absent when there are none
+        variables["tools"] = tools
+    budget = RenderBudget.for_inputs(
+        sum(len(m["content"]) + len(m.get("name", "")) for m in messages)
+        + len(json.dumps([tools, [m.get("tool_calls") for m in messages]])))
     try:
         return render_template_text(template, variables, budget=budget, now=now)
     except jinja2.exceptions.TemplateError as e:  # raise_exception(), sandbox, budget
@@ -139,7 +169,8 @@ def _special_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
 
 
 def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
-                    now: datetime | None = None) -> list[int]:
+                    now: datetime | None = None, tools: Sequence[ToolFunction] = (),
+                    tools_needed: bool = False) -> list[int]:
     """Token ids of ``messages`` under the tokenizer's Jinja chat template, with the generation
     prompt, exactly as HF ``apply_chat_template(..., add_generation_prompt=True, tokenize=True)``
     tokenizes them -- except that special tokens are recognised only in the template's own text.
@@ -153,6 +184,14 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
     whenever no message contains a special token's text. A template may insert a message
     verbatim or trimmed (Gemma's ``| trim``); one that rewrites it otherwise is refused, since
     the split would not hold (checked against a second, real render).
+
+    Tools (``tools``, shown when non-empty), an assistant's earlier ``tool_calls`` and a tool
+    message's ``tool_call_id`` are passed as HF passes them (``tools=[{"type": "function",
+    "function": {...}}]``, arguments as mappings). They are template text, so none of their
+    strings may hold a special token's text; and with ``tools_needed`` the template must show
+    every tool and every earlier call (each is rendered once more under a marker name, and
+    every marker must show), else :class:`ToolsUnsupportedError`: a template without tool
+    syntax would silently drop them.
     """
     template = tokenizer.chat_template
     if template is None:
@@ -171,15 +210,30 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
     # private-use delimiters (not whitespace) inside a whitespace pad: a template that inserts
     # the content verbatim shows the pad, one that trims it (Gemma's `| trim`) shows the mark
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
+    # an assistant turn that only calls tools has no content to place (templates test it)
+    placed = [not (m.tool_calls and not m.content) for m in messages]
+    tool_dicts = [t.template_dict() for t in tools] or None
 
-    def msg(role: str, content: str, name: str | None) -> dict[str, str]:
-        return {"role": role, "content": content} if name is None else {
-            "role": role, "content": content, "name": name}
+    def msg(role: str, content: str, m: ChatMessage, name: str | None,
+            calls: Sequence[HistoryCall] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": role, "content": content}
+        if name is not None:
+            out["name"] = name
+        if m.tool_calls:
+            out["tool_calls"] = [c.template_dict() for c in (calls or m.tool_calls)]
+        if m.tool_call_id is not None:
+            out["tool_call_id"] = m.tool_call_id
+        return out
 
-    rendered = _render(tokenizer, template, [msg(r, _PAD + mk + _PAD, m.name) for r, mk, m
-                                             in zip(roles, marks, messages, strict=True)], now)
-    real = _render(tokenizer, template, [msg(r, m.content, m.name)
-                                         for r, m in zip(roles, messages, strict=True)], now)
+    if tools_needed:
+        _check_tool_text(tokenizer, tool_dicts, messages)
+        _probe_tools(tokenizer, template, roles, messages, tools, nonce, now, msg)
+    rendered = _render(tokenizer, template, [
+        msg(r, _PAD + mk + _PAD if p else m.content, m, m.name)
+        for r, mk, m, p in zip(roles, marks, messages, placed, strict=True)], now, tool_dicts)
+    real = _render(tokenizer, template, [msg(r, m.content, m, m.name)
+                                         for r, m in zip(roles, messages, strict=True)], now,
+                   tool_dicts)
     if any(m.name is not None for m in messages):
         # a name is rendered where the template writes it, as template text: the request
         # rule's charset (letters, digits, _ and -) keeps it clear of special tokens, checked
@@ -193,14 +247,16 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
                                       param="messages.name")
         name_marks = [f"vin{nonce[:12]}n{i}x" for i in range(len(messages))]
         probe = _render(tokenizer, template, [
-            msg(r, m.content, None if m.name is None else nm)
-            for r, m, nm in zip(roles, messages, name_marks, strict=True)], now)
+            msg(r, m.content, m, None if m.name is None else nm)
+            for r, m, nm in zip(roles, messages, name_marks, strict=True)], now, tool_dicts)
         if any(m.name is not None and nm not in probe
                for m, nm in zip(messages, name_marks, strict=True)):
             raise InvalidRequestError(NO_NAMES, param="messages.name")
     pieces: list[tuple[str, bool]] = []  # (text, is message content)
     pos = 0
-    for mk, m in zip(marks, messages, strict=True):
+    for mk, m, p in zip(marks, messages, placed, strict=True):
+        if not p:
+            continue
         at = rendered.find(mk, pos)
         if at < 0 or rendered.count(mk) != 1:
             raise InvalidRequestError("the model's chat template does not place every message "
@@ -241,3 +297,51 @@ def render_template(tokenizer: Tokenizer, messages: Sequence[ChatMessage], *,
         if it >= 0:
             ids.append(it)
     return ids
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def _check_tool_text(tokenizer: Tokenizer, tool_dicts: list[dict[str, Any]] | None,
+                     messages: Sequence[ChatMessage]) -> None:
+    """Tools and earlier calls are template text: a special token's text in any of their
+    strings would be read as that token (a forged turn), so it is refused."""
+    pat = _special_pattern(tokenizer)
+    if pat is None:
+        return
+    texts = _strings(tool_dicts or [])
+    for m in messages:
+        texts += _strings([c.template_dict() for c in m.tool_calls])
+        texts += [m.tool_call_id] if m.tool_call_id is not None else []
+    if any(pat.search(t) for t in texts):
+        raise InvalidRequestError("a tool definition or tool call holds a special token of "
+                                  "this model", param="tools")
+
+
+def _probe_tools(tokenizer: Tokenizer, template: str, roles: Sequence[str],
+                 messages: Sequence[ChatMessage], tools: Sequence[ToolFunction], nonce: str,
+                 now: datetime | None, msg: Any) -> None:
+    """Every tool and every earlier call is shown by the template (rendered under marker names,
+    every marker must show), else :class:`ToolsUnsupportedError`."""
+    tmarks = [f"vin{nonce[:12]}t{i}x" for i in range(len(tools))]
+    probe_tools = [ToolFunction(mk, t.description, t.parameters).template_dict()
+                   for t, mk in zip(tools, tmarks, strict=True)] or None
+    cmarks: list[str] = []
+    probe_msgs = []
+    for i, (r, m) in enumerate(zip(roles, messages, strict=True)):
+        calls = [HistoryCall(c.id, f"vin{nonce[:12]}c{i}_{j}x", c.arguments)
+                 for j, c in enumerate(m.tool_calls)]
+        cmarks += [c.name for c in calls]
+        probe_msgs.append(msg(r, m.content, m, m.name, calls or None))
+    probe = _render(tokenizer, template, probe_msgs, now, probe_tools)
+    missing = [mk for mk in (*tmarks, *cmarks) if mk not in probe]
+    if missing:
+        what = "tools" if missing[0] in tmarks else "earlier tool calls"
+        raise ToolsUnsupportedError(f"it does not show the {what}")

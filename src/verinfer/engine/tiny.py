@@ -93,8 +93,10 @@ def close_gguf(w: Any) -> None:
     w.close()
 
 
-def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec()) -> Path:
-    """Write the tiny model to ``path`` (a .gguf file) and return the path."""
+def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(), *,
+                     chat_template: str | None = None) -> Path:
+    """Write the tiny model to ``path`` (a .gguf file) and return the path; ``chat_template``:
+    a Jinja chat template to ship in the file (``tokenizer.chat_template``; default none)."""
     import gguf
 
     out = Path(path)
@@ -113,6 +115,8 @@ def write_tiny_llama(path: str | Path, seed: int = 0, spec: TinySpec = TinySpec(
     w = gguf.GGUFWriter(str(out), "llama")
     add_llama_hparams(w, f"verinfer-tiny-llama-seed{seed}", spec)
     add_tiny_tokenizer(w, tok)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def q8(name: str, arr: np.ndarray) -> None:  # some matrices Q8_0: the quantized path runs
         add_quantized(w, name, arr, "Q8_0")

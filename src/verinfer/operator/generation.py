@@ -29,6 +29,7 @@ from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.request_rule import Endpoint, plan_request
 from verinfer.protocol.sampling_params import SamplingParams
+from verinfer.protocol.tools import ToolPolicy
 
 T = TypeVar("T")
 
@@ -43,6 +44,7 @@ class Job:
     request: ExecRequest  # what the receipt commits to: the request rule's, never re-derived
     params: SamplingParams
     top_logprobs: int | None  # None: no logprobs
+    tools: ToolPolicy | None = None  # chat: how the output reads as tool calls (the rule's)
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -90,7 +92,7 @@ class ServingBase:
             # the server's window (--max-context) may be smaller than the model's context: a
             # request that does not fit is refused here, never shortened
             self.engine.check_request(req.prompt_token_ids, params)
-            out.append(Job(k, req, params, plan.policy.top_logprobs))
+            out.append(Job(k, req, params, plan.policy.top_logprobs, plan.policy.tools))
         return out
 
     async def run(self, jobs: Sequence[Job], reservation: Reservation | None = None
@@ -157,7 +159,8 @@ class ServingBase:
             else None
         return usage, (await finalize(ordered) if finalize is not None else None)
 
-    def evidence(self, job: Job, res: GenerationResult) -> EngineEvidence:
+    def evidence(self, job: Job, res: GenerationResult, output_text: str | None = None
+                 ) -> EngineEvidence:
         return EngineEvidence(  # the response's JSON: identities and digests as 0x-hex
             model_id=to_hex(self.engine.model_id),
             tokenizer_hash=to_hex(self.engine.tokenizer.hash),
@@ -166,6 +169,7 @@ class ServingBase:
             prompt_token_ids=res.prompt_ids,
             output_token_ids=res.token_ids,
             logit_digest=to_hex(res.logit_digest),
+            output_text=output_text,
         )
 
     @staticmethod

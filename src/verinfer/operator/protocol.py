@@ -76,6 +76,9 @@ class EngineEvidence(BaseModel):
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     logit_digest: str
+    # the output text the receipt's text hash covers, when the message does not show it whole:
+    # a choice read as tool calls (content null or the text before the first call)
+    output_text: str | None = None
 
 
 class ModelCard(BaseModel):

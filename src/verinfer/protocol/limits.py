@@ -60,6 +60,8 @@ MAX_SEED = 2**64 - 1
 MIN_PENALTY, MAX_PENALTY = -2.0, 2.0
 #: logit_bias: at most this many token ids, each biased by a value in [-100, 100] (OpenAI's).
 MAX_LOGIT_BIAS_ENTRIES = 300
+#: Tools a chat body may declare, and calls one history message may hold (OpenAI's 128).
+MAX_TOOLS = 128
 MAX_ABS_LOGIT_BIAS = 100.0
 #: Integers written as JSON floats (``8.0``) are accepted only where the double is exact.
 MAX_EXACT_FLOAT_INT = 2**53

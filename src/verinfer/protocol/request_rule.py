@@ -44,20 +44,30 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from verinfer.errors import ContextLengthExceededError, InvalidRequestError, ModelNotFoundError
 from verinfer.protocol import limits as L
 from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.grammar import compile_grammar
 from verinfer.protocol.hexutil import to_hex
 from verinfer.protocol.jsonsafe import json_shape, loads_untrusted, require_utf8
 from verinfer.protocol.numbers import canonical_float, canonical_int, json_kind
 from verinfer.protocol.sampling_options import SamplingOptions, check_bias_vocab, sampling_options
+from verinfer.protocol.tools import (
+    HistoryCall,
+    ToolFunction,
+    ToolPolicy,
+    call_id_text,
+    grammar_spec,
+    history_calls,
+    tool_policy,
+)
 
 Endpoint = Literal["chat", "completions"]
 NEUTRAL_OPTIONS = SamplingOptions()  # (frozen: one shared default)
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 #: Fields that never change an output bit (type-checked, then ignored by the rule): OpenAI's
 #: storage, billing, caching and abuse-tracking hints. ``stream_options`` is decoding-neutral
@@ -72,7 +82,8 @@ _COMMON = frozenset({
 #: The fields each endpoint accepts (the operator's pydantic models must declare exactly these).
 FIELDS: dict[Endpoint, frozenset[str]] = {
     "chat": _COMMON | {"messages", "top_logprobs", "max_completion_tokens", "response_format",
-                       "parallel_tool_calls", "reasoning_effort", "modalities"},
+                       "tools", "tool_choice", "parallel_tool_calls", "functions",
+                       "function_call", "reasoning_effort", "modalities"},
     "completions": _COMMON | {"prompt", "best_of", "echo", "suffix"},
 }
 #: OpenAI's ``service_tier`` values (a hint about latency and price; it selects no other model).
@@ -123,6 +134,10 @@ class ChatTurn:
     role: str
     content: str  # text parts joined by "\n" (vLLM's rule); a string as given
     name: str | None = None  # rendered by the chat template, or the body is refused
+    # tool conversations (verinfer.protocol.tools): an assistant's earlier calls, and the id of
+    # the call a ``tool`` message answers
+    tool_calls: tuple[HistoryCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +159,8 @@ class DecodePolicy:
     nonce: str | None = None  # the client's: folded into a derived seed (step 6)
     # penalties, logit_bias and the response format's grammar (vi-sample-v3; neutral: v2)
     options: SamplingOptions = NEUTRAL_OPTIONS
+    # tools, tool_choice, parallel_tool_calls (verinfer.protocol.tools); None: no tools
+    tools: ToolPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +273,16 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
             top_logprobs = 0
         messages = _messages(b.get("messages"))
         _chat_only_options(b)
+        tools = tool_policy(b)
+        spec = grammar_spec(tools)
+        if spec is not None:  # a forced call: its arguments by grammar (the one grammar slot)
+            if options.grammar is not None:
+                raise InvalidRequestError("a forced tool call (tool_choice 'required' or a "
+                                          "named function) cannot be combined with a "
+                                          "response_format", param="tool_choice")
+            options = replace(options, grammar=compile_grammar(spec))
     else:
+        tools = None
         limit_name = "max_tokens"
         top_logprobs = (_ranged_int(b["logprobs"], "logprobs", 0, L.MAX_LEGACY_LOGPROBS)
                         if "logprobs" in b else None)
@@ -275,7 +301,7 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
                           top_p=top_p, top_k=top_k, stop=stop, seed=seed, n=n,
                           top_logprobs=top_logprobs, prompt_commitments=commitments,
                           stream=stream, include_usage=include_usage, nonce=nonce,
-                          options=options)
+                          options=options, tools=tools)
     return ParsedBody(policy, model_name, messages, prompts)
 
 
@@ -307,7 +333,7 @@ def _transport_only(b: Mapping[str, Any]) -> None:
 def _chat_only_options(b: Mapping[str, Any]) -> None:
     """Chat options accepted only in the form that changes nothing this server does, and
     refused by name otherwise (never ignored)."""
-    if "parallel_tool_calls" in b:  # no tools are accepted, so there is nothing to parallelize
+    if "parallel_tool_calls" in b:  # read by the tool rule (verinfer.protocol.tools)
         _bool(b["parallel_tool_calls"], "parallel_tool_calls")
     if "reasoning_effort" in b:
         _str(b["reasoning_effort"], "reasoning_effort")
@@ -362,14 +388,33 @@ def _messages(value: object) -> tuple[ChatTurn, ...]:
         raise InvalidRequestError(f"at most {L.MAX_MESSAGES} messages, got {len(value)}",
                                   param="messages")
     out, chars = [], 0
+    called: set[str] = set()  # the ids of the tool calls made so far
     for m in value:
-        if not isinstance(m, Mapping) or set(m) - {"role", "content", "name"}:
+        if not isinstance(m, Mapping):
             raise InvalidRequestError("each message is an object with role, content and an "
                                       "optional name", param="messages")
+        # null == omitted for the message keys (an SDK echoing an answer back writes
+        # ``refusal: null``, ``tool_calls: null``); any other key is refused below
+        m = {k: v for k, v in m.items() if v is not None or k not in _NULLABLE_KEYS}
         role = m.get("role")
         if role not in ROLES:
             raise InvalidRequestError(f"message role must be one of {', '.join(ROLES)}",
                                       param="messages")
+        if set(m) - _MESSAGE_KEYS[role]:
+            raise InvalidRequestError(f"a {role} message takes only "
+                                      f"{', '.join(sorted(_MESSAGE_KEYS[role]))}; got "
+                                      f"{sorted(set(m) - _MESSAGE_KEYS[role])[0]}",
+                                      param="messages")
+        calls = history_calls(m["tool_calls"]) if "tool_calls" in m else ()
+        call_ref = (call_id_text(m.get("tool_call_id"), "messages.tool_call_id")
+                    if role == "tool" else None)
+        if call_ref is not None and call_ref not in called:
+            raise InvalidRequestError("a tool message answers a tool call of an earlier "
+                                      "assistant message (its tool_call_id names none)",
+                                      param="messages.tool_call_id")
+        called.update(c.id for c in calls)
+        if role == "assistant" and calls and "content" not in m:
+            m["content"] = ""  # an assistant turn that only calls tools
         name = None
         if m.get("name") is not None:
             name = _str(m["name"], "messages.name")
@@ -377,12 +422,17 @@ def _messages(value: object) -> tuple[ChatTurn, ...]:
                 raise InvalidRequestError("a message name has 1 to 64 letters, digits, '_' or "
                                           "'-'", param="messages.name")
         content = message_text(m.get("content"))
-        chars += len(content)
-        out.append(ChatTurn(role, content, name))
+        chars += len(content) + sum(len(c.arguments) for c in calls)
+        out.append(ChatTurn(role, content, name, calls, call_ref))
     _check_chars(chars, "messages")
     return tuple(out)
 
 
+_MESSAGE_KEYS = {r: frozenset({"role", "content", "name"}) for r in ROLES} | {
+    "assistant": frozenset({"role", "content", "name", "tool_calls"}),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+}
+_NULLABLE_KEYS = frozenset().union(*_MESSAGE_KEYS.values()) | {"refusal"}
 #: Joins a message's text parts (vLLM's rule for string-content chat templates).
 PART_SEPARATOR = "\n"
 
@@ -455,6 +505,12 @@ class PromptTokenizer(Protocol):
 
     def chat(self, messages: Sequence[ChatTurn]) -> list[int]:
         """Prompt ids of a chat (template applied)."""
+        ...
+
+    def chat_with_tools(self, messages: Sequence[ChatTurn], tools: Sequence[ToolFunction]
+                        ) -> list[int]:
+        """Prompt ids of a chat whose template renders ``tools`` (or whose history holds tool
+        calls or results); refuses (400) a model whose template has no tool syntax."""
         ...
 
     def text(self, text: str) -> list[int]:
@@ -558,7 +614,11 @@ def plan_request(body: bytes | Mapping[str, Any], endpoint: Endpoint, model: Ser
     check_bias_vocab(pol.options.logit_bias, model.vocab_size)
     prompt_ids: Iterable[list[int]]
     if parsed.messages is not None:
-        prompt_ids = [prompts.chat(parsed.messages)]
+        shown = pol.tools.rendered if pol.tools is not None else ()
+        if shown or any(m.role == "tool" or m.tool_calls for m in parsed.messages):
+            prompt_ids = [prompts.chat_with_tools(parsed.messages, shown)]
+        else:
+            prompt_ids = [prompts.chat(parsed.messages)]
     else:
         # lazily: a prompt that does not fit is refused before the next one is tokenized (16
         # unfittable prompts of 15,000 spaces each cost the operator's one tokenizer thread

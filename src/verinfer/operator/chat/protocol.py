@@ -18,14 +18,21 @@ from verinfer.operator.protocol import (
 
 
 class ChatMessageIn(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     # a string, or content parts: the request rule joins text parts and refuses the others by
     # type (request_rule.message_text), so their schema is the rule's, not repeated here
-    content: str | list[dict[str, Any]]
+    content: str | list[dict[str, Any]] | None = None  # null: an assistant that only calls
     name: str | None = None
+    # tool conversations: which keys each role takes, and their shapes, are the rule's
+    # (request_rule._messages, verinfer.protocol.tools)
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    refusal: None = None  # an SDK echoing an answer back writes it as null
 
     def texts(self) -> list[str]:
         """Its text (for the pre-tokenizer bound; the rule reads the parts exactly)."""
+        if self.content is None:
+            return []
         if isinstance(self.content, str):
             return [self.content]
         return [p["text"] for p in self.content if isinstance(p.get("text"), str)]
@@ -53,7 +60,12 @@ class ChatCompletionRequest(TransportOnly):
     temperature: JsonFloat | None = None
     top_p: JsonFloat | None = None
     response_format: dict[str, Any] | None = None  # {"type": "text"} (the rule's check)
-    parallel_tool_calls: bool | None = None  # no effect: no tools
+    # tool calling (verinfer.protocol.tools: shapes, defaults and refusals are the rule's)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    functions: list[dict[str, Any]] | None = None  # legacy: refused by the rule, by name
+    function_call: str | dict[str, Any] | None = None  # legacy: refused by the rule, by name
     reasoning_effort: str | None = None  # refused by the rule, by name
     modalities: list[str] | None = None  # ["text"]
     # ---- verinfer extras --------------------------------------------------------------------
@@ -80,17 +92,33 @@ class ChoiceLogprobs(BaseModel):
     refusal: None = None
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # a JSON text
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ToolCallDelta(ToolCall):
+    index: int  # the call's position in the choice's tool_calls (the whole call in one delta)
+
+
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None  # None (left out): the answer is tool calls only
     refusal: None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: ChatMessageOut
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     # ---- verinfer extras --------------------------------------------------------------------
     verinfer: EngineEvidence
 
@@ -110,6 +138,7 @@ class ChatCompletionResponse(BaseModel):
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
     # ---- verinfer extras --------------------------------------------------------------------
     # the choice's verification entry, once, in the chunk after the evidence is published
     # (the OpenAI SDK's stream helper keeps a delta's keys in the final message; it drops the
@@ -121,7 +150,7 @@ class ChunkChoice(BaseModel):
     index: int
     delta: ChunkDelta
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
     # ---- verinfer extras --------------------------------------------------------------------
     verinfer: EngineEvidence | None = None  # on the choice's last chunk
 

@@ -13,6 +13,9 @@ and finish scripts) with an in-memory batch sink in place of the chain (one tran
 batch of ``--batch`` receipts: at 1,024 per batch the chain is not what limits it).
 
 ``committer_receipts_per_s`` = receipts / (first publish -> last receipt in a committed batch).
+``committer_receipts_per_cpu_s`` = receipts / the committer process's CPU seconds over the
+same span (its threads included; the replicas are other processes): what one core would
+sustain, whatever else the machine runs.
 ``publish_per_s``: the replicas' publishes (one Lua call each) per second, all together.
 ``load_avg_1m``: the machine's load when it ended (a shared machine's numbers vary with it).
 The last line of stdout is one JSON object.
@@ -96,7 +99,7 @@ def run(receipts: int, replicas: int, batch: int, verify: bool) -> dict[str, Any
             p.start()
         for _ in procs:
             ready.acquire()  # every replica has signed its receipts
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         go.set()
         done = batches = 0
         while done < receipts:
@@ -105,7 +108,7 @@ def run(receipts: int, replicas: int, batch: int, verify: bool) -> dict[str, Any
             batches += rep.batches_committed
             if time.perf_counter() - t0 > 600:
                 raise SystemExit(f"only {done} of {receipts} committed in 600 s")
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         published = [out.get(timeout=60) for _ in procs]
         for p in procs:
             p.join(timeout=60)
@@ -117,7 +120,9 @@ def run(receipts: int, replicas: int, batch: int, verify: bool) -> dict[str, Any
     r.close()
     rds.close()
     assert len(sink.batches) == batches and sum(b.leaf_count for b in sink.batches) == receipts
-    return {"committer_receipts_per_s": receipts / elapsed, "receipts": receipts,
+    return {"committer_receipts_per_s": receipts / elapsed,
+            "committer_receipts_per_cpu_s": receipts / cpu, "committer_cpu_s": cpu,
+            "receipts": receipts,
             "replicas": replicas, "batches": batches, "batch_max_entries": batch,
             "verify_signatures": verify, "elapsed_s": elapsed,
             "publish_per_s": sum(n for n, _ in published) / max(s for _, s in published),

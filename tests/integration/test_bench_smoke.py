@@ -110,7 +110,8 @@ def test_da_bench() -> None:
 def test_committer_bench() -> None:
     """bench/committer.py (issue 37): 3 replica processes feed the batch committer over Redis."""
     out = run_bench("committer", "--quick", timeout=180)
-    expect(out, {"committer_receipts_per_s": rate, "publish_per_s": rate, "receipts": count,
+    expect(out, {"committer_receipts_per_s": rate, "committer_receipts_per_cpu_s": rate,
+                 "publish_per_s": rate, "receipts": count,
                  "replicas": count, "batches": count, "elapsed_s": rate,
                  "verify_signatures": flag})
     assert out["receipts"] == 600 and out["replicas"] == 3 and out["batches"] >= 3

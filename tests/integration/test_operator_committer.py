@@ -45,7 +45,8 @@ from verinfer.operator.committer import (
     StreamBatchIndex,
 )
 from verinfer.operator.config import create_keystore, write_config
-from verinfer.operator.stream import BoundedRedis, ReceiptStream, StreamKeys
+from verinfer.operator.stream import BoundedRedis, ReceiptStream, ReceiptStreamError, StreamKeys
+from verinfer.ports import free_port
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.testing.sample import sample_signed_receipt
@@ -100,9 +101,9 @@ class Replica:
     by the replicas until the on-chain signer set exists) and publishes them, a response's
     choices (1-3) in one call."""
 
-    def __init__(self, net: Net, keys: StreamKeys, name: str) -> None:
+    def __init__(self, net: Net, keys: StreamKeys, name: str, url: str = SHARED) -> None:
         self.net, self.name = net, name
-        self.stream = ReceiptStream(BoundedRedis(SHARED, deadline_s=2.0), keys, replica=name)
+        self.stream = ReceiptStream(BoundedRedis(url, deadline_s=2.0), keys, replica=name)
         self.published: list[bytes] = []
         self.signed: list[SignedReceipt] = []
 
@@ -148,7 +149,7 @@ def _wait(pred: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def _operator_dir(tmp: Path, net: Net, keys: StreamKeys) -> Path:
+def _operator_dir(tmp: Path, net: Net, keys: StreamKeys, redis_url: str = SHARED) -> Path:
     d = tmp / "op"
     d.mkdir()
     create_keystore(d / "operator.keystore.json", net.operator.key, "pw", light=True)
@@ -162,7 +163,7 @@ def _operator_dir(tmp: Path, net: Net, keys: StreamKeys) -> Path:
         "batch": {"max_entries": 16, "max_age_s": 0.2},
         "sink": {"kind": "chain", "rpc_url": net.node.url,
                  "deployment": str(d / "deployment.json")},
-        "stream": {"redis_url": SHARED, "prefix": keys.prefix, "lease_ttl_s": 2.0,
+        "stream": {"redis_url": redis_url, "prefix": keys.prefix, "lease_ttl_s": 2.0,
                    "call_deadline_s": 0.5}})
     return d
 
@@ -356,3 +357,59 @@ def test_the_committer_answers_an_unpublished_claim_on_any_replicas_receipt(
         t.join(timeout=30)
     after = view.stakes.account_of(net.operator.address)
     assert after.stake == before.stake and after.locked == before.locked
+
+
+def test_the_committer_rides_out_a_redis_crash(net: Net, keys: StreamKeys,
+                                               tmp_path: Path) -> None:
+    """Redis (its own server here, appendonly with appendfsync always, as docs/deploy.md asks)
+    is SIGKILLed while a replica publishes and the committer commits: publishes fail (those
+    receipts were never handed out), the committer backs off, and once Redis is back every
+    receipt it had taken is committed, once."""
+    port = free_port()
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "yes", "--appendfsync", "always", "--dir", str(tmp_path)]
+
+    def start() -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait(lambda: _pings(port), 10, "redis-server did not start")
+        return p
+
+    url = f"redis://127.0.0.1:{port}/0"
+    srv = start()
+    op = _operator_dir(tmp_path, net, keys, url)
+    first_block = net.w3.eth.block_number + 1
+    committer = _committer(op, "A", tmp_path / "A.log")
+    rep = Replica(net, keys, "r1", url)
+    try:
+        r = redis.Redis(port=port)
+        _wait(lambda: _pings(port) and _holder(r, keys) == "A", 60, "no lease taken")
+        for _ in range(20):
+            rep.publish(2)
+        srv.send_signal(signal.SIGKILL)
+        srv.wait(timeout=10)
+        with pytest.raises(ReceiptStreamError):
+            rep.publish(1)  # a replica now refuses to sign (503)
+        time.sleep(2.5)  # the committer's calls fail meanwhile; it keeps retrying
+        srv = start()
+        for _ in range(10):
+            rep.publish(2)
+        r = redis.Redis(port=port)
+        _wait(lambda: r.xlen(keys.stream) == 0 and r.scard(keys.open_batches) == 0, 90,
+              "the committer did not resume after Redis came back")
+        seen, _ = _committed_digests(net, op / "da", first_block)
+        assert set(seen) == set(rep.published) and max(seen.values()) == 1
+        assert committer.poll() is None
+    finally:
+        if committer.poll() is None:
+            committer.terminate()
+            committer.wait(timeout=30)
+        srv.terminate()
+        srv.wait(timeout=10)
+    assert "committer step failed" in (tmp_path / "A.log").read_text()
+
+
+def _pings(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False

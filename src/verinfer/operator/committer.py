@@ -528,7 +528,8 @@ class BatchCommitter:
                 try:
                     rep = self.step()
                     failures, self.last_error = 0, None
-                except (VerinferError, OSError) as e:
+                except Exception as e:  # Redis, DA, the chain (web3's own errors too): retry;
+                    # every state that matters is in Redis, so nothing is lost by re-reading
                     failures += 1
                     self.last_error = f"{type(e).__name__}: {e}"[:500]
                     log.warning("committer step failed (%d in a row): %s", failures,

@@ -41,6 +41,7 @@ from openai import OpenAI
 from verinfer.chain.structs import ETHER, ClaimStatus, Status
 from verinfer.devnet.harness import Devnet
 from verinfer.engine.engine import Engine
+from verinfer.explorer.probes import NAME_RETRY_S
 from verinfer.explorer.rows import eth
 from verinfer.testing.evidence import chat_body
 from verinfer.verifier.challenger import Located
@@ -67,7 +68,7 @@ pytestmark = pytest.mark.skipif(
 def devnet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Devnet]:
     d = tmp_path_factory.mktemp("explorer-devnet") / "net"
     up = subprocess.run([*VI, "devnet", "up", "--dir", str(d)], capture_output=True, text=True,
-                        timeout=300)
+                        timeout=600)  # minutes on a loaded 2-core machine
     try:
         assert up.returncode == 0, up.stderr[-3000:]
         dn = Devnet(d)
@@ -381,9 +382,11 @@ def _served_name(devnet: Devnet) -> str:
     return str(devnet.state["served"][0])
 
 
-def _wait_named(explorer: str, name: str, timeout_s: float = 30.0) -> dict[str, Any]:
+def _wait_named(explorer: str, name: str, timeout_s: float = NAME_RETRY_S + 60.0
+                ) -> dict[str, Any]:
     """Until the explorer learned the model's name (the prober asks the operator endpoint
-    every 3 s)."""
+    every 3 s; an ask that failed, e.g. timed out on a loaded machine, is repeated only after
+    NAME_RETRY_S, so waiting less than that turns one slow answer into a failure)."""
     deadline = time.monotonic() + timeout_s
     while True:
         models = httpx.get(explorer + "/api/models", timeout=5).json()["models"]

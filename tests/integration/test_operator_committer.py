@@ -106,6 +106,7 @@ class Replica:
         self.stream = ReceiptStream(BoundedRedis(url, deadline_s=2.0), keys, replica=name)
         self.published: list[bytes] = []
         self.signed: list[SignedReceipt] = []
+        self.payloads: list[bytes] = []
 
     def publish(self, n: int) -> None:
         now = int(self.net.w3.eth.get_block("latest")["timestamp"])
@@ -117,6 +118,7 @@ class Replica:
             items.append((s.to_bytes(), payload))
             digests.append(s.digest)
             self.signed.append(s)
+            self.payloads.append(payload)
         self.stream.publish(items)
         self.published += digests
 
@@ -413,3 +415,28 @@ def _pings(port: int) -> bool:
         return bool(redis.Redis(port=port, socket_timeout=1).ping())
     except redis.RedisError:
         return False
+
+
+def test_a_receipt_published_twice_is_committed_once(net: Net, keys: StreamKeys,
+                                                     tmp_path: Path) -> None:
+    """A replica whose publish timed out after Redis took it retries (or two replicas carry the
+    same receipt): the second entry is acknowledged as a duplicate, in the same batch or after
+    the first one's batch is committed, never a second leaf."""
+    first_block = net.w3.eth.block_number + 1
+    rep = Replica(net, keys, "r1")
+    rep.publish(3)
+    again = [(s.to_bytes(), p) for s, p in zip(rep.signed, rep.payloads, strict=True)]
+    rep.stream.publish(again[:1])  # the same batch's head holds it twice
+    c = _inproc(net, keys, tmp_path / "da", "A")
+    while c.step(flush=True).progressed:
+        pass
+    rep.stream.publish(again)  # all three again, after their batch is on chain
+    reps = []
+    while (step := c.step(flush=True)).progressed:
+        reps.append(step)
+    assert sum(s.duplicates for s in reps) == 3 and sum(s.batches_committed for s in reps) == 0
+    seen, n = _committed_digests(net, tmp_path / "da", first_block)
+    assert n == 1 and set(seen) == set(rep.published) and max(seen.values()) == 1
+    r = redis.Redis.from_url(SHARED)
+    assert r.xlen(keys.stream) == 0
+    r.close()

@@ -330,3 +330,48 @@ def test_streamed_content_is_the_whole_answers_content(tmp_path: Path, text: str
     forced = _job(tok, tools=[WEATHER], tool_choice="required")
     d = ToolTextDeltas(forced)
     assert d.delta('[{"name":', False) == ""  # a forced answer streams as its calls only
+
+
+# ---- one request per meaning ---------------------------------------------------------------------
+def _requests(tok: Tokenizer, raw: str) -> Any:
+    served = ServedModel(b"\x01" * 32, tok.hash, "fp", 4096, tok.vocab_size)
+    return plan_request(raw.encode(), "chat", served, TokenizerPrompts(tok)).requests
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ('"tools":[T9]', '"tools":[T9],"tool_choice":"auto","parallel_tool_calls":true'),
+    ('"tools":[T9]', '"tools":[T90],"tool_choice":null,"parallel_tool_calls":null'),
+    ('"tools":[T9],"tool_choice":"required"', '"tools":[T90e],"tool_choice":"required"'),
+    ('"tools":[T9]', '"tools":[T9strict]'),
+    ('"tools":[T9],"tool_choice":"none"', '"tool_choice":"none"'),
+    ('"messages":H1', '"messages":H2'),
+])
+def test_every_spelling_of_the_tool_fields_is_one_request(tmp_path: Path, a: str,
+                                                          b: str) -> None:
+    tok = _chatml(tmp_path, QWEN25_TOOLS_TEMPLATE)
+
+    def tool(maximum: str, extra: str = "") -> str:
+        return ('{"type":"function","function":{"name":"f","parameters":{"type":"object",'
+                '"properties":{"a":{"type":"integer","maximum":MAX}}}EXTRA}}'
+                ).replace("MAX", maximum).replace("EXTRA", extra)
+
+    def history(content: str, args: str, tool_extra: str = "") -> str:
+        call = ('{"role":"assistant","content":CONTENT,"tool_calls":[{"id":"c",'
+                '"type":"function","function":{"name":"f","arguments":ARGS}}]}'
+                ).replace("CONTENT", content).replace("ARGS", json.dumps(args))
+        return ('[{"role":"user","content":"q"},' + call
+                + ',{"role":"tool","tool_call_id":"c","content":"r"' + tool_extra + "}]")
+
+    subs = {"T90e": tool("90e-1"), "T90": tool("9.0"), "T9strict": tool("9", ',"strict":true'),
+            "T9": tool("9"), "H1": history("null", '{"a": 1.0}'),
+            "H2": history('""', '{"a":1}', ',"refusal":null')}  # null == omitted
+
+    def raw(fields: str) -> str:
+        for k, v in subs.items():
+            fields = fields.replace(k, v)
+        base = '"model":"m","max_tokens":4,"seed":1'
+        if '"messages"' not in fields:
+            base += ',"messages":[{"role":"user","content":"q"}]'
+        return "{" + base + "," + fields + "}"
+
+    assert _requests(tok, raw(a)) == _requests(tok, raw(b))

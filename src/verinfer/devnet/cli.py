@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from verinfer.devnet.lifecycle import STATE, alive, start, stop
+from verinfer.devnet.lifecycle import STATE, DevnetStartError, start, status_of, stop
 from verinfer.testing.chain_clock import TimeTravelChallenger, run_draw_miner
 from verinfer.verifier.challenge_cli import open_command
 from verinfer.verifier.cli_common import DEPLOYMENT_OPT, RPC_OPT, wire
@@ -43,7 +43,8 @@ def up(
              "when its fingerprint hash is the engine's, else it runs the self-test).")]
     = None,
 ) -> None:
-    """Start everything and write <dir>/devnet.json."""
+    """Start everything and write <dir>/devnet.json (exit 2, saying what to run, when this
+    machine lacks a set-up step, Redis, or a free --operator-port)."""
     from verinfer.errors import VerinferError
 
     wanted = list(model or [])
@@ -61,20 +62,38 @@ def up(
 
 @app.command()
 def status(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) -> None:
-    """Which processes are alive, and the chain head."""
-    state = json.loads((directory / STATE).read_text())
-    t = Table(title=f"devnet {directory}")
+    """Which processes are alive (a stopped one with the last line of its log), the chain
+    head, the operator and explorer URLs; exit 1 when a process or the chain is down, 2 when
+    there is no devnet in --dir."""
+    try:
+        st = status_of(directory)
+    except DevnetStartError as e:
+        console.print(f"[red]error[/red]: {e.message}")
+        raise typer.Exit(2) from e
+    out = Console()
+    t = Table(title=f"devnet {st.directory}")
     t.add_column("process")
     t.add_column("pid")
     t.add_column("alive")
-    for name, pid in state["pids"].items():
-        t.add_row(name, str(pid), "yes" if alive(pid) else "[red]no[/red]")
-    console.print(t)
+    t.add_column("last log line (stopped)", overflow="fold")
+    for p in st.processes:
+        t.add_row(p.name, str(p.pid), "yes" if p.alive else "[red]no[/red]", p.reason)
+    out.print(t)
+    head = (f"block {st.chain_head}" if st.chain_head is not None
+            else f"[red]not answering[/red] ({st.chain_error})")
+    out.print(f"chain:    {st.rpc_url} head {head}")
+    for label, url, ok in (("operator", st.operator_url, st.operator_answers),
+                           ("explorer", st.explorer_url, st.explorer_answers)):
+        if url:
+            out.print(f"{label}: {url} " + ("(answers)" if ok else "[red](not answering)[/red]"))
+    if not st.healthy:
+        raise typer.Exit(1)
 
 
 @app.command()
 def down(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) -> None:
-    """Stop every process this devnet started (by pid) and remove devnet.json."""
+    """Stop every process this devnet started (by pid), delete its Redis keys and remove
+    devnet.json."""
     stop(directory)
 
 

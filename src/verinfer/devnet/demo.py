@@ -23,7 +23,7 @@ from rich.table import Table
 
 from verinfer.chain.structs import ETHER, Status
 from verinfer.devnet.harness import Devnet, DevnetStateError
-from verinfer.devnet.lifecycle import start, stop
+from verinfer.devnet.lifecycle import Steps, start, stop
 
 #: By default the devnet serves both shipped models: the instruction-tuned SmolLM2 answers
 #: chat, the Gemma 3 270M base model (which continues text well, chats poorly) completions.
@@ -120,17 +120,20 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
     if (d / "devnet.json").exists():
         raise DevnetStateError(f"a devnet already runs in {d}", param="dir")
     t0 = time.monotonic()
+    steps = Steps(console, t0)
+    steps.say(f"bringing the devnet up in {d} (`--keep` leaves it running afterwards, "
+              "the explorer with it)")
     try:
-        start(d, model_path, more_models=more)
+        start(d, model_path, more_models=more, steps=steps)
         dn = Devnet(d)
-        with console.status("waiting for the 4 verifiers to register on chain…"):
+        with steps.step("waiting for the 4 verifiers to register on chain"):
             dn.wait_ready()
         res.seconds["devnet_up"] = time.monotonic() - t0
         console.print(f"devnet up in {res.seconds['devnet_up']:.0f} s: anvil {dn.rpc_url}, "
                       f"operator {dn.operator_url}, 5 KMS shards (t = 3), 4 verifiers; "
                       f"models {', '.join(Path(m).name for m in dn.state['models'])}")
         t1 = time.monotonic()
-        with console.status("asking the operator (openai SDK)…"):
+        with steps.step("asking the operator: 2 completions and 1 chat (openai SDK)"):
             res.answers = ask(dn, max_tokens)
         res.seconds["requests"] = time.monotonic() - t1
         operator = dn.state["accounts"]["operator"]
@@ -139,7 +142,7 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         # the chat receipt: by default SmolLM2's, which the verifiers load on first use
         target = res.answers[-1].verification["receipt_id"]
         t2 = time.monotonic()
-        with console.status("waiting for the operator's batch to be committed on chain…"):
+        with steps.step("waiting for the operator's batch to be committed on chain"):
             loc = dn.wait_located(target, timeout_s=120)
         assert loc.batch is not None and loc.proof is not None
         res.seconds["committed"] = time.monotonic() - t2
@@ -153,10 +156,17 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         res.challenge_id = cid
         console.print(f"opened challenge {cid} on receipt {target} (bond "
                       f"{ch.c.config.params().challenge_bond / ETHER} ETH)")
-        with console.status("the committee re-executes in its enclaves…") as sp:
-            final = ch.wait(cid, timeout_s=600, on_update=lambda s: sp.update(
-                f"challenge {cid}: {s['status']}, {s['commits']}/{s['members']} committed, "
-                f"{s['reveals']}/{s['members']} revealed"))
+        seen: list[str] = []
+
+        def progress(s: dict[str, Any]) -> None:
+            line = (f"challenge {cid}: {s['status']}, {s['commits']}/{s['members']} "
+                    f"committed, {s['reveals']}/{s['members']} revealed")
+            if not seen or seen[-1] != line:
+                seen.append(line)
+                steps.say(line)
+
+        with steps.step("the committee re-executes the receipt in its enclaves"):
+            final = ch.wait(cid, timeout_s=600, on_update=progress)
         res.seconds["challenge"] = time.monotonic() - t3
         res.status = final.name.lower()
         info = dn.read.challenges.challenge(cid)
@@ -167,9 +177,12 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         if not (d / "devnet.json").exists():
             pass
         elif keep:
-            console.print(f"kept running: `verinfer devnet down --dir {d}`")
+            console.print(f"kept running: `verinfer devnet status --dir {d}`, "
+                          f"`verinfer devnet down --dir {d}`")
         else:
-            stop(d)
+            with steps.step("bringing the devnet down, the explorer with it (`--keep` "
+                            "leaves it running)"):
+                stop(d)
     return res
 
 

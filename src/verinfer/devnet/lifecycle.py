@@ -1,8 +1,11 @@
 """A whole local network as real processes: starting it (`start`) and stopping it (`stop`),
 state in a directory, described by <dir>/devnet.json (endpoints, addresses, pids).
 
-The steps behind `verinfer devnet up|down` (devnet/cli.py parses their arguments) and
-`verinfer devnet demo` (devnet/demo.py), which both import them from here."""
+The steps behind `verinfer devnet up|down|status` (devnet/cli.py parses their arguments) and
+`verinfer devnet demo` (devnet/demo.py), which both import them from here. Every process is
+started in its own session (a terminal's hang-up, when `devnet up` ran as the session leader
+under tmux, `ssh -t` or `script`, reaches none of them), and `start` checks what a fresh machine
+lacks before it starts anything (anvil from scripts/bootstrap-contracts, Redis, a taken port)."""
 
 from __future__ import annotations
 
@@ -10,16 +13,19 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import typer
 from rich.console import Console
 
 from verinfer.chain.anvil import dev_accounts
@@ -36,11 +42,101 @@ from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import MODEL_NAMES, resolve_model_path, sha256_file
 from verinfer.engine.tiny import write_tiny_llama
+from verinfer.errors import VerinferError
+from verinfer.httpserve import redact_urls
 from verinfer.kms.local_cluster import ChainSource, ShardProcesses
 from verinfer.ports import free_port
 
 console = Console(stderr=True)
 STATE = "devnet.json"
+#: While a step runs, a line at least this often (a spinner says nothing to a log or a pipe).
+HEARTBEAT_S = 5.0
+
+
+class DevnetStartError(VerinferError):
+    """The devnet cannot start here: a set-up step not run (anvil, the contracts), Redis not
+    answering, a port taken, a devnet already recorded in the directory, or a process that
+    did not come up. The message says what to run."""
+
+    code = "devnet_start"
+
+
+class Steps:
+    """Progress of a long command: a line per step with the seconds since ``t0``, and while
+    a step runs a line every ``heartbeat_s`` naming it (on a terminal and in a log alike)."""
+
+    def __init__(self, out: Console | None = None, t0: float | None = None,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
+        self.out = out or console
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.heartbeat_s = heartbeat_s
+
+    def say(self, text: str) -> None:
+        self.out.print(f"{time.monotonic() - self.t0:5.0f} s  {text}", highlight=False)
+
+    @contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        self.say(text + "…")
+        started = time.monotonic()
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.heartbeat_s):
+                self.say(f"  still {text} ({time.monotonic() - started:.0f} s)")
+
+        t = threading.Thread(target=beat, name="devnet-steps", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            done.set()
+            t.join()
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def preflight(directory: Path, redis_url: str, operator_port: int = 0) -> None:
+    """What a fresh machine lacks, said before anything starts (DevnetStartError): a devnet
+    already recorded in ``directory``, anvil (scripts/bootstrap-contracts), Redis at
+    ``redis_url`` (scripts/ensure-redis), ``operator_port`` taken."""
+    if (directory / STATE).exists():
+        try:
+            pids = json.loads((directory / STATE).read_text()).get("pids", {})
+        except (OSError, ValueError):
+            pids = {}
+        running = [n for n, pid in pids.items() if alive(int(pid))]
+        if running:
+            raise DevnetStartError(
+                f"a devnet already runs in {directory} ({len(running)} of its processes are "
+                f"up): `verinfer devnet down --dir {directory}` first, or pick another --dir")
+        raise DevnetStartError(
+            f"{directory / STATE} records a devnet whose processes are gone: "
+            f"`verinfer devnet down --dir {directory}` clears it")
+    anvil = tool_path("anvil")
+    if not anvil.exists():
+        raise DevnetStartError(f"anvil not found at {anvil}: run scripts/bootstrap-contracts "
+                               "(it installs anvil and forge and builds the contracts)")
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError, ValueError) as e:
+        raise DevnetStartError(
+            f"Redis at {redact_urls(redis_url)} does not answer ({type(e).__name__}): start it "
+            "with scripts/ensure-redis, or point --redis-url at one") from e
+    finally:
+        client.close()
+    if operator_port and _port_taken(operator_port):
+        raise DevnetStartError(f"port {operator_port} on 127.0.0.1 is taken: pick another "
+                               "--operator-port (0, the default, takes a free one)")
 
 
 def _spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
@@ -67,8 +163,12 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
           redis_url: str = "redis://127.0.0.1:6379/0", operator_port: int = 0, *,
           publish_log_heads_s: float = 0.0,
           more_models: Sequence[Path | str] = (), explorer_port: int = 0,
-          backend: str = "own", selftest_reports: Sequence[Path] = ()) -> dict[str, Any]:
-    """`devnet up` without the stdout line; returns the devnet.json state. ``model`` and
+          backend: str = "own", selftest_reports: Sequence[Path] = (),
+          steps: Steps | None = None) -> dict[str, Any]:
+    """`devnet up` without the stdout line; returns the devnet.json state. Checks the machine
+    first (:func:`preflight`); a failure after the first process started stops every process
+    started so far and removes devnet.json (DevnetStartError). ``steps``: where progress
+    lines go (default: stderr). ``model`` and
     ``more_models`` are files or names (gemma3-270m, smollm2-135m-instruct: the operator
     serves a named model under its name): the operator serves them all, each model id is
     approved on chain, each verifier judges them all (the first loaded at start, the others
@@ -80,15 +180,29 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
     choice = EngineChoice(backend, max_seqs=1)
     if choice.backend == "vllm" and (more_models or model is None):
         if more_models:
-            console.print("[red]error[/red]: --backend vllm serves one --model "
-                          "(one vLLM engine per process)")
-            raise typer.Exit(2)
+            raise DevnetStartError("--backend vllm serves one --model "
+                                   "(one vLLM engine per process)")
         model = "gemma3-270m"  # the tiny test model has no vLLM export
     directory = directory.resolve()
-    if (directory / STATE).exists():
-        console.print(f"[red]error[/red]: {directory / STATE} exists: `verinfer devnet down`")
-        raise typer.Exit(2)
+    steps = steps or Steps()
+    preflight(directory, redis_url, operator_port)
     (directory / "logs").mkdir(parents=True, exist_ok=True)
+    try:
+        return _start(directory, model, verifiers, redis_url, operator_port,
+                      publish_log_heads_s=publish_log_heads_s, more_models=more_models,
+                      explorer_port=explorer_port, choice=choice,
+                      selftest_reports=selftest_reports, steps=steps)
+    except BaseException:
+        if (directory / STATE).exists():
+            steps.say("start failed: stopping what was started")
+            stop(directory, quiet=True)
+        raise
+
+
+def _start(directory: Path, model: Path | str | None, verifiers: int, redis_url: str,
+           operator_port: int, *, publish_log_heads_s: float, more_models: Sequence[Path | str],
+           explorer_port: int, choice: EngineChoice, selftest_reports: Sequence[Path],
+           steps: Steps) -> dict[str, Any]:
     specs = [model or write_tiny_llama(directory / "tiny.gguf"), *more_models]
     # name or file -> file; a named model keeps its name when served
     served: dict[Path, str] = {}
@@ -101,13 +215,14 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
     state: dict[str, Any] = {"dir": str(directory), "model": str(model),
                              "models": [str(m) for m in models],
                              "served": list(served.values()), "pids": {},
-                             "backend": choice.backend,
+                             "logs": {}, "backend": choice.backend,
+                             "redis_url": redis_url,
                              "redis_prefix": f"verinfer-devnet-{uuid.uuid4().hex[:8]}:"}
 
     def save() -> None:
         (directory / STATE).write_text(json.dumps(state, indent=2))
 
-    with console.status("starting anvil…"):
+    with steps.step("starting anvil"):
         port = free_port()
         rpc = f"http://127.0.0.1:{port}"
         state["pids"]["anvil"] = _spawn([str(tool_path("anvil")), "--host", "127.0.0.1",
@@ -116,16 +231,18 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
         save()
         if not _wait_http(rpc, 30, {"jsonrpc": "2.0", "id": 1, "method": "eth_chainId",
                                     "params": []}):
-            raise typer.Exit(1)
+            raise DevnetStartError(f"anvil did not answer at {rpc} within 30 s: "
+                                   f"{_last_line(directory / 'logs' / 'anvil.log')}")
     from web3 import Web3
 
     w3 = Web3(Web3.HTTPProvider(rpc))
-    engine = Engine.from_path(model)
+    with steps.step(f"loading {Path(model).name}"):
+        engine = Engine.from_path(model)
     # the own engine's fingerprint is the same for every model; vLLM's names the weights
     fps = ([choice.fingerprint(p) for p in models] if choice.per_model_fingerprint
            else [engine.fingerprint])
     r = roles(verifiers)
-    with console.status("deploying contracts, KMS epoch…"):
+    with steps.step("deploying the contracts, registering verifiers, KMS epoch 1"):
         # the other models are only hashed (their model id), not loaded: seconds saved
         extra_ids = [sha256_file(p) for p in extra]
         d = deploy_network(w3, r, engine, devnet_params(committee_size=min(4, verifiers)),
@@ -142,13 +259,16 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
         lay = provision_kms(directory / "kms", engine, fingerprints=fps)
         register_epoch(w3, d, r, lay)
     engine.close()
-    with console.status("starting 5 KMS shards (t = 3)…"):
-        # The shards read committees and verifiers from the chain themselves.
+    with steps.step("starting 5 KMS shards (t = 3)"):
+        # The shards read committees and verifiers from the chain themselves; each in its own
+        # session, like every devnet process (a terminal's hang-up must not reach them)
         shards = ShardProcesses(lay, chain=ChainSource(rpc, directory / "deployment.json"),
-                                extra_args=["--rate-capacity", "1000", "--rate-refill", "100"])
+                                extra_args=["--rate-capacity", "1000", "--rate-refill", "100"],
+                                own_session=True)
         shards.start()
         for i, p in shards.procs.items():
             state["pids"][f"kms-{i}"] = p.pid
+            state["logs"][f"kms-{i}"] = str(lay.server_log(i))
         save()
     op_dir = directory / "operator"
     da_store = op_dir / "da"  # the operator's local DA store: verifiers read what it published
@@ -162,6 +282,7 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
         serve_args += [*backend_args, "--max-seqs", str(choice.max_seqs),
                        "--vllm-threads", str(choice.threads)]
         backend_args += ["--vllm-threads", str(choice.threads)]
+    steps.say(f"starting the draw miner and {verifiers} verifiers")
     # anvil mines only on transactions: this process mines each challenge's draw block, which
     # the verifiers (services that only wait for blocks) need to draw a committee
     state["pids"]["draw-miner"] = _spawn(
@@ -177,6 +298,7 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
             directory / "logs" / f"verifier-{i}.log",
             {"VERINFER_CHAIN_PRIVATE_KEY": acct.key.hex()})
     save()
+    steps.say("operator: init (keystore, evidence configuration) and serve")
     op_port = operator_port or free_port()
     env = {"VI_DEVNET_OPERATOR_KEY": r.operator.key.hex()}
     init = subprocess.run([sys.executable, "-m", "verinfer", "operator", "init", str(op_dir),
@@ -192,7 +314,7 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
              str(op_port), "--operator-dir", str(op_dir)], directory / "logs" / "operator.log")
         operator_url = f"http://127.0.0.1:{op_port}"
     else:
-        console.print(f"[yellow]operator init failed[/yellow]: {init.stderr.strip()[-300:]}")
+        steps.say(f"[yellow]operator init failed[/yellow]: {init.stderr.strip()[-300:]}")
     log_heads_index = None
     if publish_log_heads_s > 0:
         # its own dev account (after the verifiers'): no nonce race with the other roles
@@ -226,13 +348,18 @@ def start(directory: Path, model: Path | str | None, verifiers: int = 4,
                      "verifiers": [a.address for a in r.verifiers]}})
     save()
     op_wait_s = 120 if choice.backend == "own" else 600  # vLLM start: ~1-2 min here
-    if operator_url and not _wait_http(operator_url + "/v1/models", op_wait_s):
-        console.print(f"[yellow]operator did not answer /v1/models within {op_wait_s} s"
-                      "[/yellow]")
-    if not _wait_http(explorer_url + "/api/status", 60):
-        console.print("[yellow]explorer did not answer /api/status within 60 s[/yellow]")
-    console.print(f"devnet up: {directory / STATE}")
-    console.print(f"explorer: {explorer_url}")
+    if operator_url:
+        with steps.step(f"waiting for the operator at {operator_url} (model load, self-test)"):
+            ok = _wait_http(operator_url + "/v1/models", op_wait_s)
+        if not ok:
+            steps.say(f"[yellow]operator did not answer /v1/models within {op_wait_s} s: "
+                      f"{_last_line(directory / 'logs' / 'operator.log')}[/yellow]")
+    with steps.step(f"waiting for the explorer at {explorer_url}"):
+        ok = _wait_http(explorer_url + "/api/status", 60)
+    if not ok:
+        steps.say("[yellow]explorer did not answer /api/status within 60 s[/yellow]")
+    steps.say(f"devnet up: {directory / STATE}")
+    steps.say(f"explorer: {explorer_url}")
     return state
 
 
@@ -253,18 +380,119 @@ def _hand_selftest_reports(op_dir: Path, reports: Sequence[Path]) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Whether a process with this pid runs (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
-        return True
     except OSError:
         return False
+    try:  # a child of ours that exited but was not reaped yet
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
-def stop(directory: Path) -> None:
-    """Stop every process this devnet started (by pid) and remove devnet.json."""
+def _last_line(log: Path, limit: int = 200) -> str:
+    """The last non-empty line of a log (why a process stopped, usually), cut to ``limit``."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            lines = [x.strip() for x in f.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return f"(no log at {log})"
+    last = next((x for x in reversed(lines) if x), "")
+    return (last[:limit] + "…" if len(last) > limit else last) or f"(empty log {log})"
+
+
+def load_state(directory: Path) -> dict[str, Any]:
+    """devnet.json of ``directory``; DevnetStartError naming `devnet up` when there is none."""
+    path = directory / STATE
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DevnetStartError(f"no devnet in {directory} (no {STATE}): start one with "
+                               f"`verinfer devnet up --dir {directory}`") from None
+    except (OSError, ValueError) as e:
+        raise DevnetStartError(f"{path} is unreadable ({e})") from e
+    return state
+
+
+@dataclass
+class ProcessStatus:
+    name: str
+    pid: int
+    alive: bool
+    reason: str = ""  # for a stopped process: the last line of its log
+
+
+@dataclass
+class DevnetStatus:
+    """What `verinfer devnet status` shows."""
+
+    directory: Path
+    processes: list[ProcessStatus] = field(default_factory=list)
+    rpc_url: str | None = None
+    chain_head: int | None = None  # None: the RPC did not answer
+    chain_error: str = ""
+    operator_url: str | None = None
+    operator_answers: bool = False
+    explorer_url: str | None = None
+    explorer_answers: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return all(p.alive for p in self.processes) and self.chain_head is not None
+
+
+def status_of(directory: Path, timeout_s: float = 3.0) -> DevnetStatus:
+    """Each recorded process (alive, else the last line of its log), the chain head over the
+    RPC, and whether the operator and the explorer answer, each read with ``timeout_s``."""
+    directory = directory.resolve()
+    state = load_state(directory)
+    st = DevnetStatus(directory, rpc_url=state.get("rpc_url"),
+                      operator_url=state.get("operator_url"),
+                      explorer_url=state.get("explorer_url"))
+    logs = state.get("logs", {})
+    for name, pid in state.get("pids", {}).items():
+        up = alive(int(pid))
+        log = Path(logs.get(name, directory / "logs" / f"{name}.log"))
+        st.processes.append(ProcessStatus(name, int(pid), up, "" if up else _last_line(log)))
+    if st.rpc_url:
+        try:
+            r = httpx.post(st.rpc_url, json={"jsonrpc": "2.0", "id": 1,
+                                             "method": "eth_blockNumber", "params": []},
+                           timeout=timeout_s)
+            st.chain_head = int(r.json()["result"], 16)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+            st.chain_error = type(e).__name__
+    for attr, url in (("operator_answers", st.operator_url and st.operator_url + "/v1/models"),
+                      ("explorer_answers", st.explorer_url and st.explorer_url + "/api/status")):
+        if url:
+            with suppress(httpx.HTTPError):
+                setattr(st, attr, httpx.get(url, timeout=timeout_s).status_code == 200)
+    return st
+
+
+def _drop_redis_keys(redis_url: str, prefix: str) -> int:
+    """Deletes every Redis key under ``prefix`` (the devnet's audit streams and groups)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=3)
+    try:
+        n = 0
+        for key in client.scan_iter(match=prefix + "*", count=500):
+            n += int(client.delete(key))
+        return n
+    finally:
+        client.close()
+
+
+def stop(directory: Path, *, quiet: bool = False) -> None:
+    """Stop every process this devnet started (by pid), delete its Redis keys (the audit
+    streams under its prefix) and remove devnet.json."""
+    say = (lambda _t: None) if quiet else console.print
     path = directory / STATE
     if not path.exists():
-        console.print("no devnet here")
+        say(f"no devnet in {directory} (no {STATE}): nothing to stop")
         return
     state = json.loads(path.read_text())
     pids = list(state["pids"].values())
@@ -277,7 +505,15 @@ def stop(directory: Path) -> None:
     for pid in pids:
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+    prefix, url = state.get("redis_prefix"), state.get("redis_url")
+    if prefix and url:
+        import redis
+
+        try:
+            n = _drop_redis_keys(url, prefix)
+            say(f"removed {n} Redis keys under {prefix}")
+        except (redis.RedisError, OSError) as e:
+            say(f"[yellow]Redis keys under {prefix} left behind ({type(e).__name__}): "
+                f"delete them with redis-cli --scan --pattern '{prefix}*'[/yellow]")
     path.unlink()
-    console.print("devnet down")
-
-
+    say("devnet down")

@@ -171,11 +171,16 @@ class ChainSource:
 class ShardProcesses:
     """Shard servers as child processes; ``stop(i)`` takes one down (SIGTERM).
 
-    ``chain``: the shards' committee source is that chain; without it, ``lay.committee``."""
+    ``chain``: the shards' committee source is that chain; without it, ``lay.committee``.
+    ``own_session``: each shard in a session of its own (``setsid``), so that a hang-up of the
+    starting process's terminal does not reach it: for shards that outlive their starter
+    (`verinfer devnet up`); a test's shards stay in its group and die with it."""
 
     def __init__(self, lay: ClusterLayout, *, chain: ChainSource | None = None,
-                 extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
+                 extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                 own_session: bool = False) -> None:
         self.lay = lay
+        self.own_session = own_session
         self.chain = chain
         self.extra_args = list(extra_args)
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -201,7 +206,8 @@ class ShardProcesses:
                    "--allowlist", str(self.lay.allowlist),
                    *self.committee_args(), *self.scheduler_args(), *self.extra_args]
             with self.lay.server_log(i).open("ab") as log:
-                self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log)
+                self.procs[i] = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=log,
+                                                 start_new_session=self.own_session)
         deadline = time.monotonic() + timeout_s
         try:
             for i in todo:

@@ -148,7 +148,18 @@ def test_a_named_call_streams_as_deltas(client: OpenAI, operator_dir: Path, tiny
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices
                 and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"] and whole.choices[0].finish_reason == "tool_calls"
+    ends = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert (ends[0].model_extra or {})["verinfer"]["output_text"] == \
+        whole.choices[0].model_extra["verinfer"]["output_text"] == expect.function.arguments
     assert_reproduced(_v(chunks[-1]), operator_dir, tiny_path, epoch_key)
+    # the SDK's stream helper assembles the same message (and reaches the receipt)
+    with client.chat.completions.stream(**kw) as s:
+        final = s.get_final_completion()
+    assert final.choices[0].finish_reason == "tool_calls"
+    got = final.choices[0].message.tool_calls
+    assert got is not None and [(c.id, c.function.name, c.function.arguments) for c in got] \
+        == [(expect.id, "add", expect.function.arguments)]
+    assert "verification" in (final.choices[0].message.model_extra or {})
 
 
 class Weather(BaseModel):

@@ -21,6 +21,7 @@ from verinfer.engine.tokenizer.load import tokenizer_from_tokenizer_json
 from verinfer.errors import InvalidRequestError
 from verinfer.operator.chat.serving import ToolTextDeltas, choice_output
 from verinfer.operator.generation import Job
+from verinfer.protocol import limits as L
 from verinfer.protocol.grammar import compile_grammar
 from verinfer.protocol.request_rule import ChatTurn, ServedModel, parse_body, plan_request
 from verinfer.protocol.tools import (
@@ -131,6 +132,16 @@ def test_bad_tool_histories_are_refused(messages: list[Any], param: str) -> None
     with pytest.raises(InvalidRequestError) as e:
         parse_body(json.dumps({"model": "tiny", "messages": messages}).encode(), "chat")
     assert e.value.param == param
+
+
+def test_tool_text_counts_toward_the_prompt_bound() -> None:
+    big = {"type": "function", "function": {"name": "f", "description": "x" * (L.MAX_PROMPT_CHARS
+                                                                              // 2)}}
+    parse_body(body(tools=[big]), "chat")
+    with pytest.raises(InvalidRequestError, match="characters") as e:
+        parse_body(body(tools=[big, {"type": "function", "function": {
+            **big["function"], "name": "g"}}]), "chat")
+    assert e.value.param == "tools"
 
 
 def test_a_history_is_read_canonically() -> None:

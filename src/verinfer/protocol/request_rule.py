@@ -274,6 +274,11 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
         messages = _messages(b.get("messages"))
         _chat_only_options(b)
         tools = tool_policy(b)
+        if tools is not None:  # rendered text too: bounded with the messages, before any render
+            _check_chars(sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
+                             for m in messages)
+                         + sum(len(t.name) + len(t.description or "") + len(t.parameters)
+                               for t in tools.tools), "tools")
         spec = grammar_spec(tools)
         if spec is not None:  # a forced call: its arguments by grammar (the one grammar slot)
             if options.grammar is not None:

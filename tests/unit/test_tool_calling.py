@@ -100,6 +100,12 @@ def test_parameters_are_canonical_and_in_body_order() -> None:
      "tools", "JSON schema object"),
     ({"tools": [{"type": "function", "function": {"name": "f", "examples": []}}]},
      "tools", "does not take"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"x-guidance": {"lenient": True}}}}}}]},
+     "tools", "x-guidance"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "string", "format": "nope"}}}], "tool_choice": "required"},
+     "tools", "cannot be compiled"),
     ({"functions": [WEATHER["function"]]}, "functions", "send tools"),
     ({"function_call": "auto"}, "function_call", "send tool_choice"),
     ({"parallel_tool_calls": 1}, "parallel_tool_calls", "boolean"),

@@ -285,7 +285,11 @@ def parse_body(body: bytes | Mapping[str, Any], endpoint: Endpoint) -> ParsedBod
                 raise InvalidRequestError("a forced tool call (tool_choice 'required' or a "
                                           "named function) cannot be combined with a "
                                           "response_format", param="tool_choice")
-            options = replace(options, grammar=compile_grammar(spec))
+            try:
+                options = replace(options, grammar=compile_grammar(spec))
+            except InvalidRequestError as e:  # the forced call's schema: name the tools
+                raise InvalidRequestError(f"a tool's parameters: {e.message}",
+                                          param="tools") from None
     else:
         tools = None
         limit_name = "max_tokens"

@@ -179,9 +179,21 @@ def _tool(value: object) -> ToolFunction:
     if not isinstance(params, Mapping):
         raise _error("tools[].function.parameters must be a JSON schema object", "tools")
     _check_text(params, "tools")
+    if "x-guidance" in _keys(params):
+        raise _error("a tool's parameters may not set x-guidance (the rule fixes the grammar "
+                     "engine's options)", "tools")
     if desc is not None:
         _check_text(desc, "tools")
     return ToolFunction(name, desc, canonical_json(params))
+
+
+def _keys(value: Any) -> set[str]:
+    """Every object key anywhere in ``value``."""
+    if isinstance(value, Mapping):
+        return set(value).union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
 
 
 def _check_text(value: Any, param: str) -> None:

@@ -10,6 +10,7 @@ neither decide nor send; the next holder commits its receipts once)."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from verinfer.chain.sink import ChainBatchSink
 from verinfer.chain.structs import ETHER, ClaimStatus, Role, default_params
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.manifest import parse_manifest
+from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sinks import BatchCommitment
 from verinfer.operator.claims import ClaimResponder, state_path
@@ -45,8 +47,10 @@ from verinfer.operator.committer import (
     StreamBatchIndex,
 )
 from verinfer.operator.config import create_keystore, write_config
+from verinfer.operator.receipts_api import ReceiptNotFoundError, stream_receipt_status
 from verinfer.operator.stream import BoundedRedis, ReceiptStream, ReceiptStreamError, StreamKeys
 from verinfer.ports import free_port
+from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.testing.sample import sample_signed_receipt
@@ -440,3 +444,32 @@ def test_a_receipt_published_twice_is_committed_once(net: Net, keys: StreamKeys,
     r = redis.Redis.from_url(SHARED)
     assert r.xlen(keys.stream) == 0
     r.close()
+
+
+def test_receipt_status_on_any_replica_keeps_to_the_paying_key(net: Net, keys: StreamKeys,
+                                                              tmp_path: Path) -> None:
+    """GET /v1/receipts in stream mode (``stream_receipt_status``): a replica that never saw
+    the receipt answers it from the committer's records once batched — to the API key that
+    paid for it only; any other key gets the same 404 as an unknown id."""
+    rep = Replica(net, keys, "r1")
+    payer, other = hashlib.sha256(b"key-1").digest(), hashlib.sha256(b"key-2").digest()
+    s = sample_signed_receipt(b"paid for", issued_at=int(time.time()), key=net.operator.key,
+                              domain=net.domain)
+    rep.stream.publish([(s.to_bytes(), b"paid for")], owner=(payer, [s.digest]))
+    c = _inproc(net, keys, tmp_path / "da", "A")
+    while c.step(flush=True).progressed:
+        pass
+    index = StreamBatchIndex(c.redis, keys, LocalDAClient(tmp_path / "da"))
+    with Outbox(tmp_path / "replica2-outbox.sqlite") as empty:  # another replica's: no copy
+        got = stream_receipt_status(index, empty, net.domain, to_hex(s.digest), owner=payer)
+        assert got["state"] == "committed" and got["batch"]["state"] == "committed"
+        assert got["signature"] == to_hex(s.signature)
+        assert got["da_pointer"] == str(Pointer.for_blob("local", b"paid for"))
+        for who in (other, None):
+            if who is None:  # an open API: anyone may read it
+                assert stream_receipt_status(index, empty, net.domain, to_hex(s.digest))
+                continue
+            with pytest.raises(ReceiptNotFoundError):
+                stream_receipt_status(index, empty, net.domain, to_hex(s.digest), owner=who)
+        with pytest.raises(ReceiptNotFoundError):  # never published: unknown everywhere
+            stream_receipt_status(index, empty, net.domain, "0x" + "11" * 32)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from verinfer.da_client.pointer import Pointer
 from verinfer.da_client.sinks import read_jsonl_batches
 from verinfer.ports import free_port
 from verinfer.protocol.hexutil import parse_hex
+from verinfer.receipts.merkle import MerkleProof, verify_proof
 
 pytestmark = [pytest.mark.redis, pytest.mark.process, pytest.mark.loopback]
 
@@ -90,13 +92,16 @@ def test_two_replicas_publish_one_committer_commits_and_no_redis_stops_signing(
     op = tmp_path / "op"
     operator_init(op)
     cfg = json.loads((op / "operator.json").read_text())
-    # local_copy: each replica also keeps its receipts in its outbox (here one file for both)
+    # local_copy: each replica also keeps its receipts in its own outbox
     cfg["stream"] = {"redis_url": stream_redis.url, "call_deadline_s": 0.5, "local_copy": True}
     cfg["backpressure"] = {"check_interval_s": 0.2}
+    cfg["da"]["local_store"] = str(op / "da")  # the one DA store the replicas read back
     (op / "operator.json").write_text(json.dumps(cfg))
+    op2 = tmp_path / "op2"  # replica 2: the same operator.json and keystore, its own outbox
+    shutil.copytree(op, op2)
     ids: list[str] = []
     with launched_server(tiny_path, "--operator-dir", str(op)) as s1, \
-            launched_server(tiny_path, "--operator-dir", str(op)) as s2, \
+            launched_server(tiny_path, "--operator-dir", str(op2)) as s2, \
             httpx.Client(timeout=60) as c:
         for i in range(12):
             base = (s1, s2)[i % 2].base
@@ -110,8 +115,22 @@ def test_two_replicas_publish_one_committer_commits_and_no_redis_stops_signing(
         assert not (op / "batches.jsonl").exists()
         stream = f"verinfer:operator:{{{v['operator'].lower()}}}:receipts"
         assert redis.Redis(port=stream_redis.port).xlen(stream) == 18
+        # before its batch: the replica that signed it has its local copy, the other none
+        assert c.get(f"{s1.base}/v1/receipts/{ids[0]}").json()["state"] == "queued"
+        assert c.get(f"{s2.base}/v1/receipts/{ids[0]}").status_code == 404
         assert _commit_once(op) == 18  # the committer takes all 18, from both replicas
         assert redis.Redis(port=stream_redis.port).xlen(stream) == 0
+        # after: any replica answers any replica's receipt from the committer's records
+        roots = {b["batchRoot"] for b in read_jsonl_batches(op / "batches.jsonl")}
+        for rid, s in ((ids[0], s2), (ids[1], s1)):
+            got = c.get(f"{s.base}/v1/receipts/{rid}").json()
+            assert (got["receipt_id"], got["state"]) == (rid, "committed"), got
+            b = got["batch"]
+            assert b["root"] in roots and b["state"] == "committed"
+            proof = MerkleProof(b["proof"]["index"], tuple(parse_hex(x, 32, "sibling") for x
+                                                           in b["proof"]["siblings"]),
+                                b["proof"]["leaf_count"])
+            assert verify_proof(parse_hex(rid, 32, "id"), proof, parse_hex(b["root"], 32, "r"))
 
         stream_redis.stop()  # Redis down: both replicas stop signing
         for s in (s1, s2):
@@ -139,8 +158,12 @@ def test_two_replicas_publish_one_committer_commits_and_no_redis_stops_signing(
                         capture_output=True, text=True, timeout=60)
     assert st.returncode == 0, st.stderr
     status = json.loads(st.stdout)
-    # the local copies: every receipt, and never a batch from them (nothing twice)
-    assert status["entries"]["queued"] == 20 and sum(status["batches"].values()) == 0
+    st2 = json.loads(subprocess.run([sys.executable, "-m", "verinfer", "operator", "status",
+                                     str(op2)], capture_output=True, text=True,
+                                    timeout=60).stdout)
+    # the local copies: each replica's own receipts, never a batch from them (nothing twice)
+    assert (status["entries"]["queued"], st2["entries"]["queued"]) == (7, 13)
+    assert sum(status["batches"].values()) + sum(st2["batches"].values()) == 0
     rs = status["receipt_stream"]
     assert (rs["entries"], rs["open_batches"], rs["lease_holder"]) == (0, 0, None)
     assert rs["committed_batches"] >= 1 and rs["rejected"] == 0

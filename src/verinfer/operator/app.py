@@ -31,6 +31,7 @@ from verinfer.httpserve import REFUSED, BodyGuard, ServeLimits
 from verinfer.operator.budget import Reservation, TokenBudget
 from verinfer.operator.chat.protocol import ChatCompletionRequest, ChatCompletionResponse
 from verinfer.operator.chat.serving import ServingChat
+from verinfer.operator.committer import StreamBatchIndex
 from verinfer.operator.completions.protocol import Completion, CompletionRequest
 from verinfer.operator.completions.serving import ServingCompletions
 from verinfer.operator.errors import error_payload, error_response, install_error_handlers
@@ -39,7 +40,7 @@ from verinfer.operator.generation import Finalizer, Job, unless_client_leaves
 from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelCard, ModelList
 from verinfer.operator.readiness import Readiness
-from verinfer.operator.receipts_api import receipt_status
+from verinfer.operator.receipts_api import receipt_status, stream_receipt_status
 from verinfer.operator.security import ApiKeys, AuthThrottle, RateLimiter
 from verinfer.protocol import limits
 from verinfer.protocol.hexutil import to_hex
@@ -92,6 +93,9 @@ class ServerConfig:
     # The unpublished-claim responder's totals (operator/claims.py: ClaimResponder.counts),
     # exported in /metrics; None: no chain, no claims.
     claim_counts: Callable[[], Any] | None = None
+    # Stream mode (serving replicas, docs/deploy.md §6): GET /v1/receipts answers from the
+    # committer's batch records, whichever replica signed the receipt; None: the outbox.
+    receipt_index: StreamBatchIndex | None = None
 
 
 class _SentBytes:
@@ -486,6 +490,10 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         # With API keys, a receipt's status is the paying key's business only (its state
         # tells who is using the service and when); without keys the API is open anyway.
         owner = request.state.key_digest if keys.enabled else None
+        if cfg.receipt_index is not None:
+            return await asyncio.to_thread(stream_receipt_status, cfg.receipt_index,
+                                           evidence.outbox, evidence.domain, receipt_id,
+                                           owner=owner)
         return await asyncio.to_thread(receipt_status, evidence.outbox, evidence.domain,
                                        receipt_id, owner=owner)
 

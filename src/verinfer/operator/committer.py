@@ -603,6 +603,13 @@ class StreamBatchIndex:
             return ("unbatched", None, None)
         return ("batched", None, self._handle(bytes.fromhex(_text(raw))))
 
+    def owner(self, receipt_digest: bytes) -> bytes | None:
+        """sha256 of the API key that paid for the receipt, as its replica recorded it (None:
+        open API, or not recorded)."""
+        key = self.keys.owner(receipt_digest)
+        raw = self.redis.call("receipt owner", lambda c: c.get(key))
+        return bytes(raw) if raw else None
+
     def _handle(self, root: bytes) -> int:
         with self._lock:
             if root in self._ids:

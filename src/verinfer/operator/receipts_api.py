@@ -7,11 +7,13 @@ receipt's Merkle inclusion proof — everything a watcher needs to open a challe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from verinfer.da_client.manifest import inclusion_proof
-from verinfer.da_client.outbox import Outbox
+from verinfer.da_client.manifest import inclusion_proof, parse_manifest
+from verinfer.da_client.outbox import BatchRow, Outbox
 from verinfer.errors import InvalidRequestError, ModelNotFoundError
+from verinfer.operator.committer import StreamBatchIndex
 from verinfer.protocol.hexutil import HexFormatError, parse_hex, to_hex
 from verinfer.receipts.eip712 import Domain
 from verinfer.receipts.signed import SignedReceipt
@@ -42,17 +44,45 @@ def receipt_status(outbox: Outbox, domain: Domain, receipt_id: str, *,
     if raw is None or state is None:
         raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
                                    param="receipt_id")
-    signed = SignedReceipt.from_bytes(raw)
     entry_state, pointer, batch_id = state
+    batch = outbox.batch(batch_id) if batch_id is not None else None
+    return _answer(digest, SignedReceipt.from_bytes(raw), entry_state, pointer, batch, domain)
+
+
+def stream_receipt_status(index: StreamBatchIndex, outbox: Outbox, domain: Domain,
+                          receipt_id: str, *, owner: bytes | None = None) -> dict[str, Any]:
+    """The same answer on a serving replica in stream mode (docs/deploy.md §6), whichever
+    replica signed the receipt: once the committer has batched it, from its records (the batch
+    root in Redis, the manifest with the receipt, signature and ciphertext pointer on DA);
+    before that, from this replica's local copy if it keeps one (state ``queued``: in the
+    stream, waiting for the committer). ``owner`` as in :func:`receipt_status`, read from the
+    stream's record of the paying key."""
+    digest = parse_receipt_id(receipt_id)
+    if owner is not None and index.owner(digest) != owner:
+        raise ReceiptNotFoundError(f"no receipt {receipt_id} was issued by this operator",
+                                   param="receipt_id")
+    state, _, batch_id = index.entry_state(digest)
+    batch = None if batch_id is None else index.batch(batch_id)
+    if batch is None:  # not batched yet: only a local copy knows it
+        return receipt_status(outbox, domain, receipt_id)
+    manifest = parse_manifest(batch.manifest, domain)
+    found = manifest.entries[manifest.index_of(digest)]
+    if batch.state != "committed":  # "open": decided, its manifest on DA, the commit to come
+        batch = replace(batch, state="published")
+    return _answer(digest, found.signed, "committed" if batch.state == "committed" else state,
+                   str(found.ciphertext), batch, domain)
+
+
+def _answer(digest: bytes, signed: SignedReceipt, state: str, pointer: str | None,
+            batch: BatchRow | None, domain: Domain) -> dict[str, Any]:
     out: dict[str, Any] = {
         "receipt_id": to_hex(digest),
         "receipt": signed.receipt.as_typed_data(signed.domain),
         "signature": to_hex(signed.signature),
-        "state": entry_state,
+        "state": state,
         "da_pointer": pointer,
         "batch": None,
     }
-    batch = outbox.batch(batch_id) if batch_id is not None else None
     if batch is not None:
         proof = inclusion_proof(batch.manifest, digest, domain)
         out["batch"] = {

@@ -53,6 +53,7 @@ from verinfer.receipts.epoch_keys import load_public_key
 
 if TYPE_CHECKING:
     from verinfer.operator.claims import ClaimResponder
+    from verinfer.operator.committer import StreamBatchIndex
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,8 @@ class OperatorRuntime:
     unsafe: list[str] = field(default_factory=list)
     selftest: SelfTestGate | None = None
     claims: ClaimResponder | None = None  # with a chain: answers unpublished claims
+    # stream mode: where the committer batched each receipt (GET /v1/receipts on any replica)
+    receipt_index: StreamBatchIndex | None = None
 
     def close(self, drain_timeout_s: float = 10.0) -> None:
         if self.monitors is not None:
@@ -351,10 +354,13 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
     outbox = Outbox(cfg.rel(cfg.outbox), now=clock)
     publisher: Publisher | None = None
     record = None
+    receipt_index = None
     if cfg.stream is not None:  # a serving replica: receipts go to the committer's stream
+        from verinfer.operator.committer import StreamBatchIndex
         from verinfer.operator.stream import StreamMonitor, StreamRecorder, open_stream
 
         stream = open_stream(cfg, now=clock)
+        receipt_index = StreamBatchIndex(stream.redis, stream.keys, da)
         record = StreamRecorder(stream, readiness, local_copy=(
             (lambda items, owner: outbox.enqueue_many(items, owner=owner))
             if cfg.stream.local_copy else None)).record
@@ -387,7 +393,7 @@ def build_runtime(cfg: OperatorConfig, engine: Engine | Sequence[Engine], *,
             outbox=outbox, state_dir=cfg.root)
     runtime = OperatorRuntime(evidence, None if publisher is None else publisher.start(),
                               outbox, da, readiness, None,
-                              unsafe_reasons(cfg))
+                              unsafe_reasons(cfg), receipt_index=receipt_index)
     runtime.monitors = monitors.start()
     if claims is not None:
         runtime.claims = claims.start()

@@ -234,6 +234,7 @@ def serve(
             max_request_tokens=max_request_tokens,
             max_queued_tokens=max_queued_tokens,
             claim_counts=runtime.claims.counts if runtime and runtime.claims else None,
+            receipt_index=runtime.receipt_index if runtime else None,
         )
         serve_app(create_app(engines, None, config), host, port, limits,
                   trusted_proxies=trusted_proxy or ())

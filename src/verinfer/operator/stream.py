@@ -53,6 +53,8 @@ DEFAULT_PREFIX = "verinfer:operator:"
 #: receipts: at most n choices for each of its prompts.
 DEFAULT_CALL_DEADLINE_S = 2.0
 DEFAULT_MAX_BACKLOG = 100_000
+#: How long the paying key of a receipt is kept (as the receipt's batch assignment: 14 days).
+DEFAULT_OWNER_RETENTION_S = 14 * 24 * 3600
 MAX_ENTRIES_PER_PUBLISH = MAX_CHOICES * MAX_PROMPTS
 
 
@@ -109,6 +111,9 @@ class StreamKeys:
     def receipt(self, digest: bytes) -> str:
         return self.base + "r:" + digest.hex()
 
+    def owner(self, digest: bytes) -> str:
+        return self.base + "o:" + digest.hex()
+
     def batch(self, root: bytes) -> str:
         return self.base + "batch:" + root.hex()
 
@@ -155,14 +160,17 @@ class BoundedRedis:
         self.client.close()
 
 
-# KEYS[1] the stream; ARGV[1] the backlog budget, ARGV[2] the replica, then (receipt,
-# ciphertext) pairs. All entries of one response or none; refused (0) at the budget.
+# KEYS[1] the stream, KEYS[2..] the receipts' owner keys (with an owner); ARGV[1] the backlog
+# budget, ARGV[2] the replica, ARGV[3] the owner (sha256 of the paying API key) or "",
+# ARGV[4] its retention s, then (receipt, ciphertext) pairs. All entries of one response or
+# none; refused (0) at the budget.
 _PUBLISH = """
-if redis.call('XLEN', KEYS[1]) + (#ARGV - 2) / 2 > tonumber(ARGV[1]) then return 0 end
+if redis.call('XLEN', KEYS[1]) + (#ARGV - 4) / 2 > tonumber(ARGV[1]) then return 0 end
 local ids = {}
-for i = 3, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'r', ARGV[i], 'c', ARGV[i + 1], 's', ARGV[2])
 end
+for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[3], 'EX', ARGV[4]) end
 return ids
 """
 
@@ -178,25 +186,37 @@ class ReceiptStream:
 
     def __init__(self, redis_client: BoundedRedis, keys: StreamKeys, *, replica: str,
                  max_backlog: int = DEFAULT_MAX_BACKLOG,
+                 owner_retention_s: int = DEFAULT_OWNER_RETENTION_S,
                  now: Callable[[], float] = time.time) -> None:
         if max_backlog < 1:
             raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
         self.redis, self.keys, self.replica = redis_client, keys, replica
-        self.max_backlog, self.now = max_backlog, now
+        self.max_backlog, self.owner_retention_s, self.now = (max_backlog, owner_retention_s,
+                                                              now)
         self._publish = redis_client.script(_PUBLISH)
 
-    def publish(self, items: Sequence[tuple[bytes, bytes]]) -> list[str]:
+    def publish(self, items: Sequence[tuple[bytes, bytes]], *,
+                owner: tuple[bytes, Sequence[bytes]] | None = None) -> list[str]:
         """Add (signed receipt bytes, ciphertext) entries, all or none; returns their stream
-        ids. Raises ReceiptStreamFullError at the backlog budget, ReceiptStreamError when
-        Redis fails or is slow (nothing the caller may promise was recorded)."""
+        ids. ``owner``: (sha256 of the paying API key, the receipts' digests): recorded with
+        them, for ``GET /v1/receipts`` on any replica. Raises ReceiptStreamFullError at the
+        backlog budget, ReceiptStreamError when Redis fails or is slow (nothing the caller may
+        promise was recorded)."""
         if not 0 < len(items) <= MAX_ENTRIES_PER_PUBLISH:
             raise ValueError(f"one publish takes 1..{MAX_ENTRIES_PER_PUBLISH} entries, "
                              f"got {len(items)}")
-        args: list[bytes | str | int] = [self.max_backlog, self.replica]
+        keys = [self.keys.stream]
+        who: bytes = b""
+        if owner is not None:
+            who, digests = owner
+            if len(digests) != len(items):
+                raise ValueError(f"{len(digests)} digests for {len(items)} entries")
+            keys += [self.keys.owner(d) for d in digests]
+        args: list[bytes | str | int] = [self.max_backlog, self.replica, who,
+                                         self.owner_retention_s]
         for receipt, blob in items:
             args += [receipt, blob]
-        ids = self.redis.call("publish", lambda _c: self._publish(keys=[self.keys.stream],
-                                                                    args=args))
+        ids = self.redis.call("publish", lambda _c: self._publish(keys=keys, args=args))
         if ids == 0:
             raise ReceiptStreamFullError(
                 f"the receipt stream holds {self.max_backlog} receipts not yet committed (is "
@@ -296,7 +316,8 @@ class StreamRecorder:
     def record(self, items: Sequence[tuple[bytes, bytes, bytes]], owner: bytes | None) -> None:
         """``items``: (digest, signed receipt bytes, ciphertext) of one response."""
         try:
-            self.stream.publish([(receipt, blob) for _, receipt, blob in items])
+            self.stream.publish([(receipt, blob) for _, receipt, blob in items],
+                                owner=None if owner is None else (owner, [d for d, _, _ in items]))
         except ReceiptStreamError as e:
             self.readiness.block(StreamMonitor.NAME, e.message, e.retry_after)
             raise

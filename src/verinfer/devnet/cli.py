@@ -27,7 +27,8 @@ def up(
     model: Annotated[list[str] | None, typer.Option(
         help="A model the operator serves and the verifiers judge: a file or a name "
              "(gemma3-270m, smollm2-135m-instruct); repeat for several, the first is the "
-             "default (default: the tiny test model).")] = None,
+             "default (default, or `tiny` alone: the tiny test model, fast to load, its "
+             "answers noise; `devnet demo` serves the two shipped models).")] = None,
     verifiers: Annotated[int, typer.Option()] = 4,
     redis_url: Annotated[str, typer.Option()] = "redis://127.0.0.1:6379/0",
     operator_port: Annotated[int, typer.Option()] = 0,
@@ -48,6 +49,8 @@ def up(
     from verinfer.errors import VerinferError
 
     wanted = list(model or [])
+    if wanted == ["tiny"]:
+        wanted = []  # start() writes the tiny test model
     try:
         state = start(directory, wanted[0] if wanted else None, verifiers, redis_url,
                       operator_port, publish_log_heads_s=publish_log_heads_s,

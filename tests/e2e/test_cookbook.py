@@ -28,6 +28,18 @@ def test_extractor_reads_fences_and_no_run_marks() -> None:
     assert blocks[0].code == "echo a\n"
 
 
+def test_a_reader_sets_every_variable_the_blocks_read() -> None:
+    """The page's own blocks (shown, not run: the fixture sets the same variables) set every
+    variable of its table for a reader on the devnet (issue 38: SERVED_MODEL was never set,
+    RECEIPT_ID, RESPONSE_FILE and APP_KEY had to be guessed); only the escalation example's
+    tampered receipt comes from elsewhere (the page says from where)."""
+    text = COOKBOOK.read_text()
+    stated = set(re.findall(r"^\| `([A-Z_]+)` \|", text, re.M))
+    set_by_reader = {v for b in code_blocks(text) if b.lang == "sh" and not b.run
+                     for v in re.findall(r"(?:^|\s)([A-Z_]+)=", b.code, re.M)}
+    assert stated - set_by_reader == {"TAMPERED_RECEIPT"}, stated - set_by_reader
+
+
 def test_every_cookbook_block_runs_against_the_devnet(net: AuditNet, tmp_path: Path) -> None:
     text = COOKBOOK.read_text()
     blocks = code_blocks(text)

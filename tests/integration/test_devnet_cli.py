@@ -146,3 +146,29 @@ def test_down_stops_its_processes_and_deletes_its_redis_keys(tmp_path: Path,
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_app_key_is_the_epoch_key_an_auditor_needs(tmp_path: Path) -> None:
+    """`verinfer devnet app-key` (issue 38: only a test helper knew how to get `APP_KEY` for
+    docs/cookbook.md): rebuilt from t of the devnet's key shares, its public key is the
+    epoch's."""
+    from verinfer.attestation.quotes import measurement
+    from verinfer.auditor.material import load_app_key
+    from verinfer.kms.epochs import FileEpochRegistry
+    from verinfer.kms.local_cluster import provision
+    from verinfer.receipts.epoch_keys import EnvelopeSuite
+
+    kms = tmp_path / "kms"
+    provision(kms, epoch=1, threshold=3, shares=5,
+              measurements=[measurement("devnet", "code", "fp")],
+              suite=EnvelopeSuite.P256.value, unsafe_single_tree=True)
+    (tmp_path / "devnet.json").write_text(json.dumps({"pids": {}, "kms": {"root": str(kms)}}))
+    out = devnet("app-key", "--dir", str(tmp_path), "--out", str(tmp_path / "app-key.json"))
+    assert out.returncode == 0, (out.stdout, out.stderr[-2000:])
+    key = load_app_key(tmp_path / "app-key.json")
+    rec = FileEpochRegistry(kms / "epochs.json").get(1)
+    assert key.key_epoch == 1
+    assert key.key.public_key().to_bytes() == rec.public_key_bytes
+    assert (tmp_path / "app-key.json").stat().st_mode & 0o777 == 0o600
+    out = devnet("app-key", "--dir", str(tmp_path / "none"))
+    assert out.returncode == 2 and "verinfer devnet up" in squash(out.stderr)

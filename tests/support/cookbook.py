@@ -10,8 +10,9 @@ request body). Each receipt is saved as a JSON file an auditor
 could have been handed.
 
 The app key: the devnet's KMS keeps every sealed share and every seal key in one tree
-(``provision(..., unsafe_single_tree=True)``), so a test can rebuild the epoch secret from t
-shares — which no real deployment allows — and hand it to the auditor as "the app key".
+(``provision(..., unsafe_single_tree=True)``), so the epoch secret can be rebuilt from t
+shares — which no real deployment allows — and handed to the auditor as "the app key"
+(``verinfer.devnet.app_key``, the same as `verinfer devnet app-key`).
 
 Why an extractor of our own rather than pytest-markdown-docs or pytest-examples: both run
 Python blocks only (the cookbook is mostly shell), neither runs blocks in document order with
@@ -35,34 +36,12 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
+from verinfer.devnet.app_key import unsafe_devnet_app_key
+
 ROOT = Path(__file__).resolve().parents[2]
 VI = [sys.executable, "-m", "verinfer"]
 #: ~190 KB of brackets: what killed parsers before the bounded parser
 BOMB = b"[" * 95_000 + b"]" * 95_000
-
-
-# ---- the app key (devnet only) --------------------------------------------------------------
-def unsafe_devnet_app_key(kms_root: Path, out: Path, epoch: int = 1) -> Path:
-    """Rebuilds epoch ``epoch``'s secret from t sealed shares of the devnet's single-tree KMS
-    and writes it as an auditor's app key file."""
-    from verinfer.auditor.material import write_app_key
-    from verinfer.kms.epochs import FileEpochRegistry
-    from verinfer.kms.keygen import shard_dir, share_label, share_path
-    from verinfer.kms.local_cluster import ClusterLayout
-    from verinfer.kms.sealing import load_seal_key, read_sealed
-    from verinfer.kms.tdh import N, lagrange_at_zero
-
-    rec = FileEpochRegistry(kms_root / "epochs.json").get(epoch)
-    lay = ClusterLayout(kms_root, rec.shares)
-    use = list(range(1, rec.threshold + 1))
-    lam = lagrange_at_zero(use)
-    secret = 0
-    for i in use:
-        share = read_sealed(share_path(shard_dir(kms_root, i), epoch),
-                            load_seal_key(lay.seal_key_file(i)), share_label(epoch, i))
-        secret = (secret + lam[i] * int.from_bytes(share, "big")) % N
-    write_app_key(out, rec.suite, secret.to_bytes(32, "big"), epoch)
-    return out
 
 
 # ---- the devnet -------------------------------------------------------------------------------

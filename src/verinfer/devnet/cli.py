@@ -11,7 +11,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from verinfer.devnet.lifecycle import STATE, DevnetStartError, start, status_of, stop
+from verinfer.devnet.lifecycle import (
+    STATE,
+    DevnetStartError,
+    load_state,
+    start,
+    status_of,
+    stop,
+)
 from verinfer.testing.chain_clock import TimeTravelChallenger, run_draw_miner
 from verinfer.verifier.challenge_cli import open_command
 from verinfer.verifier.cli_common import DEPLOYMENT_OPT, RPC_OPT, wire
@@ -98,6 +105,28 @@ def down(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) ->
     """Stop every process this devnet started (by pid), delete its Redis keys and remove
     devnet.json."""
     stop(directory)
+
+
+@app.command("app-key")
+def app_key(
+    directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet"),
+    out: Annotated[Path, typer.Option(help="Where to write the key file (0600).")]
+    = Path("app-key.json"),
+    epoch: Annotated[int, typer.Option(help="Key epoch.")] = 1,
+) -> None:
+    """Devnet only: write the app key `verinfer reproduce --app-key` takes, rebuilt from this
+    devnet's key shares (all on one disk here; in a real deployment the app owner holds it)."""
+    from verinfer.devnet.app_key import unsafe_devnet_app_key
+    from verinfer.errors import VerinferError
+
+    try:
+        root = Path(load_state(directory)["kms"]["root"])
+        unsafe_devnet_app_key(root, out, epoch)
+    except (VerinferError, KeyError, OSError) as e:
+        why = e.message if isinstance(e, VerinferError) else f"{type(e).__name__}: {e}"
+        console.print(f"[red]error[/red]: {why}")
+        raise typer.Exit(2) from e
+    console.print(f"app key of epoch {epoch} written to {out}")
 
 
 @app.command()

@@ -9,6 +9,7 @@ tests/unit/test_tool_calling.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Iterator
@@ -182,3 +183,19 @@ def test_legacy_functions_are_refused_by_name(client: OpenAI) -> None:
                                        functions=[WEATHER["function"]])
     assert e.value.body["param"] == "functions"  # type: ignore[index]
     assert "tools" in e.value.body["message"]  # type: ignore[index]
+
+
+def test_async_client_gets_the_same_call(client: OpenAI, server: str) -> None:
+    kw: Any = {"model": "tiny", "messages": ASK, "tools": [WEATHER], "seed": 11,
+               "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 100,
+               "temperature": 0.6}
+
+    async def ask() -> Any:
+        async with openai.AsyncOpenAI(base_url=server + "/v1", api_key="unused",
+                                      max_retries=0) as ac:
+            return await ac.chat.completions.create(**kw)
+
+    got = asyncio.run(ask()).choices[0]
+    want = client.chat.completions.create(**kw).choices[0]
+    assert got.finish_reason == want.finish_reason == "tool_calls"
+    assert got.message.tool_calls == want.message.tool_calls  # ids derive from the request

@@ -67,6 +67,25 @@ def test_up_without_redis_names_scripts_ensure_redis_and_starts_nothing(tmp_path
     assert "does not answer" in out.stderr and "scripts/ensure-redis" in squash(out.stderr)
     assert not (tmp_path / "devnet.json").exists() and not (tmp_path / "logs").exists()
     assert time.monotonic() - t0 < 60  # said at once, not after anvil and a deployment
+    # its first line comes before the heavy libraries load (issue 38: the demo said nothing
+    # for 21 s)
+    assert "loading the devnet's libraries" in out.stderr.splitlines()[0]
+
+
+def test_the_devnet_cli_loads_without_the_heavy_libraries() -> None:
+    """`verinfer devnet …` imports torch, web3 and the engine inside a command, after its
+    first line (before: 9-21 s of imports under load before `up` or `demo` printed anything);
+    `devnet challenge` and `mine-draws` still get their arguments."""
+    probe = subprocess.run([sys.executable, "-c", (
+        "import sys, verinfer.devnet.cli; print(sorted(m for m in ('torch', 'web3', 'openai', "
+        "'verinfer.engine.engine', 'verinfer.devnet.lifecycle') if m in sys.modules))")],
+        capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0 and probe.stdout.strip() == "[]", (probe.stdout, probe.stderr)
+    out = devnet("challenge", "--help")
+    assert out.returncode == 0 and "Usage: verinfer devnet challenge" in out.stdout
+    assert "--da-store" in out.stdout and "--no-wait" in out.stdout
+    out = devnet("challenge")
+    assert out.returncode == 2 and "Missing argument" in out.stderr
 
 
 def test_up_with_the_operator_port_taken_says_so(tmp_path: Path, r: redis.Redis) -> None:

@@ -1,5 +1,8 @@
-"""`verinfer devnet up|down|status|demo`: the arguments; the steps are devnet/lifecycle.py
-(start, stop) and devnet/demo.py."""
+"""`verinfer devnet up|status|down|app-key|demo|challenge`: the arguments; the steps are
+devnet/lifecycle.py (start, stop, status), devnet/demo.py and devnet/clock_cli.py (challenge,
+mine-draws). Light to import: the heavy libraries (torch, web3, the engine) load inside a
+command, after its first progress line, so `devnet up` and `devnet demo` say something at
+once."""
 
 from __future__ import annotations
 
@@ -11,21 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from verinfer.devnet.lifecycle import (
-    STATE,
-    DevnetStartError,
-    load_state,
-    start,
-    status_of,
-    stop,
-)
-from verinfer.testing.chain_clock import TimeTravelChallenger, run_draw_miner
-from verinfer.verifier.challenge_cli import open_command
-from verinfer.verifier.cli_common import DEPLOYMENT_OPT, RPC_OPT, wire
+from verinfer.devnet.progress import Steps
 
 app = typer.Typer(help="Local network: anvil, contracts, KMS, DA, operator, verifiers.",
                   no_args_is_help=True)
 console = Console(stderr=True)
+LOADING = "loading the devnet's libraries (torch, web3, the engine)"
+#: a command another module defines, handed every argument as given (``--help`` too)
+_FORWARD = {"ignore_unknown_options": True, "allow_extra_args": True}
 
 
 @app.command()
@@ -53,8 +49,10 @@ def up(
 ) -> None:
     """Start everything and write <dir>/devnet.json (exit 2, saying what to run, when this
     machine lacks a set-up step, Redis, or a free --operator-port)."""
-    from verinfer.errors import VerinferError
-
+    steps = Steps(console)
+    with steps.step(LOADING):
+        from verinfer.devnet.lifecycle import start
+        from verinfer.errors import VerinferError
     wanted = list(model or [])
     if wanted == ["tiny"]:
         wanted = []  # start() writes the tiny test model
@@ -62,7 +60,7 @@ def up(
         state = start(directory, wanted[0] if wanted else None, verifiers, redis_url,
                       operator_port, publish_log_heads_s=publish_log_heads_s,
                       more_models=wanted[1:], backend=backend,
-                      selftest_reports=selftest_report or ())
+                      selftest_reports=selftest_report or (), steps=steps)
     except VerinferError as e:  # e.g. a named model whose package is not installed
         console.print(f"[red]error[/red]: {e.message}")
         raise typer.Exit(2) from e
@@ -75,6 +73,8 @@ def status(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) 
     """Which processes are alive (a stopped one with the last line of its log), the chain
     head, the operator and explorer URLs; exit 1 when a process or the chain is down, 2 when
     there is no devnet in --dir."""
+    from verinfer.devnet.lifecycle import DevnetStartError, status_of
+
     try:
         st = status_of(directory)
     except DevnetStartError as e:
@@ -104,6 +104,8 @@ def status(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) 
 def down(directory: Annotated[Path, typer.Option("--dir")] = Path(".devnet")) -> None:
     """Stop every process this devnet started (by pid), delete its Redis keys and remove
     devnet.json."""
+    from verinfer.devnet.lifecycle import stop
+
     stop(directory)
 
 
@@ -117,6 +119,7 @@ def app_key(
     """Devnet only: write the app key `verinfer reproduce --app-key` takes, rebuilt from this
     devnet's key shares (all on one disk here; in a real deployment the app owner holds it)."""
     from verinfer.devnet.app_key import unsafe_devnet_app_key
+    from verinfer.devnet.lifecycle import load_state
     from verinfer.errors import VerinferError
 
     try:
@@ -134,19 +137,24 @@ def demo(
     directory: Annotated[Path | None, typer.Option(
         "--dir", help="Where the devnet lives (default: a new temporary directory).")] = None,
     model: Annotated[str | None, typer.Option(
-        help="Model file, or `tiny` for the tiny test model (default: embedded Gemma 3 270M).")]
+        help="Model file, or `tiny` for the tiny test model (default: the two shipped "
+             "models, gemma3-270m for completions and smollm2-135m-instruct for chat).")]
     = None,
     keep: Annotated[bool, typer.Option(help="Leave the devnet running afterwards.")] = False,
     max_tokens: Annotated[int, typer.Option(help="Tokens per answer.")] = 24,
 ) -> None:
     """Up, ask through the openai SDK, verify, wait for the batch, challenge one receipt,
     show the committee's verdict, down."""
-    from verinfer.devnet.demo import run_demo
-    from verinfer.errors import VerinferError
-
     out = Console()
+    out.rule("[bold]verinfer devnet demo")
+    steps = Steps(out)
+    with steps.step(LOADING):
+        from verinfer.devnet.demo import run_demo
+        from verinfer.devnet.lifecycle import STATE
+        from verinfer.errors import VerinferError
     try:
-        res = run_demo(directory, model, keep=keep, max_tokens=max_tokens, console=out)
+        res = run_demo(directory, model, keep=keep, max_tokens=max_tokens, console=out,
+                       steps=steps)
     except VerinferError as e:
         console.print(f"[red]error[/red]: {e.message}")
         raise typer.Exit(1) from e
@@ -162,19 +170,21 @@ def demo(
         raise typer.Exit(1)
 
 
-app.command("challenge", help=(
+@app.command("challenge", context_settings=_FORWARD, add_help_option=False, help=(
     "`verinfer challenge` on the devnet's anvil: mines to the draw block, passes a claim's "
     "deadline at once and skips a voting phase that stalls (anvil only; the service's "
-    "`verinfer challenge` waits for a real chain)."))(open_command(TimeTravelChallenger))
+    "`verinfer challenge` waits for a real chain)."))
+def challenge(ctx: typer.Context) -> None:
+    _forward("challenge", ctx.args)
 
 
-@app.command("mine-draws", hidden=True)
-def mine_draws(
-    rpc_url: Annotated[str, RPC_OPT] = "http://127.0.0.1:8545",
-    deployment: Annotated[Path, DEPLOYMENT_OPT] = Path("deployment.json"),
-    interval_s: Annotated[float, typer.Option()] = 0.25,
-) -> None:
-    """Mine anvil past each challenge's draw block, until stopped (`devnet up` runs it: its
-    verifiers only wait for blocks, and anvil mines only on transactions)."""
-    w = wire(rpc_url, deployment, None, None, None, need_account=False)
-    run_draw_miner(w.view, w.contracts, interval_s=interval_s)
+@app.command("mine-draws", hidden=True, context_settings=_FORWARD, add_help_option=False)
+def mine_draws(ctx: typer.Context) -> None:
+    """Mine anvil past each challenge's draw block, until stopped (`devnet up` runs it)."""
+    _forward("mine-draws", ctx.args)
+
+
+def _forward(name: str, args: list[str]) -> None:
+    from verinfer.devnet.clock_cli import app as clock_app
+
+    typer.main.get_command(clock_app).main(args=[name, *args], prog_name="verinfer devnet")

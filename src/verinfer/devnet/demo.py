@@ -23,7 +23,8 @@ from rich.table import Table
 
 from verinfer.chain.structs import ETHER, Status
 from verinfer.devnet.harness import Devnet, DevnetStateError
-from verinfer.devnet.lifecycle import Steps, start, stop
+from verinfer.devnet.lifecycle import start, stop
+from verinfer.devnet.progress import Steps
 
 #: By default the devnet serves both shipped models: the instruction-tuned SmolLM2 answers
 #: chat, the Gemma 3 270M base model (which continues text well, chats poorly) completions.
@@ -104,7 +105,9 @@ def _answer_panel(i: int, a: Answer, operator: str) -> Panel:
 
 
 def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_tokens: int,
-             console: Console) -> DemoResult:
+             console: Console, steps: Steps | None = None) -> DemoResult:
+    """The demo; progress lines on ``steps`` (default: new ones on ``console``, after a
+    title rule)."""
 
     res = DemoResult()
     d = (directory or Path(tempfile.mkdtemp(prefix="verinfer-devnet-"))).resolve() / "devnet"
@@ -116,11 +119,12 @@ def run_demo(directory: Path | None, model: str | None, *, keep: bool, max_token
         model_path = None  # `devnet up` writes the tiny test model
     else:
         model_path = Path(model)
-    console.rule("[bold]verinfer devnet demo")
+    if steps is None:
+        console.rule("[bold]verinfer devnet demo")
+        steps = Steps(console)
     if (d / "devnet.json").exists():
         raise DevnetStateError(f"a devnet already runs in {d}", param="dir")
     t0 = time.monotonic()
-    steps = Steps(console, t0)
     steps.say(f"bringing the devnet up in {d} (`--keep` leaves it running afterwards, "
               "the explorer with it)")
     try:

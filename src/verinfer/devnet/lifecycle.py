@@ -16,11 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from verinfer.devnet.network import (
     register_verifiers,
     roles,
 )
+from verinfer.devnet.progress import Steps
 from verinfer.engine.backends import EngineChoice
 from verinfer.engine.engine import Engine
 from verinfer.engine.loader import MODEL_NAMES, resolve_model_path, sha256_file
@@ -49,48 +49,12 @@ from verinfer.ports import free_port
 
 console = Console(stderr=True)
 STATE = "devnet.json"
-#: While a step runs, a line at least this often (a spinner says nothing to a log or a pipe).
-HEARTBEAT_S = 5.0
-
-
 class DevnetStartError(VerinferError):
     """The devnet cannot start here: a set-up step not run (anvil, the contracts), Redis not
     answering, a port taken, a devnet already recorded in the directory, or a process that
     did not come up. The message says what to run."""
 
     code = "devnet_start"
-
-
-class Steps:
-    """Progress of a long command: a line per step with the seconds since ``t0``, and while
-    a step runs a line every ``heartbeat_s`` naming it (on a terminal and in a log alike)."""
-
-    def __init__(self, out: Console | None = None, t0: float | None = None,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
-        self.out = out or console
-        self.t0 = time.monotonic() if t0 is None else t0
-        self.heartbeat_s = heartbeat_s
-
-    def say(self, text: str) -> None:
-        self.out.print(f"{time.monotonic() - self.t0:5.0f} s  {text}", highlight=False)
-
-    @contextmanager
-    def step(self, text: str) -> Iterator[None]:
-        self.say(text + "…")
-        started = time.monotonic()
-        done = threading.Event()
-
-        def beat() -> None:
-            while not done.wait(self.heartbeat_s):
-                self.say(f"  still {text} ({time.monotonic() - started:.0f} s)")
-
-        t = threading.Thread(target=beat, name="devnet-steps", daemon=True)
-        t.start()
-        try:
-            yield
-        finally:
-            done.set()
-            t.join()
 
 
 def _port_taken(port: int) -> bool:

@@ -14,7 +14,7 @@ from verinfer.client.keeper import Keeper, KeeperPolicy, KeeperStatus
 from verinfer.client.models import ClientModel
 from verinfer.client.openai_client import AsyncVerifiedOpenAI, Policy, VerifiedOpenAI
 from verinfer.client.receipt_store import ReceiptStore, State
-from verinfer.client.verify import Checked, Received, Verifier
+from verinfer.client.verify import Checked, Received, ReceivedCall, Verifier
 
 __all__ = [
     "CHECKS",
@@ -28,6 +28,7 @@ __all__ = [
     "Policy",
     "ReceiptStore",
     "Received",
+    "ReceivedCall",
     "State",
     "VerificationError",
     "VerificationWarning",

@@ -7,7 +7,8 @@ from verinfer.errors import BadInputError, VerinferError
 #: Every check :class:`~verinfer.client.verify.Verifier` runs, in the order it runs them
 #: (docs/client.md says what each protects against).
 CHECKS = ("format", "chain_id", "contract", "signature", "operator", "issued_at", "model",
-          "fingerprint", "coverage", "key_epoch", "request", "output", "choices", "chain")
+          "fingerprint", "coverage", "key_epoch", "request", "output", "tool_calls", "content",
+          "choices", "chain")
 
 
 class VerificationError(VerinferError):

@@ -27,7 +27,7 @@ from verinfer.client.chain_view import ChainView
 from verinfer.client.errors import ClientConfigError, VerificationError, VerificationWarning
 from verinfer.client.models import ClientModel, model_table
 from verinfer.client.receipt_store import ReceiptStore
-from verinfer.client.verify import Checked, Received, Verifier
+from verinfer.client.verify import Checked, Received, ReceivedCall, Verifier
 from verinfer.protocol.request_rule import Endpoint
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S
 from verinfer.receipts.signed import SignedReceipt
@@ -93,27 +93,64 @@ def _extra(obj: Any) -> dict[str, Any]:
     return getattr(obj, "model_extra", None) or {}
 
 
+def _evidence(choice: Any) -> dict[str, Any]:
+    ev = _extra(choice).get("verinfer")
+    return ev if isinstance(ev, dict) else {}
+
+
 def _tokens(choice: Any) -> tuple[int, ...] | None:
-    ids = _extra(choice).get("verinfer", {}).get("output_token_ids")
+    ids = _evidence(choice).get("output_token_ids")
     return tuple(ids) if isinstance(ids, list) else None
+
+
+def _output_text(choice: Any) -> str | None:
+    """``choices[i].verinfer.output_text``: the text the receipt's text hash covers, given
+    when the message is not the whole output (a tool-call answer)."""
+    text = _evidence(choice).get("output_text")
+    return text if isinstance(text, str) else None
+
+
+def _call(tc: Any) -> ReceivedCall:
+    fn = getattr(tc, "function", None)
+    return ReceivedCall(getattr(tc, "id", None), getattr(tc, "type", None),
+                        getattr(fn, "name", None), getattr(fn, "arguments", None))
 
 
 def _received(endpoint: Endpoint, response: Any) -> tuple[Any, list[Received]]:
     out = []
     for c in sorted(response.choices, key=lambda c: c.index):
-        text = (c.message.content if endpoint == "chat" else c.text) or ""
-        out.append(Received(text, c.finish_reason, _tokens(c)))
+        if endpoint != "chat":
+            out.append(Received(c.text or "", c.finish_reason, _tokens(c)))
+            continue
+        m = c.message
+        out.append(Received(m.content, c.finish_reason, _tokens(c), _output_text(c),
+                            tuple(_call(tc) for tc in m.tool_calls or ()),
+                            getattr(m, "function_call", None), getattr(m, "refusal", None)))
     return _extra(response).get("verification"), out
 
 
+def _join(a: Any, b: Any) -> Any:
+    """A streamed field's fragments as the SDK's stream helper accumulates them: strings
+    concatenated, the first value kept otherwise."""
+    if a is None:
+        return b
+    if isinstance(a, str) and isinstance(b, str):
+        return a + b
+    return a
+
+
 class _Assembler:
-    """A stream's text per choice (deltas concatenated), finish reasons, and the verification
-    object (the last chunk carries it)."""
+    """A stream's message per choice (content deltas concatenated, tool-call deltas joined per
+    index as the SDK accumulates them), finish reasons, the output text of each choice's last
+    chunk, and the verification object (the last chunk carries it)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.parts: dict[int, list[str]] = {}
         self.finish: dict[int, str | None] = {}
+        self.output_text: dict[int, str] = {}
+        self.calls: dict[int, dict[int, list[Any]]] = {}  # choice -> call index -> fields
+        self.legacy: dict[int, tuple[Any, Any]] = {}  # choice -> (function_call, refusal)
         self.verification: Any = None
 
     def add(self, chunk: Any) -> None:
@@ -122,13 +159,40 @@ class _Assembler:
             self.parts.setdefault(c.index, []).append(piece)
             if c.finish_reason is not None:
                 self.finish[c.index] = c.finish_reason
+            text = _output_text(c)
+            if text is not None:
+                self.output_text[c.index] = text
+            if self.endpoint == "chat":
+                self._delta(c.index, c.delta)
         v = _extra(chunk).get("verification")
         if v is not None:
             self.verification = v
 
+    def _delta(self, index: int, delta: Any) -> None:
+        fc, refusal = getattr(delta, "function_call", None), getattr(delta, "refusal", None)
+        if fc is not None or refusal is not None:
+            old = self.legacy.get(index, (None, None))
+            self.legacy[index] = (old[0] or fc, _join(old[1], refusal))
+        calls = self.calls.setdefault(index, {})
+        for tc in getattr(delta, "tool_calls", None) or ():
+            fn = getattr(tc, "function", None)
+            new = [getattr(tc, "id", None), getattr(tc, "type", None),
+                   getattr(fn, "name", None), getattr(fn, "arguments", None)]
+            old = calls.get(tc.index)
+            calls[tc.index] = new if old is None else [_join(a, b) for a, b in zip(old, new,
+                                                                                  strict=True)]
+
     def received(self) -> list[Received]:
-        return [Received("".join(self.parts[i]), self.finish.get(i))
-                for i in sorted(self.parts)]
+        out = []
+        for i in sorted(self.parts):
+            calls = self.calls.get(i, {})
+            listed = tuple(ReceivedCall(*calls[k]) for k in sorted(calls))
+            if sorted(calls) != list(range(len(calls))):  # indexes other than 0..n-1: a call
+                listed += (ReceivedCall(None, None, None, None),)  # no honest answer has
+            fc, refusal = self.legacy.get(i, (None, None))
+            out.append(Received("".join(self.parts[i]), self.finish.get(i), None,
+                                self.output_text.get(i), listed, fc, refusal))
+        return out
 
 
 # ---- the checks and the policy -----------------------------------------------------------------

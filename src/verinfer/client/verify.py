@@ -22,8 +22,16 @@ that failed. The checks, in order (docs/client.md says what each protects agains
 ``request``      reqHash = the hash of the ExecRequest the protocol's request rule
                  (verinfer.protocol.request_rule, imported, not copied) gives for the bytes
                  this client sent, for this choice
-``output``       outHash = the hash of the ExecResult whose text hash is sha256 of the text
-                 received, with the finish reason (and token ids) received
+``output``       outHash = the hash of the ExecResult whose text hash is sha256 of the output
+                 text received (``choices[i].verinfer.output_text`` when the response gives it,
+                 as it does for a tool-call answer; else the content), with the finish reason
+                 (``tool_calls`` exactly when the answer has calls, else the signed ``stop`` /
+                 ``length``: the server's mapping) and token ids received
+``tool_calls``   chat: the message's ``tool_calls`` (ids, names, arguments, order, count) are
+                 what the protocol's reading (verinfer.protocol.tools.choice_message, imported,
+                 not copied) derives from that verified text, the body's tools and reqHash
+``content``      chat: the message's content is what the same reading derives (the text before
+                 the calls, or the whole text); null and empty are the same content
 ``choices``      one receipt per choice received
 ``chain``        a chain read failed: nothing can be decided, so the answer is refused
 """
@@ -44,19 +52,38 @@ from verinfer.errors import VerinferError
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.fields import parse_hex
 from verinfer.protocol.hexutil import to_hex
-from verinfer.protocol.request_rule import MODEL_ID, Endpoint, exec_requests, load_body
+from verinfer.protocol.request_rule import MODEL_ID, Endpoint, RequestPlan, load_body, plan_request
+from verinfer.protocol.tools import choice_message
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import MAX_ISSUED_AT_SKEW_S, Domain, Receipt, recover_signer
 from verinfer.receipts.errors import SignatureError
 
 
 @dataclass(frozen=True)
-class Received:
-    """What the client received for one choice."""
+class ReceivedCall:
+    """One ``message.tool_calls`` entry as received (a stream: its deltas joined per index)."""
 
-    text: str
+    id: str | None
+    type: str | None
+    name: str | None
+    arguments: str | None
+
+
+@dataclass(frozen=True)
+class Received:
+    """What the client received for one choice: ``text`` is the message content (a stream:
+    its deltas joined; None: null), ``output_text`` the choice's ``verinfer.output_text`` (the
+    text the receipt's text hash covers when the message is not the whole output), and
+    ``tool_calls`` the message's calls (None or empty: none). ``function_call`` and
+    ``refusal``: what the message carried in those fields (an honest answer: None)."""
+
+    text: str | None
     finish_reason: str | None
     output_token_ids: tuple[int, ...] | None = None
+    output_text: str | None = None
+    tool_calls: tuple[ReceivedCall, ...] | None = None
+    function_call: object = None
+    refusal: object = None
 
 
 @dataclass(frozen=True)
@@ -104,13 +131,13 @@ class Verifier:
             self.chain.check_chain_id()
         except ChainReadError as e:
             raise VerificationError("chain", e.message) from e
-        honest: dict[tuple[bytes, str], tuple[ExecRequest, ...]] = {}
+        honest: dict[tuple[bytes, str], RequestPlan] = {}
         return [self._choice(k, e, endpoint, body, r, honest)
                 for k, (e, r) in enumerate(zip(entries, received, strict=True))]
 
     # ---- one choice --------------------------------------------------------------------------
     def _choice(self, k: int, v: object, endpoint: Endpoint, body: bytes, got: Received,
-                honest: dict[tuple[bytes, str], tuple[ExecRequest, ...]]) -> Checked:
+                honest: dict[tuple[bytes, str], RequestPlan]) -> Checked:
         rid = v.get("receipt_id") if isinstance(v, Mapping) else None
         rid = rid if isinstance(rid, str) else None
 
@@ -193,12 +220,12 @@ class Verifier:
         key = (model.model_id, req.engine_fingerprint)
         if key not in honest:
             try:
-                honest[key] = exec_requests(body, model.served(req.engine_fingerprint),
-                                            model.prompts, endpoint)
+                honest[key] = plan_request(body, endpoint,
+                                           model.served(req.engine_fingerprint), model.prompts)
             except VerinferError as e:
                 raise fail("request", "an honest server refuses the body this client sent "
                            f"({type(e).__name__}: {e.message})") from None
-        plan = honest[key]
+        plan = honest[key].requests
         if k >= len(plan) or plan[k].hash != receipt.req_hash:
             raise fail("request", f"reqHash {to_hex(receipt.req_hash)} is not the hash of "
                        "the ExecRequest the request rule gives for the body this client sent"
@@ -208,15 +235,50 @@ class Verifier:
         # output
         if res.hash != receipt.out_hash:
             raise fail("output", "the exec_result given does not hash to outHash")
-        if res.text_sha256 != hashlib.sha256(got.text.encode()).digest():
-            raise fail("output", "the text received does not hash to the receipt's text "
-                       "hash (changed after signing, or not what was signed)")
-        if got.finish_reason is not None and got.finish_reason != res.finish_reason:
-            raise fail("output", f"finish_reason {got.finish_reason!r} received, "
-                       f"{res.finish_reason!r} signed")
+        text = got.output_text if got.output_text is not None else (got.text or "")
+        try:
+            text_hash = hashlib.sha256(text.encode()).digest()
+        except UnicodeEncodeError:
+            raise fail("output", "the text received is not valid Unicode") from None
+        if res.text_sha256 != text_hash:
+            raise fail("output", "the " + ("output_text" if got.output_text is not None
+                                           else "text") + " received does not hash to the "
+                       "receipt's text hash (changed after signing, or not what was signed)")
+        finish = res.finish_reason
+        if endpoint == "chat":
+            finish = self._check_message(honest[key], text, receipt.req_hash, got, res, fail)
+        if got.finish_reason is not None and got.finish_reason != finish:
+            raise fail("output", f"finish_reason {got.finish_reason!r} received; the signed "
+                       f"{res.finish_reason!r} answer is served as {finish!r}")
         if got.output_token_ids is not None and got.output_token_ids != res.output_token_ids:
             raise fail("output", "the output token ids received are not the ones signed")
         return Checked(receipt, domain, signature, rid, req, res)
+
+    @staticmethod
+    def _check_message(plan: RequestPlan, text: str, req_hash: bytes, got: Received,
+                       res: ExecResult, fail: Callable[[str, str], VerificationError]) -> str:
+        """The chat message received is the one the protocol's reading derives from the
+        verified output ``text`` (verinfer.protocol.tools.choice_message: content, tool calls
+        with their ids); returns the finish reason an honest server writes for it."""
+        try:
+            content, calls = choice_message(plan.policy.tools, text, req_hash)
+        except (VerinferError, TypeError, ValueError, RecursionError) as e:
+            raise fail("tool_calls", "an honest server cannot read the signed output text "
+                       f"({type(e).__name__}: {e})") from None
+        want = [(c["id"], c["type"], c["function"]["name"], c["function"]["arguments"])
+                for c in calls or ()]
+        have = [(c.id, c.type, c.name, c.arguments) for c in got.tool_calls or ()]
+        if got.function_call is not None:
+            raise fail("tool_calls", "the message carries a legacy function_call, which an "
+                       "honest server never writes")
+        if have != want:
+            raise fail("tool_calls", _calls_difference(have, want))
+        if (got.text or "") != (content or "") or got.refusal is not None:
+            raise fail("content", "the message content is not what the signed output text "
+                       "reads as" + (" (with tool calls)" if want else "")
+                       if got.refusal is None else "the message carries a refusal, which "
+                       "an honest server never writes")
+        return "tool_calls" if want else res.finish_reason
 
     def _check_model_name(self, body: bytes, model: ClientModel,
                           fail: Callable[[str, str], VerificationError]) -> None:
@@ -239,3 +301,18 @@ def _difference(got: ExecRequest, want: ExecRequest) -> str:
 
     names = [f.name for f in fields(ExecRequest) if getattr(got, f.name) != getattr(want, f.name)]
     return "the signed ExecRequest differs in " + (", ".join(names) or "nothing it shows")
+
+
+_CALL_FIELDS = ("id", "type", "name", "arguments")
+
+
+def _calls_difference(have: Sequence[tuple[Any, ...]], want: Sequence[tuple[Any, ...]]) -> str:
+    if len(have) != len(want):
+        return (f"{len(have)} tool call(s) received; the signed output text reads as "
+                f"{len(want)}")
+    for k, (h, w) in enumerate(zip(have, want, strict=True)):
+        for name, a, b in zip(_CALL_FIELDS, h, w, strict=True):
+            if a != b:
+                return (f"tool call {k}: {name} {a!r} received; the signed output text reads "
+                        f"as {b!r}")
+    return "the tool calls differ"  # (not reached: the lists differ somewhere)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis
 import typer
@@ -84,6 +84,24 @@ def _assigner(key_file: Path | None, timeout_s: float
     return sign
 
 
+def _last_id(q: AuditQueue, key: str) -> str:
+    """The stream's last entry id ("0-0" when there is none): what this run reads after."""
+    return str(q.r.xinfo_stream(key)["last-generated-id"]) if q.r.exists(key) else "0-0"
+
+
+def dead_jobs(q: AuditQueue, after: str, wanted: Collection[str]) -> dict[str, str]:
+    """Of ``wanted`` jobs, those the verifiers dead-lettered since entry ``after``, with why
+    (the dead letter's error and the last attempt's, e.g. a KMS refusal)."""
+    rows: Any = q.r.xrange(q.keys.dead, min=f"({after}" if after != "0-0" else "-")
+    out = {}
+    for _, f in rows:
+        job = f.get("job")
+        if job in wanted:
+            last = f.get("last_error") or ""
+            out[job] = f.get("error", "") + (f"; last error: {last}" if last else "")
+    return out
+
+
 def report_problem(rep: SignedAuditReport, job: SignedReceipt,
                    is_verifier: Callable[[str], bool], now: float) -> str | None:
     """Why a report on the stream must not count (None: it counts). The stream is writable by
@@ -141,17 +159,19 @@ def audit(
             picked = sample_receipts(w.view, w.da, sample_rate, rng, from_block)
         q = AuditQueue(redis.Redis.from_url(redis_url, decode_responses=True),
                        StreamKeys(prefix))
-        start = q.r.xinfo_stream(q.keys.reports)["last-generated-id"] \
-            if q.r.exists(q.keys.reports) else "0-0"
+        start = _last_id(q, q.keys.reports)
+        dead_start = _last_id(q, q.keys.dead)
         sign = _assigner(scheduler_key_file, timeout_s)
         jobs = {q.enqueue(s, p, sign(s) if sign else None): s for s, p in picked}
         got: dict[str, SignedAuditReport] = {}
+        failed: dict[str, str] = {}  # job id -> why the verifiers gave it up
         refused: list[str] = []
         with Progress(TextColumn("auditing"), BarColumn(), TextColumn("{task.completed}/"
                       "{task.total}"), TimeElapsedColumn(), console=console) as prog:
             task = prog.add_task("audit", total=len(jobs))
             deadline = time.monotonic() + timeout_s
-            while len(got) < len(jobs) and time.monotonic() < deadline:
+            while len(got) + len(failed) < len(jobs) and time.monotonic() < deadline:
+                failed.update(dead_jobs(q, dead_start, jobs.keys() - got.keys()))
                 for _, rep in q.reports(str(start)):
                     if rep.report.job_id in jobs and rep.report.job_id not in got:
                         problem = report_problem(rep, jobs[rep.report.job_id],
@@ -161,7 +181,7 @@ def audit(
                             refused.append(problem)
                             continue
                         got[rep.report.job_id] = rep
-                prog.update(task, completed=len(got))
+                prog.update(task, completed=len(got) + len(failed))
                 time.sleep(0.2)
         mismatches = [r for r in got.values() if not r.report.verdict.agrees]
         escalated = []
@@ -171,22 +191,41 @@ def audit(
                 kind, cid = ch.open(locate(w.view, w.da, to_hex(rep.report.receipt_digest)))
                 escalated.append({"receipt": to_hex(rep.report.receipt_digest),
                                   kind: cid})
+        missing = len(jobs) - len(got) - len(failed)
         summary = {"sampled": len(jobs), "reported": len(got), "matches": len(got) -
                    len(mismatches), "mismatches": len(mismatches), "escalated": escalated,
-                   "missing": len(jobs) - len(got), "refused": refused}
+                   "failed": [{"job": j, "receipt": to_hex(jobs[j].digest), "error": why}
+                              for j, why in failed.items()],
+                   "missing": missing, "refused": refused}
         if as_json:
             typer.echo(json.dumps(summary))
         else:
             t = Table(title="light audit")
-            for k in ("sampled", "reported", "matches", "mismatches", "missing"):
-                t.add_row(k, str(summary[k]))
+            for k in ("sampled", "reported", "matches", "mismatches", "failed", "missing"):
+                v = summary[k]
+                t.add_row(k, str(len(v) if isinstance(v, list) else v))
             console.print(t)
+            for j, why in failed.items():
+                console.print(f"[red]failed[/red] receipt {to_hex(jobs[j].digest)}: {why}")
+            if missing:
+                console.print(f"[yellow]{missing} job(s) got no report within {timeout_s:g} s"
+                              "[/yellow]: is a verifier running on this Redis and prefix "
+                              f"(`verinfer verifier run --audit-redis-url … --audit-prefix "
+                              f"{prefix}`)?")
             for why in refused:
                 console.print(f"[yellow]refused report[/yellow] {why}")
             for rep in mismatches:
                 console.print(f"[red]mismatch[/red] 0x{rep.report.receipt_digest.hex()} "
                               f"{rep.report.verdict.reason} (auditor {rep.report.auditor})")
+        if scheduler_key_file is None and any("audit_not_assigned" in w
+                                              for w in failed.values()):
+            console.print("the KMS shards open a receipt for a light audit only with the audit "
+                          "scheduler's signed assignment: pass --scheduler-key-file (the key "
+                          "the shards trust as --audit-scheduler; on a devnet "
+                          "<dir>/kms/audit-scheduler.key; docs/kms.md §8)")
         if mismatches and not escalate:
             raise typer.Exit(3)
+        if failed or missing:
+            raise typer.Exit(4)
     except VerinferError as e:
         raise fail(e) from e

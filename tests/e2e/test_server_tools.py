@@ -12,10 +12,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterator
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -23,8 +30,9 @@ from pydantic import BaseModel
 
 from support.receipt_judge import assert_reproduced, epoch_private_key
 from support.receipt_judge import verification as _v
-from support.servers import running_server
+from support.servers import operator_init, running_server
 from support.tool_template import QWEN25_TOOLS_TEMPLATE
+from verinfer.client import ClientModel, VerificationError, VerifiedOpenAI
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.engine.tokenizer.load import tokenizer_from_gguf_fields
 from verinfer.engine.tokenizer.spec import read_gguf_tokenizer_fields
@@ -33,6 +41,7 @@ from verinfer.protocol.request_rule import parse_body
 from verinfer.protocol.tools import call_id, choice_message
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.epoch_keys import EpochPrivateKey
+from verinfer.testing.client_chain import ClientChain, client_chain
 
 WEATHER: Any = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -199,3 +208,109 @@ def test_async_client_gets_the_same_call(client: OpenAI, server: str) -> None:
     want = client.chat.completions.create(**kw).choices[0]
     assert got.finish_reason == want.finish_reason == "tool_calls"
     assert got.message.tool_calls == want.message.tool_calls  # ids derive from the request
+
+
+# ---- the verified client on tool calls (anvil, a staked operator, this module's model) ---------
+@contextmanager
+def _rewriting_proxy(base: str, rewrite: Callable[[dict[str, Any]], None]) -> Iterator[str]:
+    """A loopback front end that forwards each POST to the real server and changes its JSON
+    answer with ``rewrite`` (a proxy, a cache or the operator's own front end tampering);
+    yields its base URL (…/v1)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            sent = self.rfile.read(int(self.headers.get("content-length", "0")))
+            r = httpx.post(base + self.path, content=sent, timeout=120,
+                           headers={"content-type": "application/json"})
+            answer = r.json()
+            rewrite(answer)
+            data = json.dumps(answer).encode()
+            self.send_response(r.status_code)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}/v1"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@dataclass
+class ChainNet:
+    chain: ClientChain
+    base: str
+    model: ClientModel
+
+    def client(self, base: str | None = None, **kw: Any) -> VerifiedOpenAI:
+        return VerifiedOpenAI(base_url=base or self.base + "/v1", api_key="unused",
+                              max_retries=0, models=[self.model], rpc_url=self.chain.node.url,
+                              deployment=self.chain.deployment_file, chain_id=31337, **kw)
+
+
+@pytest.fixture(scope="module")
+def chain_net(tmp_path_factory: pytest.TempPathFactory, tiny_path: Path) -> Iterator[ChainNet]:
+    """anvil with the contracts, an operator staked there serving this module's tool-template
+    model, its model and fingerprint approved."""
+    tmp = tmp_path_factory.mktemp("tools-client")
+    with client_chain(tmp) as chain, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPERATOR_KEY", chain.operator.key.hex())
+        operator_init(tmp / "op", "--private-key-env", "OPERATOR_KEY", "--rpc-url",
+                      chain.node.url, "--deployment", str(chain.deployment_file))
+        with running_server(tiny_path, "--operator-dir", str(tmp / "op"), "--max-context",
+                            "2048", env=dict(os.environ)) as base:
+            health = httpx.get(base + "/health").json()
+            chain.approve(bytes.fromhex(health["model_id"][2:]),
+                          bytes.fromhex(health["engine_fingerprint"]["hash"][2:]))
+            deadline = time.monotonic() + 60
+            while not httpx.get(base + "/health").json()["ready"]:
+                assert time.monotonic() < deadline, httpx.get(base + "/health").json()
+                time.sleep(0.2)
+            yield ChainNet(chain, base, ClientModel.from_gguf(tiny_path, names=["tiny"]))
+
+
+@pytest.mark.anvil
+def test_verified_openai_accepts_an_honest_tool_call_and_refuses_a_tampered_one(
+        chain_net: ChainNet) -> None:
+    kw: Any = {"model": "tiny", "messages": ASK, "tools": [WEATHER, ADD], "seed": 13,
+               "tool_choice": "required", "max_tokens": 100, "temperature": 0.7}
+    client = chain_net.client()
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.tool_calls and c.message.content is None
+    # the same answer streamed (verify_first: checked before the app gets a chunk) and the
+    # named form; each passes
+    streamed = [tc for ch in client.chat.completions.create(**kw, stream=True) if ch.choices
+                for tc in (ch.choices[0].delta.tool_calls or [])]
+    assert [(t.id, t.function.name, t.function.arguments) for t in streamed] == \
+        [(t.id, t.function.name, t.function.arguments) for t in c.message.tool_calls]
+    named = client.chat.completions.create(**{**kw, "tool_choice": {
+        "type": "function", "function": {"name": "add"}}})
+    assert named.choices[0].finish_reason == "tool_calls"
+
+    def args(answer: dict[str, Any]) -> None:
+        fn = answer["choices"][0]["message"]["tool_calls"][0]["function"]
+        fn["arguments"] = fn["arguments"].replace("Paris", "Rome") if "Paris" in \
+            fn["arguments"] else fn["arguments"].replace("Rome", "Paris") if "Rome" in \
+            fn["arguments"] else json.dumps({**json.loads(fn["arguments"]), "x": 1})
+
+    def extra(answer: dict[str, Any]) -> None:
+        calls = answer["choices"][0]["message"]["tool_calls"]
+        calls.append({**calls[0], "id": "call_" + "0" * 24})
+
+    def content(answer: dict[str, Any]) -> None:
+        answer["choices"][0]["message"]["content"] = "Calling it now."
+
+    for tamper, check in ((args, "tool_calls"), (extra, "tool_calls"), (content, "content")):
+        with _rewriting_proxy(chain_net.base, tamper) as url, \
+                pytest.raises(VerificationError) as e:
+            chain_net.client(url).chat.completions.create(**kw)
+        assert e.value.check == check, (tamper.__name__, e.value)

@@ -5,6 +5,8 @@ import { getAddress, recoverTypedDataAddress, type Hex } from "viem";
 import { execRequestHash, execResultHash, sha256Hex, choiceSeed, EXEC_VERSION } from "./canonical.js";
 import { VerificationError } from "./errors.js";
 import { parseJson, type Json } from "./json.js";
+import { choiceMessage, grammarSpec, pyLoads, toolPolicy, ToolRuleError, type PyJson, type ToolPolicy }
+  from "./tools.js";
 
 /** The request rule's defaults (verinfer.protocol.limits; the vector test holds them equal). */
 export const RULE = { DEFAULT_TEMPERATURE: 1.0, DEFAULT_TOP_P: 1.0, DEFAULT_N: 1 } as const;
@@ -43,8 +45,22 @@ export interface Expected {
   now?: () => number;
 }
 
-/** What the app received per choice (a stream: the deltas concatenated). */
-export interface Received { text: string; finishReason?: string | null }
+/** One ``message.tool_calls`` entry as received (a stream: its deltas joined per index). */
+export interface ReceivedCall { id?: unknown; type?: unknown; name?: unknown; arguments?: unknown }
+
+/** What the app received per choice (a stream: the deltas concatenated). ``text``: the message
+ * content (null: none); ``outputText``: the choice's ``verinfer.output_text`` (the text the
+ * receipt's text hash covers when the message is not the whole output: tool calls);
+ * ``toolCalls``: the message's calls; ``functionCall`` / ``refusal``: what the message carried
+ * in those fields (an honest answer: nothing). */
+export interface Received {
+  text: string | null;
+  finishReason?: string | null;
+  outputText?: string | null;
+  toolCalls?: ReceivedCall[] | null;
+  functionCall?: unknown;
+  refusal?: unknown;
+}
 
 export interface Checked {
   choice: number;
@@ -73,15 +89,24 @@ export function endpointOf(body: Obj): "chat" | "completions" | "responses" {
   throw new VerificationError("request", "the body has no messages, prompt or input");
 }
 
-/** Text and finish reason per choice, from a chat/completions/responses JSON response. */
+/** Text, finish reason and (chat) tool calls and output text per choice, from a
+ * chat/completions/responses JSON response. */
 export function receivedOf(response: Obj): Received[] {
   if (Array.isArray(response.choices)) {
     return response.choices.map((c) => {
       const ch = isObj(c) ? c : {};
       const msg = isObj(ch.message) ? ch.message : null;
       const text = msg ? msg.content : ch.text;
-      return { text: typeof text === "string" ? text : "",
-        finishReason: typeof ch.finish_reason === "string" ? ch.finish_reason : null };
+      const ev = isObj(ch.verinfer) ? ch.verinfer : {};
+      const calls = msg && Array.isArray(msg.tool_calls) ? msg.tool_calls.map((tc): ReceivedCall => {
+        const t = isObj(tc) ? tc : {};
+        const fn = isObj(t.function) ? t.function : {};
+        return { id: t.id, type: t.type, name: fn.name, arguments: fn.arguments };
+      }) : null;
+      return { text: typeof text === "string" ? text : msg ? null : "",
+        finishReason: typeof ch.finish_reason === "string" ? ch.finish_reason : null,
+        outputText: typeof ev.output_text === "string" ? ev.output_text : null,
+        toolCalls: calls, functionCall: msg?.function_call ?? null, refusal: msg?.refusal ?? null };
     });
   }
   if (Array.isArray(response.output)) { // Responses API: the output_text parts, in order
@@ -117,19 +142,46 @@ export async function verifyResponse(requestBody: string | object, response: str
     throw new VerificationError("choices", `${got.length} choices received, ${entries.length} verified`);
   }
   const endpoint = endpointOf(body);
+  const tools = endpoint === "chat" ? policyOf(requestBody) : null;
   const n = body.n === undefined ? RULE.DEFAULT_N : body.n;
   if (endpoint !== "responses" && typeof n === "number" && n !== got.length) {
     throw new VerificationError("choices", `the body asked for n=${n}, ${got.length} received`);
   }
   const out: Checked[] = [];
   for (let k = 0; k < entries.length; k++) {
-    out.push(await verifyChoice(k, entries[k], body, endpoint, got[k], expected));
+    out.push(await verifyChoice(k, entries[k], body, endpoint, got[k], expected, tools));
   }
   return out;
 }
 
+/** The body's tool options as the request rule reads them (keys in the body's order when the
+ * body is given as text). */
+function policyOf(requestBody: string | object): ToolPolicy | null {
+  let b: PyJson;
+  try {
+    b = typeof requestBody === "string" ? pyLoads(requestBody) : toPy(requestBody as Json);
+  } catch { throw new VerificationError("request", "the request body is not JSON"); }
+  if (!(b instanceof Map)) throw new VerificationError("request", "the request body is not a JSON object");
+  try {
+    return toolPolicy(b);
+  } catch (e) {
+    if (e instanceof ToolRuleError) {
+      throw new VerificationError("request", `an honest server refuses the body this app sent (${e.param}: ${e.message})`);
+    }
+    throw e;
+  }
+}
+
+/** A parsed JSON value as pyLoads gives it (an integral number: an int). */
+function toPy(v: Json): PyJson {
+  if (typeof v === "number") return Number.isInteger(v) ? BigInt(v) : v;
+  if (Array.isArray(v)) return v.map(toPy);
+  if (isObj(v)) return new Map(Object.entries(v).map(([k, x]) => [k, toPy(x)]));
+  return v as PyJson;
+}
+
 async function verifyChoice(k: number, e: Json, body: Obj, endpoint: string, got: Received,
-  x: Expected): Promise<Checked> {
+  x: Expected, tools: ToolPolicy | null): Promise<Checked> {
   const fail = (check: string, msg: string) => new VerificationError(check, msg, k);
   if (!isObj(e) || !isObj(e.receipt) || !isObj(e.receipt.domain) || !isObj(e.receipt.message)
       || typeof e.signature !== "string" || !isObj(e.exec_request) || !isObj(e.exec_result)) {
@@ -216,19 +268,53 @@ async function verifyChoice(k: number, e: Json, body: Obj, endpoint: string, got
   if (execRequestHash(req) !== String(m.reqHash).toLowerCase()) {
     throw fail("request", "the exec_request given does not hash to the receipt's reqHash");
   }
-  checkBodyFields(body, endpoint, k, req, fail);
+  checkBodyFields(body, endpoint, k, req, fail, tools);
   // output
   if (execResultHash(res) !== String(m.outHash).toLowerCase()) {
     throw fail("output", "the exec_result given does not hash to the receipt's outHash");
   }
-  if (sha256Hex(got.text) !== String(res.text_sha256).toLowerCase()) {
-    throw fail("output", "the text received does not hash to the signed text hash");
+  const text = got.outputText ?? got.text ?? "";
+  if (sha256Hex(text) !== String(res.text_sha256).toLowerCase()) {
+    throw fail("output", `the ${got.outputText == null ? "text" : "output_text"} received does not hash to the signed text hash`);
   }
-  if (got.finishReason != null && got.finishReason !== res.finish_reason) {
-    throw fail("output", `finish_reason ${got.finishReason} received, ${String(res.finish_reason)} signed`);
+  let finish = String(res.finish_reason);
+  if (endpoint === "chat") finish = checkMessage(tools, text, String(m.reqHash), got, finish, fail);
+  if (got.finishReason != null && got.finishReason !== finish) {
+    throw fail("output", `finish_reason ${got.finishReason} received; the signed ${String(res.finish_reason)} answer is served as ${finish}`);
   }
   return { choice: k, receiptId: typeof e.receipt_id === "string" ? e.receipt_id : null, operator,
     reqHash: String(m.reqHash), outHash: String(m.outHash), issuedAt: at, execRequest: req };
+}
+
+/** The chat message received is the one the protocol's reading (tools.ts, Python's
+ * verinfer.protocol.tools.choice_message) derives from the verified output text: its tool calls
+ * (ids, names, arguments, order, count), then its content (null and empty alike). Returns the
+ * finish reason an honest server writes: tool_calls exactly when there are calls. */
+function checkMessage(tools: ToolPolicy | null, text: string, reqHash: string, got: Received,
+  signed: string, fail: (check: string, msg: string) => VerificationError): string {
+  let msg: ReturnType<typeof choiceMessage>;
+  try { msg = choiceMessage(tools, text, reqHash); } catch (e) {
+    throw fail("tool_calls", `an honest server cannot read the signed output text (${(e as Error).message})`);
+  }
+  if (got.functionCall != null) throw fail("tool_calls", "the message carries a legacy function_call, which an honest server never writes");
+  const want = (msg.toolCalls ?? []).map((c) => [c.id, c.type, c.function.name, c.function.arguments]);
+  const have = (got.toolCalls ?? []).map((c) => [c.id, c.type, c.name, c.arguments]);
+  if (have.length !== want.length) {
+    throw fail("tool_calls", `${have.length} tool call(s) received; the signed output text reads as ${want.length}`);
+  }
+  const fields = ["id", "type", "name", "arguments"];
+  for (let i = 0; i < want.length; i++) {
+    for (let j = 0; j < fields.length; j++) {
+      if (have[i][j] !== want[i][j]) {
+        throw fail("tool_calls", `tool call ${i}: ${fields[j]} ${JSON.stringify(have[i][j])} received; the signed output text reads as ${JSON.stringify(want[i][j])}`);
+      }
+    }
+  }
+  if (got.refusal != null) throw fail("content", "the message carries a refusal, which an honest server never writes");
+  if ((got.text ?? "") !== (msg.content ?? "")) {
+    throw fail("content", `the message content is not what the signed output text reads as${want.length ? " (with tool calls)" : ""}`);
+  }
+  return want.length ? "tool_calls" : signed;
 }
 
 function num(v: Json | undefined, dflt: number): number | undefined {
@@ -242,7 +328,7 @@ function num(v: Json | undefined, dflt: number): number | undefined {
  * fingerprint's choice, max_tokens when omitted (context length) and a seed derived from the
  * prompt ids (no body seed), the grammar's compiled hash. */
 export function checkBodyFields(body: Obj, endpoint: string, k: number, req: Obj,
-  fail: (check: string, msg: string) => VerificationError): void {
+  fail: (check: string, msg: string) => VerificationError, tools?: ToolPolicy | null): void {
   const diff: string[] = [];
   const same = (field: string, want: unknown, have: unknown) => {
     if (want !== have) diff.push(`${field} (asked ${String(want)}, signed ${String(have)})`);
@@ -268,8 +354,11 @@ export function checkBodyFields(body: Obj, endpoint: string, k: number, req: Obj
     if (limit !== undefined && limit !== null) same("max_tokens", Number(limit), req.max_tokens);
     same("top_logprobs", body.logprobs === true ? (body.top_logprobs ?? 0) : null, req.top_logprobs);
     const rf = isObj(body.response_format) ? body.response_format : null;
-    const wantsGrammar = rf !== null && rf.type !== "text";
+    // a forced tool call (required, named) is grammar-constrained too (verinfer.protocol.tools)
+    const forced = grammarSpec(tools === undefined ? policyOf(body) : tools);
+    const wantsGrammar = (rf !== null && rf.type !== "text") || forced !== null;
     same("grammar", wantsGrammar, "grammar_spec" in req);
+    if (forced !== null) same("grammar_spec", forced, req.grammar_spec);
     if (rf && rf.type === "json_object") same("grammar_spec", '{"type":"json_object"}', req.grammar_spec);
     if (rf && rf.type === "json_schema" && typeof req.grammar_spec === "string") {
       const js = isObj(rf.json_schema) ? rf.json_schema : {};

@@ -9,8 +9,11 @@ import { hashTypedData, recoverTypedDataAddress, type Hex } from "viem";
 import { choiceSeed, encodeExecRequest, encodeExecResult, execRequestHash, execResultHash,
   EXTENDED_SAMPLER } from "../src/canonical.js";
 import { parseJson, type Json } from "../src/json.js";
-import { DOMAIN_NAME, DOMAIN_VERSION, MAX_ISSUED_AT_SKEW_S, RECEIPT_FIELDS, RECEIPT_TYPE, RULE }
-  from "../src/verify.js";
+import { DOMAIN_NAME, DOMAIN_VERSION, MAX_ISSUED_AT_SKEW_S, RECEIPT_FIELDS, RECEIPT_TYPE, RULE,
+  verifyResponse } from "../src/verify.js";
+import { VerificationError } from "../src/errors.js";
+import { choiceMessage, grammarSpec, MAX_EXACT_FLOAT_INT, MAX_TOOLS, pyLoads, toolPolicy, ToolRuleError,
+  type ToolPolicy } from "../src/tools.js";
 
 const file = fileURLToPath(new URL("../../../../tests/vectors/exec_requests.json", import.meta.url));
 const vectors = parseJson(readFileSync(file, "utf8")) as {
@@ -78,4 +81,99 @@ test("receipts: this package's EIP-712 struct gives Python's digest and recovers
     assert.equal(await recoverTypedDataAddress({ ...td, signature: r.signature } as never), r.signer,
       `receipt ${i}: signer differs`);
   }
+});
+
+// ---- tool calling (verinfer.protocol.tools): the same policies, grammar specs and messages ----
+type ToolBodyVector = { body: string; error?: string; policy?: any; grammar_spec?: string | null };
+type ToolOutputVector = { body: string; req_hash: string; text: string; error?: string;
+  content?: string | null; tool_calls?: any[] | null };
+const toolBodies = (vectors as any).tool_bodies as ToolBodyVector[];
+const toolOutputs = (vectors as any).tool_outputs as ToolOutputVector[];
+
+const policyOf = (text: string) => {
+  const b = pyLoads(text);
+  assert.ok(b instanceof Map);
+  return toolPolicy(b);
+};
+
+test("the tool rule's limits here are Python's", () => {
+  assert.equal(MAX_TOOLS, vectors.rule.MAX_TOOLS);
+  assert.equal(BigInt(MAX_EXACT_FLOAT_INT), BigInt(vectors.rule.MAX_EXACT_FLOAT_INT as bigint));
+});
+
+test("every body's tool policy and forced-call grammar spec equal Python's (or the same refusal)", () => {
+  assert.ok(toolBodies.length >= 25);
+  for (const [i, v] of toolBodies.entries()) {
+    if (v.error !== undefined) {
+      assert.throws(() => policyOf(v.body), (e: unknown) => e instanceof ToolRuleError && e.param === v.error,
+        `body ${i}: Python refuses it with param ${v.error}`);
+      continue;
+    }
+    const p = policyOf(v.body);
+    assert.deepEqual(p, v.policy, `body ${i}: policy differs`);
+    assert.equal(grammarSpec(p), v.grammar_spec, `body ${i}: grammar spec differs`);
+  }
+});
+
+test("every output text reads as Python's message: content, tool_calls, ids (or raises as it does)", () => {
+  assert.ok(toolOutputs.length >= 1000 && toolOutputs.filter((v) => v.tool_calls).length >= 100);
+  const policies = new Map<string, ToolPolicy | null>();
+  for (const [i, v] of toolOutputs.entries()) {
+    if (!policies.has(v.body)) policies.set(v.body, policyOf(v.body));
+    const p = policies.get(v.body)!;
+    if (v.error !== undefined) {
+      assert.throws(() => choiceMessage(p, v.text, v.req_hash), `output ${i}: Python raises ${v.error}`);
+      continue;
+    }
+    const got = choiceMessage(p, v.text, v.req_hash);
+    assert.equal(got.content, v.content, `output ${i}: content differs (${JSON.stringify(v.text)})`);
+    assert.deepEqual(got.toolCalls, v.tool_calls, `output ${i}: tool_calls differ (${JSON.stringify(v.text)})`);
+  }
+});
+
+test("a receipt's tool-call answer: the message derived from output_text passes, a tampered one names its check", async () => {
+  const { privateKeyToAccount } = await import("viem/accounts");
+  const { sha256Hex } = await import("../src/canonical.js");
+  const account = privateKeyToAccount(`0x${"42".repeat(32)}`);
+  const contract = "0x" + "11".repeat(20);
+  const v = toolOutputs.find((o) => o.tool_calls && o.tool_calls.length === 2 && o.content)!;
+  const body = `{"model":"m","messages":[{"role":"user","content":"hi"}],${v.body.slice(1)}`;
+  // an ExecRequest the body's defaults give (no seed, max_tokens or grammar in the body: unchecked)
+  const reqJson: Record<string, Json> = { ...(vectors.exec_requests[1].json as Record<string, Json>),
+    temperature: 1, top_p: 1, top_k: 0, stop: [], ignore_eos: false, prompt_commitments: null,
+    top_logprobs: null };
+  const resJson: Record<string, Json> = { ...(vectors.exec_results[0].json as Record<string, Json>),
+    finish_reason: "stop", text_sha256: sha256Hex(v.text) };
+  const message = { version: 1, operator: account.address, chainId: 31337n, modelId: reqJson.model_id,
+    engineFingerprintHash: sha256Hex(reqJson.engine_fingerprint as string),
+    reqHash: execRequestHash(reqJson), outHash: execResultHash(resJson), keyEpoch: 1n,
+    ciphertextHash: "0x" + "00".repeat(32), issuedAt: 1_800_000_000n };
+  const domain = { name: DOMAIN_NAME, version: DOMAIN_VERSION, chainId: 31337n, verifyingContract: contract as Hex };
+  const signature = await account.signTypedData({ domain, types: { Receipt: RECEIPT_FIELDS.map((f) => ({ ...f })) },
+    primaryType: "Receipt", message: message as never });
+  const { content, toolCalls } = choiceMessage(policyOf(v.body), v.text, message.reqHash);
+  const answer = (edit?: (c: any) => void) => {
+    const choice: any = { index: 0, finish_reason: "tool_calls", verinfer: { output_text: v.text },
+      message: { role: "assistant", content, tool_calls: structuredClone(toolCalls) } };
+    edit?.(choice);
+    return { choices: [choice], verification: { receipt: {
+      domain: { ...domain, chainId: 31337 }, message: { ...message, chainId: 31337, keyEpoch: 1, issuedAt: 1_800_000_000 } },
+    signature, exec_request: reqJson, exec_result: resJson } };
+  };
+  const x = { chainId: 31337, verifyingContract: contract, now: () => 1_800_000_000 };
+  const checkOf = async (resp: object) => {
+    try { await verifyResponse(body, resp, x); return "valid"; } catch (e) {
+      if (e instanceof VerificationError) return e.check;
+      throw e;
+    }
+  };
+  assert.equal(await checkOf(answer()), "valid");
+  assert.equal(await checkOf(answer((c) => { c.message.tool_calls[1].function.arguments = '{"x":1}'; })), "tool_calls");
+  assert.equal(await checkOf(answer((c) => { c.message.tool_calls[0].id = "call_" + "0".repeat(24); })), "tool_calls");
+  assert.equal(await checkOf(answer((c) => { c.message.tool_calls.pop(); })), "tool_calls");
+  assert.equal(await checkOf(answer((c) => { c.message.tool_calls.push(c.message.tool_calls[0]); })), "tool_calls");
+  assert.equal(await checkOf(answer((c) => { c.message.content = "changed"; })), "content");
+  assert.equal(await checkOf(answer((c) => { c.finish_reason = "stop"; })), "output");
+  assert.equal(await checkOf(answer((c) => { c.verinfer.output_text += " "; })), "output");
+  assert.equal(await checkOf(answer((c) => { delete c.verinfer; })), "output");
 });

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,10 +43,25 @@ app = typer.Typer(help="Open a full challenge (or an unpublished claim) and foll
 console = Console(stderr=True)
 
 
+def _when(unix_s: int) -> str:
+    """A chain deadline as a person reads it: the date in UTC, then the unix seconds."""
+    if not unix_s:
+        return "not set yet (0)"
+    return (datetime.fromtimestamp(unix_s, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            + f" ({unix_s})")
+
+
 def _table(st: dict[str, Any]) -> Table:
+    """A status whole: hashes and addresses are never cut (they fold), deadlines are dates."""
     t = Table(title=f"{st['kind']} {st['id']}", show_header=False)
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")
     for k, v in st.items():
-        if k not in ("kind", "id"):
+        if k in ("kind", "id"):
+            continue
+        if k.endswith("Deadline") and isinstance(v, int):
+            t.add_row(k, _when(v))
+        else:
             t.add_row(k, ", ".join(v) if isinstance(v, list) else str(v))
     return t
 
@@ -95,22 +111,30 @@ def open_command(make_challenger: Callable[..., Challenger] = Challenger) -> Cal
             _, chain_now = w.view.head()
             if is_future_dated(loc.signed.receipt.issued_at, chain_now):
                 # what a client check refuses on receipt (issuedAt skew); the chain slashes it
-                console.log(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
+                console.print(f"receipt issuedAt {loc.signed.receipt.issued_at} is more than "
                             f"{MAX_ISSUED_AT_SKEW_S} s after chain time {chain_now}: invalid on "
                             "its face, claimed at once (no publication deadline to wait for)")
             kind, cid = ch.open(loc)
-            console.log(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
+            console.print(f"opened {kind} {cid} for receipt 0x{loc.signed.digest.hex()}")
             if kind == "claim":
                 if wait:
                     with console.status("waiting for the operator's response period…"):
-                        console.log(f"claim {cid}: {ch.settle_claim(cid).name.lower()}")
+                        console.print(f"claim {cid}: {ch.settle_claim(cid).name.lower()}")
                 st = ch.status("claim", cid)
             else:
                 if wait:
-                    with console.status("waiting for the committee…") as sp:
-                        ch.wait(cid, timeout_s=timeout_s, on_update=lambda s: sp.update(
-                            f"{s['status']}: {s['commits']}/{s['members']} committed, "
-                            f"{s['reveals']}/{s['members']} revealed"))
+                    seen: list[str] = []
+
+                    def progress(s: dict[str, Any]) -> None:
+                        # a line per change: a spinner shows nothing in a log or a pipe
+                        line = (f"challenge {cid}: {s['status']}, {s['commits']}/"
+                                f"{s['members']} committed, {s['reveals']}/{s['members']} "
+                                "revealed")
+                        if not seen or seen[-1] != line:
+                            seen.append(line)
+                            console.print(line)
+
+                    ch.wait(cid, timeout_s=timeout_s, on_update=progress)
                 st = ch.status("challenge", cid)
             typer.echo(json.dumps(st)) if as_json else console.print(_table(st))
         except VerinferError as e:

@@ -23,6 +23,8 @@ import httpx
 import pytest
 
 from support.servers import operator_init, running_server
+from support.tool_template import QWEN25_TOOLS_TEMPLATE
+from verinfer.engine.tiny import write_tiny_llama
 from verinfer.testing.client_chain import ClientChain, client_chain
 
 pytestmark = [pytest.mark.process]  # node, npm, the generator; the real answer: + anvil, loopback
@@ -199,3 +201,67 @@ def test_node_checks_every_choice_and_completions(net: Net, tmp_path: Path) -> N
                                              == "length" else "length")
     bad = net.verify(tmp_path, body, json.dumps(answer).encode())
     assert bad.returncode == 1 and bad.stdout.startswith("invalid: output"), bad.stdout
+
+
+# ---- a real tool-call answer (the tiny model with a tool-capable chat template) ----------------
+@pytest.fixture(scope="module")
+def tools_net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Net]:
+    node = _node_or_skip()
+    build = _run("npm", "run", "build")
+    assert build.returncode == 0, build.stdout + build.stderr
+    tmp = tmp_path_factory.mktemp("tsclient-tools")
+    model = write_tiny_llama(tmp / "tiny-tools.gguf", seed=0,
+                             chat_template=QWEN25_TOOLS_TEMPLATE)
+    with client_chain(tmp) as chain, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPERATOR_KEY", chain.operator.key.hex())
+        operator_init(tmp / "op", "--private-key-env", "OPERATOR_KEY", "--rpc-url",
+                      chain.node.url, "--deployment", str(chain.deployment_file))
+        with running_server(model, "--operator-dir", str(tmp / "op"), "--max-context", "2048",
+                            env=dict(os.environ)) as base:
+            health = httpx.get(base + "/health").json()
+            chain.approve(bytes.fromhex(health["model_id"][2:]),
+                          bytes.fromhex(health["engine_fingerprint"]["hash"][2:]))
+            deadline = time.monotonic() + 60
+            while not httpx.get(base + "/health").json()["ready"]:
+                assert time.monotonic() < deadline, httpx.get(base + "/health").json()
+                time.sleep(0.2)
+            yield Net(chain, base, health["model_id"], node)
+
+
+ADD: dict[str, Any] = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "properties": {"b": {"type": "integer", "minimum": 0, "maximum": 99},
+                                     "a": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["a", "b"], "additionalProperties": False}}}
+
+
+@pytest.mark.anvil
+@pytest.mark.process
+@pytest.mark.loopback
+def test_node_checks_a_real_tool_call_answer(tools_net: Net, tmp_path: Path) -> None:
+    """A forced call (its grammar spec derived from the body's tools, key order included) and
+    its message re-derived from verinfer.output_text: valid; a tampered call: invalid, naming
+    the check."""
+    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
+        body, resp = _post(tools_net, "/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "add 2 and 3"}],
+            "tools": [ADD], "tool_choice": choice, "max_tokens": 60, "seed": 21})
+        answer = json.loads(resp)
+        c = answer["choices"][0]
+        assert c["finish_reason"] == "tool_calls" and c["message"]["tool_calls"], c
+        ok = tools_net.verify(tmp_path, body, resp)
+        assert ok.returncode == 0 and ok.stdout.startswith("valid"), ok.stdout + ok.stderr
+
+        fn = c["message"]["tool_calls"][0]["function"]
+        fn["arguments"] = json.dumps({**json.loads(fn["arguments"]), "a": 100})
+        bad = tools_net.verify(tmp_path, body, json.dumps(answer).encode())
+        assert bad.returncode == 1 and bad.stdout.startswith("invalid: tool_calls"), bad.stdout
+    c["message"]["tool_calls"] = json.loads(resp)["choices"][0]["message"]["tool_calls"]
+    c["message"]["content"] = "Adding."
+    bad = tools_net.verify(tmp_path, body, json.dumps(answer).encode())
+    assert bad.returncode == 1 and bad.stdout.startswith("invalid: content"), bad.stdout
+    # the named call's answer checked against a body that asked for 'required': the signed
+    # grammar is not the one the body's tools give
+    required = json.dumps({**json.loads(body), "tool_choice": "required"}).encode()
+    bad = tools_net.verify(tmp_path, required, resp)
+    assert bad.returncode == 1 and "invalid: request" in bad.stdout and "grammar_spec" in \
+        bad.stdout, bad.stdout

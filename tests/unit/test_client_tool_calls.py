@@ -230,8 +230,8 @@ def test_a_call_streamed_in_fragments_is_the_call_the_sdk_assembles(
     tc = parts[at]["choices"][0]["delta"]["tool_calls"][1]
     args = tc["function"]["arguments"]
     second = copy.deepcopy(parts[at])
-    second["choices"][0]["delta"]["tool_calls"] = [
-        {"index": 1, "function": {"arguments": args[5:]}}]
+    second["choices"][0]["delta"]["tool_calls"] = [  # (type repeated: the SDK replaces it)
+        {"index": 1, "type": "function", "function": {"arguments": args[5:]}}]
     tc["function"]["arguments"] = args[:5]
     check_stream(setup, ev, [*parts[:at + 1], second, *parts[at + 1:]])
 

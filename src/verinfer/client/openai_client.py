@@ -179,8 +179,12 @@ class _Assembler:
             new = [getattr(tc, "id", None), getattr(tc, "type", None),
                    getattr(fn, "name", None), getattr(fn, "arguments", None)]
             old = calls.get(tc.index)
-            calls[tc.index] = new if old is None else [_join(a, b) for a, b in zip(old, new,
-                                                                                  strict=True)]
+            if old is None:
+                calls[tc.index] = new
+            else:  # the SDK replaces ``type`` (a discriminator) and concatenates the strings
+                joined = [_join(a, b) for a, b in zip(old, new, strict=True)]
+                joined[1] = new[1] if new[1] is not None else old[1]
+                calls[tc.index] = joined
 
     def received(self) -> list[Received]:
         out = []

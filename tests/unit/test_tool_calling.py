@@ -215,6 +215,11 @@ def test_auto_reads_hermes_blocks() -> None:
     '<tool_call>{"name": "get_weather", "arguments": [1]}</tool_call>',
     '<tool_call>{"name": "get_weather", "arguments": {"x": NaN}}</tool_call>',
     '<tool_call>{"name": "get_weather", "arguments": {}, "id": 1}</tool_call>',
+    # a name that is not a string (the model writes what it likes; a list or an object is
+    # unhashable: the reader raised TypeError, a 500 for the operator and for the verifier)
+    '<tool_call>{"name": ["get_weather"], "arguments": {}}</tool_call>',
+    '<tool_call>{"name": {"get_weather": 1}, "arguments": {}}</tool_call>',
+    '<tool_call>{"name": 7, "arguments": {}}</tool_call>',
 ])
 def test_auto_leaves_anything_else_as_content(text: str) -> None:
     assert read_output(_auto("get_weather"), text) == read_output(None, text)

@@ -371,6 +371,7 @@ def _calls(items: object, names: set[str]) -> tuple[ParsedCall, ...]:
     out = []
     for it in items:
         if (not isinstance(it, dict) or set(it) != {"name", "arguments"}
+                or not isinstance(it["name"], str)  # a list or an object is unhashable
                 or it["name"] not in names or not isinstance(it["arguments"], dict)):
             return ()
         out.append(ParsedCall(it["name"], compact(it["arguments"])))

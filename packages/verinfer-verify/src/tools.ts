@@ -26,15 +26,22 @@ export const CALL_OPEN = "<tool_call>";
 export const CALL_CLOSE = "</tool_call>";
 const FUNCTION_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 const MAX_INT_DIGITS = 4300; // Python's int <-> str conversion limit (sys.int_info)
+/** verinfer.protocol.tools.MAX_OUTPUT_DEPTH: the deepest JSON a call read from the output may be. */
+export const MAX_OUTPUT_DEPTH = 64;
 
 // ---- json.loads ----------------------------------------------------------------------------------
 const WS = new Set([" ", "\t", "\n", "\r"]);
 const NUMBER = /-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?/y;
 
-/** Python's ``json.loads(text)`` (strict; NaN and Infinity refused, as the rule's _loads). */
-export function pyLoads(text: string): PyJson {
+/** Python's ``json.loads(text)`` (strict; NaN and Infinity refused, as the rule's _loads).
+ * ``output``: the rule's _loads_output, for a model's output: also refused when nested deeper
+ * than MAX_OUTPUT_DEPTH, when a number overflows a double, or when a string (or key) holds a
+ * lone surrogate (an escape such as "\\ud800"). */
+export function pyLoads(text: string, output = false): PyJson {
   if (text.startsWith("\ufeff")) throw new PyJsonError("Unexpected UTF-8 BOM");
   let i = 0;
+  let depth = 0;
+  const enter = () => { if (output && ++depth > MAX_OUTPUT_DEPTH) fail(`nested deeper than ${MAX_OUTPUT_DEPTH}`); };
   const ws = () => { while (i < text.length && WS.has(text[i])) i++; };
   const fail = (what: string): never => { throw new PyJsonError(`${what} at ${i}`); };
   const str = (): string => {
@@ -43,7 +50,11 @@ export function pyLoads(text: string): PyJson {
     for (;;) {
       if (i >= text.length) fail("unterminated string");
       const c = text[i];
-      if (c === '"') { i++; return out; }
+      if (c === '"') {
+        i++;
+        if (output && LONE_SURROGATE.test(out)) fail("a string that is not valid Unicode");
+        return out;
+      }
       if (c === "\\") {
         const e = text[i + 1];
         const simple: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
@@ -66,10 +77,11 @@ export function pyLoads(text: string): PyJson {
     const c = text[i];
     if (c === '"') return str();
     if (c === "{") {
+      enter();
       i++;
       const obj = new Map<string, PyJson>();
       ws();
-      if (text[i] === "}") { i++; return obj; }
+      if (text[i] === "}") { i++; depth--; return obj; }
       for (;;) {
         if (text[i] !== '"') fail("expecting property name");
         const k = str();
@@ -79,22 +91,23 @@ export function pyLoads(text: string): PyJson {
         ws();
         obj.set(k, value()); // a repeated key: first place, last value (a Python dict)
         ws();
-        if (text[i] === "}") { i++; return obj; }
+        if (text[i] === "}") { i++; depth--; return obj; }
         if (text[i] !== ",") fail("expecting ',' or '}'");
         i++;
         ws();
       }
     }
     if (c === "[") {
+      enter();
       i++;
       const arr: PyJson[] = [];
       ws();
-      if (text[i] === "]") { i++; return arr; }
+      if (text[i] === "]") { i++; depth--; return arr; }
       for (;;) {
         ws();
         arr.push(value());
         ws();
-        if (text[i] === "]") { i++; return arr; }
+        if (text[i] === "]") { i++; depth--; return arr; }
         if (text[i] !== ",") fail("expecting ',' or ']'");
         i++;
       }
@@ -111,7 +124,9 @@ export function pyLoads(text: string): PyJson {
       if (num.replace("-", "").length > MAX_INT_DIGITS) fail("an int of more than 4300 digits");
       return BigInt(num);
     }
-    return Number(num);
+    const x = Number(num);
+    if (output && !Number.isFinite(x)) fail(`${num.slice(0, 40)} overflows a double`);
+    return x;
   };
   ws();
   const v = value();
@@ -308,21 +323,20 @@ function pyLstrip(s: string): string {
 }
 
 function loadsOrNull(text: string): { v: PyJson } | null {
-  try { return { v: pyLoads(text) }; } catch (e) {
+  try { return { v: pyLoads(text, true) }; } catch (e) {
     if (e instanceof PyJsonError) return null;
     throw e;
   }
 }
 
-/** ``_calls``: items as calls; [] if any is not ``{"name": declared, "arguments": {...}}``. A name
- * that is a list or an object throws, as Python's ``in`` on a set does (TypeError). */
+/** ``_calls``: items as calls; [] if any is not ``{"name": declared, "arguments": {...}}`` (a
+ * name that is a list or an object too: content, as in Python since it stopped raising). */
 function calls(items: PyJson, names: Set<string>): ParsedCall[] {
   if (!Array.isArray(items) || items.length === 0) return [];
   const out: ParsedCall[] = [];
   for (const it of items) {
     if (!isMap(it) || !keysAre(it, "name", "arguments")) return [];
     const name = it.get("name")!;
-    if (Array.isArray(name) || isMap(name)) throw new TypeError("unhashable type");
     if (typeof name !== "string" || !names.has(name) || !isMap(it.get("arguments"))) return [];
     out.push({ name, arguments: canonicalJson(it.get("arguments")!) });
   }

@@ -36,7 +36,10 @@ The rule:
 - a named function: the output is constrained to that function's parameters schema; the
   output text is the arguments (vLLM's rule).
 - ``arguments`` of a parsed call is the compact JSON re-serialization of the parsed value
-  (:func:`compact`), so it has one spelling.
+  (:func:`compact`), so it has one spelling. Output JSON nested deeper than
+  ``MAX_OUTPUT_DEPTH``, with a number past a double's range (``1e999``) or a string holding a
+  lone surrogate escape (``"\\ud800"``) is not read as a call: its text is content (none of
+  them has a compact spelling a UTF-8 response can carry, or one every caller's stack reaches).
 - Each call's ``id`` is ``call_`` + 24 hex digits of ``sha256(domain || reqHash || call
   index)`` (:func:`call_id`): a function of the choice's receipt request hash (each choice
   has its own ExecRequest, with its own seed), so the verifier derives the same ids and the
@@ -52,6 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +64,7 @@ from typing import Any
 from verinfer.errors import InvalidRequestError
 from verinfer.protocol import limits as L
 from verinfer.protocol.grammar import canonical_json
+from verinfer.protocol.jsonsafe import max_depth
 
 #: A function name as OpenAI defines it (also keeps it clear of special-token syntax).
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -68,6 +73,9 @@ CALL_ID_DOMAIN = b"verinfer/tool-call-id/v1"
 #: The Hermes tool-call markers the ``auto`` reading looks for.
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CHOICES = ("none", "auto", "required")
+#: Deepest JSON nesting a tool call read from the output may have (:func:`_loads_output`); a
+#: deeper value is content.
+MAX_OUTPUT_DEPTH = 64
 _NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -137,9 +145,32 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(spelling: str) -> float:
+    x = float(spelling)
+    if not math.isfinite(x):  # 1e400: a double's inf, which has no JSON spelling either
+        raise ValueError(f"{spelling[:40]} overflows a double")
+    return x
+
+
 def _loads(text: str) -> Any:
     """Strict JSON (no NaN/Infinity, which have no JSON spelling to re-serialize to)."""
     return json.loads(text, parse_constant=_reject_constant)
+
+
+def _loads_output(text: str) -> Any:
+    """A JSON value of the model's output, or ValueError when the rule does not read it as
+    one: :func:`_loads`, and nested at most ``MAX_OUTPUT_DEPTH`` deep (a deeper value would
+    exhaust the interpreter's recursion while re-serialized, at a depth that depends on the
+    caller's stack), every number finite, every string valid Unicode (``"\\ud800"`` parses to
+    a lone surrogate, which no UTF-8 response can carry)."""
+    if max_depth(text.encode("utf-8", "surrogatepass")) > MAX_OUTPUT_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_OUTPUT_DEPTH}")
+    value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    try:
+        _check_text(value, "output")
+    except InvalidRequestError:
+        raise ValueError("a string that is not valid Unicode") from None
+    return value
 
 
 def _error(msg: str, param: str) -> InvalidRequestError:
@@ -323,14 +354,14 @@ def read_output(policy: ToolPolicy | None, text: str) -> ChoiceOutput:
     if policy.choice == "function":
         assert policy.name is not None
         try:
-            args = _loads(text)
+            args = _loads_output(text)
         except (ValueError, RecursionError):
             return ChoiceOutput(text, ())  # cut short (max_tokens): not a call
         return ChoiceOutput(None, (ParsedCall(policy.name, compact(args)),))
     names = {t.name for t in policy.tools}
     if policy.choice == "required":
         try:
-            items = _loads(text)
+            items = _loads_output(text)
         except (ValueError, RecursionError):
             return ChoiceOutput(text, ())
         calls = _calls(items, names)
@@ -351,7 +382,7 @@ def read_output(policy: ToolPolicy | None, text: str) -> ChoiceOutput:
         if end < 0:
             return ChoiceOutput(text, ())
         try:
-            blocks.append(_loads(rest[start:end]))
+            blocks.append(_loads_output(rest[start:end]))
         except (ValueError, RecursionError):
             return ChoiceOutput(text, ())
         pos += end + len(CALL_CLOSE)

@@ -16,16 +16,23 @@ verification error):
    carry (the operator's JSON writer raises UnicodeEncodeError).
 
 Now each is no call: the whole text is the content (as any other output the rule does not read
-as a call), and the operator's response serializes."""
+as a call), and the operator's response serializes.
+
+4. The same JSON sent by the user as an earlier turn's tool call (``messages[].tool_calls[]
+   .function.arguments``, a string) made the request rule itself raise RecursionError, at a
+   depth set by the caller's stack; now it is a 400 (test_history_arguments_...)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pytest
 
+from verinfer.errors import InvalidRequestError
 from verinfer.operator.chat.protocol import ChatMessageOut, FunctionCall, ToolCall
+from verinfer.protocol.request_rule import parse_body
 from verinfer.protocol.tools import MAX_OUTPUT_DEPTH, choice_message, tool_policy
 
 REQ_HASH = hashlib.sha256(b"tool-output request").digest()
@@ -87,3 +94,41 @@ def test_arguments_with_a_lone_surrogate_escape(kind: str) -> None:
     # a pair of escapes is one character: still a call
     _, calls, body = _served(kind, _as_written(kind, r'{"s": "\ud83d\ude00"}'))
     assert calls is not None and "\U0001f600".encode() in body
+
+
+def _history_body(arguments: str) -> bytes:
+    return json.dumps({"model": "m", "tools": [TOOL], "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "f", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}).encode()
+
+
+def _rule_at_stack_depth(frames: int, body: bytes) -> str:
+    """The request rule's answer to ``body`` from ``frames`` calls deep (an operator's
+    tokenizer thread is shallow; a verifier's judge, an audit worker, a test runner deeper)."""
+    if frames:
+        return _rule_at_stack_depth(frames - 1, body)
+    try:
+        parse_body(body, "chat")
+        return "accepted"
+    except InvalidRequestError as e:
+        return f"400 {e.param}"
+
+
+def test_history_arguments_nested_past_the_recursion_limit() -> None:
+    """A 1.3 KB body whose earlier tool call's ``arguments`` string holds JSON nested ~500 deep
+    (a string: the body's own depth bound of 64 does not see into it). Before, the rule parsed
+    it and its re-serialization raised RecursionError: a 500 for the operator, an exception
+    (not a verdict) for the verifier's judge, and at ~450 deep an answer that depended on the
+    caller's stack (accepted from a shallow one, a crash from 300 frames deeper): an operator
+    could serve what a verifier cannot judge. Now past MAX_OUTPUT_DEPTH it is a 400, from any
+    stack, as are a number past a double and a lone surrogate escape in the arguments."""
+    for depth in (MAX_OUTPUT_DEPTH - 1, 450, 480, 600, 5000):
+        body = _history_body('{"a": ' + "[" * depth + "]" * depth + "}")
+        assert len(body) < 11_000
+        answers = {_rule_at_stack_depth(frames, body) for frames in (0, 300)}
+        assert answers == ({"accepted"} if depth < MAX_OUTPUT_DEPTH
+                           else {"400 messages.tool_calls"}), depth
+    for arguments in ('{"x": 1e999}', r'{"s": "\ud800"}'):
+        assert _rule_at_stack_depth(0, _history_body(arguments)) == "400 messages.tool_calls"

@@ -335,13 +335,15 @@ def _arguments(value: object) -> str:
     if not isinstance(value, str):
         raise _error("tool call arguments must be a JSON text (a string)",
                      "messages.tool_calls")
-    try:
-        parsed = _loads(value)
-    except (ValueError, RecursionError):
-        raise _error("tool call arguments are not valid JSON", "messages.tool_calls") from None
+    try:  # bounded as a call read from the output (the JSON is in a string: the body's
+        # own depth bound does not see into it, and a deep value would exhaust the recursion)
+        parsed = _loads_output(value)
+    except (ValueError, RecursionError) as e:
+        raise _error(f"tool call arguments are not valid JSON ({str(e)[:80]}; at most "
+                     f"{MAX_OUTPUT_DEPTH} deep, finite numbers, valid Unicode)",
+                     "messages.tool_calls") from None
     if not isinstance(parsed, dict):
         raise _error("tool call arguments must be a JSON object", "messages.tool_calls")
-    _check_text(parsed, "messages.tool_calls")
     return compact(parsed)
 
 

@@ -26,6 +26,7 @@ from verinfer.explorer.app import CSP, create_app
 from verinfer.explorer.follower import ChainFollower
 from verinfer.explorer.index import EventMeta, Index
 from verinfer.explorer.models import DEPLOYMENT, ModelName, ModelNames
+from verinfer.explorer.rows import eth, operator_row, when
 from verinfer.explorer.views import Context
 from verinfer.receipts.eip712 import Domain, Receipt, ReceiptSigner
 from verinfer.receipts.signed import SignedReceipt
@@ -603,3 +604,28 @@ def test_model_names_learned_from_an_endpoint_only_for_approved_ids() -> None:
     assert names.get(listed) == ModelName("from-the-list", DEPLOYMENT)
     assert names.get(long_named) is None  # its answer was 10,000 characters
     assert sorted(asked) == sorted(f"/v1/models/0x{m.hex()}" for m in (approved, long_named))
+
+
+def test_a_pending_raise_of_the_operator_minimum_does_not_show_an_operator_inactive() -> None:
+    """Governance raises the configured minimum (ParamsSet) above an honest operator's stake:
+    the StakeRegistry keeps the old minimum in force for its notice (MinimumRaisePending), so
+    the operator is still active and is shown by when it must bond; once ParamsSynced applies
+    the raise, it is below the minimum."""
+    idx = Index()
+    op = "0x" + "ab" * 20
+    idx.apply("ParamsSet", {"params": {"minOperatorStake": ETHER}}, _meta(0))
+    idx.apply("ParamsSynced", {"minOperatorStake": ETHER}, _meta(0))
+    idx.apply("Registered", {"account": op, "role": int(Role.OPERATOR), "amount": 2 * ETHER},
+              _meta(1))
+    idx.apply("ParamsSet", {"params": {"minOperatorStake": 5 * ETHER}}, _meta(2))
+    due = _meta(2).time + 7200
+    idx.apply("MinimumRaisePending", {"role": int(Role.OPERATOR), "current": ETHER,
+                                      "pending": 5 * ETHER, "effectiveAt": due}, _meta(2))
+    idx.apply("ParamsSynced", {"minOperatorStake": ETHER}, _meta(2))
+    row = operator_row(idx, idx.accounts[op])
+    assert row["state"] == "active"
+    assert row["pending_minimum"] == eth(5 * ETHER)
+    assert row["pending_minimum_from"] == when(due)
+    idx.apply("ParamsSynced", {"minOperatorStake": 5 * ETHER}, _meta(7300))
+    row = operator_row(idx, idx.accounts[op])
+    assert row["state"] == "below minimum stake" and "pending_minimum" not in row

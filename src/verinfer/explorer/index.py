@@ -196,6 +196,11 @@ class Index:
         self.head_block = -1
         self.head_time = 0
         self.params: dict[str, int] = {}
+        # the StakeRegistry's operator minimum in force (ParamsSynced) and raises waiting for
+        # their notice by role (MinimumRaisePending: pending minimum, effective chain time): a
+        # governance raise (ParamsSet) does not make an operator inactive until it applies
+        self.min_operator_stake_in_force: int | None = None
+        self.pending_minimums: dict[Role, tuple[int, int]] = {}
         self.accounts: dict[str, Account] = {}
         self.batches: dict[bytes, Batch] = {}  # in commit order
         self.batch_by_pointer: dict[str, bytes] = {}
@@ -334,6 +339,22 @@ class Index:
         p = a["params"]
         self.params = {_snake(k): int(v) for k, v in p.items()} if isinstance(p, Mapping) \
             else {}
+
+    # ---- StakeRegistry: the minimums in force ---------------------------------------------
+    def _on_ParamsSynced(self, a: Mapping[str, Any], meta: EventMeta) -> None:
+        self.min_operator_stake_in_force = int(a["minOperatorStake"])
+        pending = self.pending_minimums.get(Role.OPERATOR)
+        if pending is not None and (self.min_operator_stake_in_force >= pending[0]
+                                    or meta.time >= pending[1]):
+            del self.pending_minimums[Role.OPERATOR]  # applied, or replaced by a lower one
+
+    def _on_MinimumRaisePending(self, a: Mapping[str, Any], meta: EventMeta) -> None:
+        try:
+            role = Role(int(a["role"]))
+        except ValueError:
+            self.unknown_events += 1
+            return
+        self.pending_minimums[role] = (int(a["pending"]), int(a["effectiveAt"]))
 
     def _on_Approved(self, a: Mapping[str, Any], meta: EventMeta) -> None:
         kind, item = Kind(int(a["kind"])), bytes(a["id"])

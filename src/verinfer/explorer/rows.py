@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from verinfer.chain.structs import ETHER, ClaimStatus
+from verinfer.chain.structs import ETHER, ClaimStatus, Role
 from verinfer.explorer.index import FAULTS, Account, Batch, Challenge, Claim, Index, Slash
 from verinfer.protocol.hexutil import to_hex
 
@@ -34,18 +34,35 @@ def when(ts: int) -> str:
         return f"{ts} (not a date)"
 
 
+def operator_minimum(idx: Index) -> int:
+    """The operator minimum in force: the StakeRegistry's (a raise waits for its notice), the
+    configured one before the registry said."""
+    if idx.min_operator_stake_in_force is not None:
+        return idx.min_operator_stake_in_force
+    return idx.params.get("min_operator_stake", ETHER)
+
+
 def _operator_state(idx: Index, a: Account) -> str:
-    minimum = idx.params.get("min_operator_stake", ETHER)
+    minimum = operator_minimum(idx)
     if a.stake - a.locked < minimum and a.stake >= minimum:
         return "locked by disputes"
     return "active" if a.stake >= minimum else "below minimum stake"
+
+
+def _pending_shortfall(idx: Index, a: Account) -> dict[str, Any]:
+    """A raise of the operator minimum this account does not meet yet: by when it must bond."""
+    pending = idx.pending_minimums.get(Role.OPERATOR)
+    if pending is None or a.stake >= pending[0]:
+        return {}
+    return {"pending_minimum": eth(pending[0]), "pending_minimum_from": when(pending[1])}
 
 
 def operator_row(idx: Index, a: Account) -> dict[str, Any]:
     chs = [idx.challenges[c] for c in a.challenges]
     return {"address": a.address, "stake": eth(a.stake), "stake_wei": str(a.stake),
             "locked": eth(a.locked), "unbonding": eth(a.unbonding),
-            "state": _operator_state(idx, a), "batches": len(a.batches),
+            "state": _operator_state(idx, a), **_pending_shortfall(idx, a),
+            "batches": len(a.batches),
             "receipts": sum(idx.batches[b].leaf_count for b in a.batches),
             "open_challenges": sum(not c.final for c in chs),
             "resolved_challenges": sum(c.final for c in chs), "slashes": len(a.slashes),

@@ -273,9 +273,12 @@ async function verifyChoice(k: number, e: Json, body: Obj, endpoint: string, got
   if (execResultHash(res) !== String(m.outHash).toLowerCase()) {
     throw fail("output", "the exec_result given does not hash to the receipt's outHash");
   }
-  const text = got.outputText ?? got.text ?? "";
+  // output_text stands for the text only in a chat answer (checkMessage holds the message to it);
+  // a completion's text is always the text checked
+  const byOutputText = endpoint === "chat" && got.outputText != null;
+  const text = byOutputText ? got.outputText! : got.text ?? "";
   if (sha256Hex(text) !== String(res.text_sha256).toLowerCase()) {
-    throw fail("output", `the ${got.outputText == null ? "text" : "output_text"} received does not hash to the signed text hash`);
+    throw fail("output", `the ${byOutputText ? "output_text" : "text"} received does not hash to the signed text hash`);
   }
   let finish = String(res.finish_reason);
   if (endpoint === "chat") finish = checkMessage(tools, text, String(m.reqHash), got, finish, fail);

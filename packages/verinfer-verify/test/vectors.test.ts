@@ -177,3 +177,41 @@ test("a receipt's tool-call answer: the message derived from output_text passes,
   assert.equal(await checkOf(answer((c) => { c.verinfer.output_text += " "; })), "output");
   assert.equal(await checkOf(answer((c) => { delete c.verinfer; })), "output");
 });
+
+test("a completion changed behind a verinfer.output_text holding the signed text is refused (output)", async () => {
+  // output_text stands for the text in a chat answer only (where the message is checked against
+  // it); a completion's text is the text checked, else a front end could serve any text beside it
+  const { privateKeyToAccount } = await import("viem/accounts");
+  const { sha256Hex } = await import("../src/canonical.js");
+  const account = privateKeyToAccount(`0x${"42".repeat(32)}`);
+  const contract = "0x" + "11".repeat(20);
+  const signed = "Hello there.";
+  const body = '{"model":"m","prompt":"hi"}';
+  const reqJson: Record<string, Json> = { ...(vectors.exec_requests[1].json as Record<string, Json>),
+    temperature: 1, top_p: 1, top_k: 0, stop: [], ignore_eos: false, prompt_commitments: null,
+    top_logprobs: null };
+  const resJson: Record<string, Json> = { ...(vectors.exec_results[0].json as Record<string, Json>),
+    finish_reason: "stop", text_sha256: sha256Hex(signed) };
+  const message = { version: 1, operator: account.address, chainId: 31337n, modelId: reqJson.model_id,
+    engineFingerprintHash: sha256Hex(reqJson.engine_fingerprint as string),
+    reqHash: execRequestHash(reqJson), outHash: execResultHash(resJson), keyEpoch: 1n,
+    ciphertextHash: "0x" + "00".repeat(32), issuedAt: 1_800_000_000n };
+  const domain = { name: DOMAIN_NAME, version: DOMAIN_VERSION, chainId: 31337n, verifyingContract: contract as Hex };
+  const signature = await account.signTypedData({ domain, types: { Receipt: RECEIPT_FIELDS.map((f) => ({ ...f })) },
+    primaryType: "Receipt", message: message as never });
+  const answer = (text: string, verinfer?: object) => ({
+    choices: [{ index: 0, text, finish_reason: "stop", ...(verinfer ? { verinfer } : {}) }],
+    verification: { receipt: { domain: { ...domain, chainId: 31337 },
+      message: { ...message, chainId: 31337, keyEpoch: 1, issuedAt: 1_800_000_000 } },
+    signature, exec_request: reqJson, exec_result: resJson } });
+  const x = { chainId: 31337, verifyingContract: contract, now: () => 1_800_000_000 };
+  const checkOf = async (resp: object) => {
+    try { await verifyResponse(body, resp, x); return "valid"; } catch (e) {
+      if (e instanceof VerificationError) return e.check;
+      throw e;
+    }
+  };
+  assert.equal(await checkOf(answer(signed)), "valid");
+  assert.equal(await checkOf(answer("Visit https://evil.example")), "output");
+  assert.equal(await checkOf(answer("Visit https://evil.example", { output_text: signed })), "output");
+});

@@ -235,13 +235,16 @@ class Verifier:
         # output
         if res.hash != receipt.out_hash:
             raise fail("output", "the exec_result given does not hash to outHash")
-        text = got.output_text if got.output_text is not None else (got.text or "")
+        # output_text stands for the text only in a chat answer, where the message check below
+        # holds the content and calls to it; a completion's text is always the text checked
+        text = (got.output_text if endpoint == "chat" and got.output_text is not None
+                else (got.text or ""))
         try:
             text_hash = hashlib.sha256(text.encode()).digest()
         except UnicodeEncodeError:
             raise fail("output", "the text received is not valid Unicode") from None
         if res.text_sha256 != text_hash:
-            raise fail("output", "the " + ("output_text" if got.output_text is not None
+            raise fail("output", "the " + ("output_text" if text is got.output_text
                                            else "text") + " received does not hash to the "
                        "receipt's text hash (changed after signing, or not what was signed)")
         finish = res.finish_reason

@@ -47,7 +47,7 @@ from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.errors import ContractRevertError, RpcDeadlineError
 from verinfer.chain.events import batches_committed
-from verinfer.chain.rpc import bounded_web3
+from verinfer.chain.rpc import LOG_CHUNK_BLOCKS, REORG_OVERLAP_BLOCKS, bounded_web3
 from verinfer.chain.structs import ClaimStatus, Params, publication_deadline
 from verinfer.client.receipt_store import (
     TERMINAL,
@@ -78,10 +78,6 @@ from verinfer.verifier.enclave_judge import BlobSource
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: eth_getLogs block span per request (public RPCs cap a range at 10k blocks or fewer).
-LOG_CHUNK_BLOCKS = 2_000
-#: Blocks re-read below the cursor at each scan (a batch moved by a shallow reorg is seen).
-REORG_OVERLAP_BLOCKS = 12
 
 
 class KeeperConfigError(BadInputError):
@@ -216,11 +212,14 @@ def decide(k: Kept, now: int, terms: Terms, obs: Observation, *, can_claim: bool
                          f"before {final_after}")
         return Decision("wait", replace(k, deadline=avail_by))
     if k.state is State.AVAILABLE:
-        assert k.final_after is not None
-        if now > k.final_after:
-            return _move(k, State.FINAL, f"challenge window closed at {k.final_after}",
-                         deadline=None)
-        return Decision("wait", k)
+        assert k.final_after is not None and k.committed_at is not None
+        # the window the chain has now (the contract reads it when a challenge opens; it
+        # only grows), not the one it had when the receipt became available
+        final_after = max(k.final_after, k.committed_at + terms.challenge_window)
+        if now > final_after:
+            return _move(k, State.FINAL, f"challenge window closed at {final_after}",
+                         deadline=None, final_after=final_after)
+        return Decision("wait", replace(k, deadline=final_after, final_after=final_after))
     if k.state is State.CLAIMED:
         if obs.claim is None:
             return Decision("wait", k)
@@ -377,9 +376,13 @@ class Keeper:
                        else deadline_s)
 
     def terms(self) -> Terms:
-        if self._terms is None:
-            p = self._call("params", self.c.config.params)
-            self._terms, self._bond = Terms.of(p, self.policy.da_grace_s), p.challenge_bond
+        """ProtocolConfig's parameters as the chain has them now, read at every step:
+        governance changes them (the bond at any time, the deadlines and windows upward), and
+        a claim pays the bond and is judged by the deadline the contract reads when it opens,
+        so terms kept from an earlier step would pay a bond the contract refuses or claim a
+        receipt whose batch met the deadline (the bond lost to its operator)."""
+        p = self._call("params", self.c.config.params)
+        self._terms, self._bond = Terms.of(p, self.policy.da_grace_s), p.challenge_bond
         return self._terms
 
     def step(self) -> StepReport:

@@ -34,3 +34,12 @@ def test_serve_refuses_an_unknown_backend() -> None:
 def test_export_hf_reports_a_missing_model_file(tmp_path: Path) -> None:
     code, out = _run("model", "export-hf", str(tmp_path / "absent.gguf"), str(tmp_path / "out"))
     assert code == 2 and out.startswith("error: ") and "absent.gguf" in out, out
+
+
+def test_verifier_run_refuses_a_log_range_below_one_block(tmp_path: Path) -> None:
+    """--log-chunk-blocks sets the widest eth_getLogs range the committee node sends (a public
+    RPC's limit); 0 would never advance."""
+    code, out = _run("verifier", "run", "--rpc-url", "http://127.0.0.1:9", "--deployment",
+                     str(tmp_path / "d.json"), "--model", "m", "--kms-dir", str(tmp_path),
+                     "--state-dir", str(tmp_path), "--log-chunk-blocks", "0")
+    assert code == 2 and "--log-chunk-blocks" in out, out

@@ -38,6 +38,16 @@ from web3.providers.rpc import HTTPProvider
 
 from verinfer.chain.errors import ChainError
 
+#: Blocks per eth_getLogs request, for every service that scans logs (the committee node, the
+#: operator's claim responder, the client's receipt keeper). Public RPCs refuse wider ranges
+#: (10,000 blocks or fewer, some 2,000), and one request over a chain's whole history also
+#: outgrows the RPC answer cap (``RPC_MAX_ANSWER_BYTES``): a node that asked for "deployment to
+#: latest" stopped working once the chain was 10,000 blocks past the deployment.
+LOG_CHUNK_BLOCKS = 2_000
+#: Blocks re-read below a scan's cursor at each scan: an event moved by a shallow reorg is still
+#: seen (what is read is keyed by id, so reading it twice is harmless).
+REORG_OVERLAP_BLOCKS = 12
+
 #: Defaults (docs/budgets.md): a whole call within 30 s, an answer of at most 32 MiB.
 RPC_DEADLINE_S = 30.0
 RPC_MAX_ANSWER_BYTES = 32 * 1024 * 1024

@@ -54,7 +54,7 @@ from verinfer.chain.bindings import (
 )
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.errors import ContractRevertError, RpcDeadlineError
-from verinfer.chain.rpc import bounded_web3
+from verinfer.chain.rpc import LOG_CHUNK_BLOCKS, REORG_OVERLAP_BLOCKS, bounded_web3
 from verinfer.chain.structs import ClaimStatus
 from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import inclusion_proof
@@ -69,11 +69,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STATE_VERSION = 1
-#: eth_getLogs block span per request (public RPCs cap a range at 10k blocks or fewer).
-LOG_CHUNK_BLOCKS = 2_000
-#: Blocks re-read below the cursor at each scan: a ClaimOpened moved by a shallow reorg is still
-#: seen (claims are keyed by id; the claim's on-chain record, not the event, is what is answered).
-REORG_OVERLAP_BLOCKS = 12
 #: Default whole-call deadline of a read (all of its HTTP requests together).
 RPC_DEADLINE_S = 20.0
 #: Default whole-call deadline of answerUnpublished: estimate, send and wait to be mined.

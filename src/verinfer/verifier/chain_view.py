@@ -14,6 +14,7 @@ from web3 import Web3
 from verinfer.chain.bindings import Contracts
 from verinfer.chain.deploy import Deployment
 from verinfer.chain.events import batches_committed
+from verinfer.chain.rpc import LOG_CHUNK_BLOCKS, REORG_OVERLAP_BLOCKS
 from verinfer.da_client.errors import (
     BackendMismatchError,
     BlobNotFoundError,
@@ -34,15 +35,6 @@ from verinfer.receipts.eip712 import Domain, Receipt
 from verinfer.receipts.signed import SignedReceipt
 from verinfer.verifier.enclave_judge import BlobSource
 from verinfer.verifier.errors import LocalFault, OperatorFault, ReceiptRefError
-
-#: Blocks per eth_getLogs request. Public RPCs refuse wider ranges (10,000 blocks or fewer, some
-#: 2,000), and one request over a chain's whole history also outgrows the RPC answer cap
-#: (``verinfer.chain.rpc.RPC_MAX_ANSWER_BYTES``): a node that asked for "deployment to latest"
-#: stopped working once the chain was 10,000 blocks past the deployment.
-LOG_CHUNK_BLOCKS = 2_000
-#: Blocks re-read below the ChallengeOpened cursor at each scan: an event moved by a shallow
-#: reorg is still seen (challenges are keyed by id).
-REORG_OVERLAP_BLOCKS = 12
 
 
 def _ranges(from_block: int, to_block: int, chunk: int = LOG_CHUNK_BLOCKS

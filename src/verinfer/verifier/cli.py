@@ -12,6 +12,7 @@ import redis
 import typer
 from rich.console import Console
 
+from verinfer.chain.rpc import LOG_CHUNK_BLOCKS
 from verinfer.chain.structs import ETHER
 from verinfer.cli_errors import fail
 from verinfer.engine.backends import EngineChoice
@@ -25,6 +26,7 @@ from verinfer.verifier.cli_common import (
     DA_STORE_OPT,
     DEPLOYMENT_OPT,
     KEYSTORE_OPT,
+    LOG_CHUNK_OPT,
     REDIS_DA_OPT,
     RPC_OPT,
     wire,
@@ -69,6 +71,7 @@ def run(
     kernels: Annotated[str, typer.Option(help="own: invariant | fast")] = "invariant",
     vllm_threads: Annotated[int, typer.Option(
         help="vllm: CPU threads (part of the fingerprint: the operator's count).")] = 1,
+    log_chunk_blocks: Annotated[int, LOG_CHUNK_OPT] = LOG_CHUNK_BLOCKS,
 ) -> None:
     """Register (if needed), then follow the chain: judge, commit, reveal, resolve, withdraw."""
     # eth-account (py_ecc) raises the recursion limit to 100000, where a nested JSON answer
@@ -76,7 +79,8 @@ def run(
     # such bytes raise instead of killing the node. Our own parsers are bounded anyway.
     sys.setrecursionlimit(SAFE_RECURSION_LIMIT)
     try:
-        wired = wire(rpc_url, deployment, keystore, da_store, da_redis_url)
+        wired = wire(rpc_url, deployment, keystore, da_store, da_redis_url,
+                     log_chunk_blocks=log_chunk_blocks)
         assert wired.account is not None
         acct = wired.account
         lay = ClusterLayout(kms_dir, 0)

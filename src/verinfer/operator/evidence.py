@@ -15,9 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.outbox import Outbox
 from verinfer.da_client.pointer import Pointer
 from verinfer.engine.engine import Engine, GenerationResult
+from verinfer.errors import ClientError
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.protocol.hexutil import to_hex
 from verinfer.receipts.canonical import ExecResult
@@ -27,6 +29,12 @@ from verinfer.receipts.epoch_keys import EpochPublicKey
 from verinfer.receipts.signed import SignedReceipt
 
 VERIFICATION_VERSION = 1
+
+
+class EvidenceTooLargeError(ClientError):
+    """The answer's DA blob would exceed what a DA backend takes: not signed, not served."""
+
+    code = "evidence_too_large"
 
 
 @dataclass(frozen=True)
@@ -45,12 +53,14 @@ class ReceiptIssuer:
 
     def __init__(self, signer: ReceiptSigner, domain: Domain, key_epoch: int,
                  epoch_key: EpochPublicKey, *, clock: Callable[[], float] = time.time,
-                 before_sign: Callable[[Receipt], None] | None = None) -> None:
+                 before_sign: Callable[[Receipt], None] | None = None,
+                 max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES) -> None:
         """``before_sign`` sees each receipt, issuedAt set, before it is signed, and raises to
         refuse it (the operator's coverage guard: a receipt the chain would find invalid on its
-        face must never be signed)."""
+        face must never be signed). ``max_blob_bytes``: the largest blob the DA takes."""
         self.signer, self.domain, self.key_epoch = signer, domain, key_epoch
         self.epoch_key, self.clock, self.before_sign = epoch_key, clock, before_sign
+        self.max_blob_bytes = max_blob_bytes
 
     @property
     def operator(self) -> str:
@@ -79,8 +89,16 @@ class ReceiptIssuer:
 
     def issue(self, request: ExecRequest, result: ExecResult, request_body: bytes,
               response_body: bytes) -> tuple[SignedReceipt, bytes]:
-        """Seal, then sign: (signed receipt, DA blob)."""
+        """Seal, then sign: (signed receipt, DA blob). A blob larger than a DA backend takes
+        is refused before any signature (:class:`EvidenceTooLargeError`): its receipt could
+        never be published, and a claim on it would slash the operator."""
         blob = self.seal(request, result, request_body, response_body)
+        if len(blob) > self.max_blob_bytes:
+            raise EvidenceTooLargeError(
+                f"the answer's evidence is {len(blob)} bytes, more than the {self.max_blob_bytes} "
+                "a DA blob may hold (the request body and the whole response, every choice "
+                "with its logprobs, are sealed for each choice): ask for fewer choices, tokens "
+                "or top_logprobs, or send a smaller body")
         return self.sign(request, result, blob), blob
 
 

@@ -1,0 +1,58 @@
+"""Attack on an honest operator through the size of its own evidence: a user asks for an answer
+whose DA blob is larger than any DA backend takes, then claims the receipt unpublished.
+
+Each choice's blob seals the request body and the *whole* response body (every choice, with
+its logprobs), uncompressed. A legal body does it: ``n: 8``, a few thousand tokens each,
+``logprobs: true, top_logprobs: 20`` (~1.4 KB of JSON per token), or a request body padded to
+the 4 MiB bound: past ``DEFAULT_MAX_BLOB_BYTES`` (32 MiB, the EigenDA proxy's limit and every
+backend's default). The operator signed it anyway and handed the receipts out; then in stream
+mode the committer rejects the entry ("ciphertext exceeds the DA limit": acknowledged, deleted,
+never batched) and in single-process mode the publisher's put fails and is retried forever.
+Either way the receipts are in no batch by their deadline: every one a claim the user wins
+(``slashAmount`` per receipt, α of it to the claimant, the bond back) at the cost of one request.
+
+Now the issuer refuses to sign a blob no DA backend takes (a 400 naming the response size):
+no receipt exists that cannot be published."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
+from verinfer.da_client.errors import BlobTooLargeError
+from verinfer.da_client.local import LocalDAClient
+from verinfer.errors import ClientError
+from verinfer.operator.evidence import ReceiptIssuer
+from verinfer.protocol.exec_request import ExecRequest
+from verinfer.receipts.canonical import ExecResult
+from verinfer.receipts.eip712 import Domain, ReceiptSigner
+from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
+
+VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exec_requests.json"
+
+
+def test_an_answer_too_large_for_da_is_never_signed(tmp_path: Path) -> None:
+    v = json.loads(VECTORS.read_text(encoding="utf-8"))
+    request = ExecRequest.from_json(v["exec_requests"][0]["json"])
+    result = ExecResult.from_json(v["exec_results"][0]["json"])
+    _, pk = derive_epoch_keypair(hashlib.sha256(b"oversized epoch").digest(),
+                                 EnvelopeSuite.X25519)
+    issuer = ReceiptIssuer(ReceiptSigner(hashlib.sha256(b"oversized operator").digest()),
+                           Domain(31337, "0x" + "11" * 20), 1, pk)
+    da = LocalDAClient(tmp_path / "da")
+    body = b'{"model": "m", "prompt": "hi"}'
+    # a response the DA still takes: signed, and its blob publishes
+    signed, blob = issuer.issue(request, result, body, b"x" * (1 << 20))
+    assert signed.receipt.ciphertext_hash == hashlib.sha256(blob).digest()
+    da.put(blob)
+    # one past the limit: before, signed with a blob every DA backend refuses
+    big = b"x" * DEFAULT_MAX_BLOB_BYTES
+    with pytest.raises(BlobTooLargeError):
+        da.put(b"\0" * (DEFAULT_MAX_BLOB_BYTES + 1))
+    with pytest.raises(ClientError) as e:
+        issuer.issue(request, result, body, big)
+    assert e.value.status_code == 400 and "DA" in e.value.message

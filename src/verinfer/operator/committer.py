@@ -55,7 +55,7 @@ from verinfer.da_client.sinks import BatchCommitment, BatchSink
 from verinfer.errors import VerinferError
 from verinfer.operator.stream import GROUP, BoundedRedis, ReceiptStreamError, StreamKeys
 from verinfer.receipts.eip712 import Domain, recover_digest_signer
-from verinfer.receipts.signed import SignedReceipt
+from verinfer.receipts.signed import MAX_WIRE_BYTES, SignedReceipt
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,9 @@ DEFAULT_LEASE_TTL_S = 10.0
 DEFAULT_MAX_BUFFER_BYTES = 256 * 1024 * 1024
 DEFAULT_RETENTION_S = 14 * 24 * 3600
 COMMITTED_MAXLEN = 100_000
+#: The slowest read of the stream a committer's deadline allows for (bytes per second), on top
+#: of the call deadline: a read of entries that may be 32 MiB each is given time to arrive.
+READ_BYTES_PER_S = 64 * 1024 * 1024
 REJECTED_MAXLEN = 10_000
 
 
@@ -353,18 +356,26 @@ class BatchCommitter:
                                   Pointer.parse(_text(h[b"manifest"])), rep)
 
     def _fill(self, rep: CommitterStep) -> None:
-        """Read entries into the buffer, within its budget (entries and bytes)."""
+        """Read entries into the buffer, within its budget (entries and bytes). One read asks
+        for no more entries than the bytes left in the budget hold at the largest entry a
+        replica may publish (at least one), and its deadline grows with what it may carry: a
+        stream of big entries (32 MiB blobs) is read a few at a time, never gigabytes in one
+        reply."""
+        per_entry = self.da.max_blob_bytes + MAX_WIRE_BYTES
         while True:
             room = self.batch_max_entries - len(self._buffer)
-            if room <= 0 or self._buffer_bytes >= self.max_buffer_bytes:
+            left = self.max_buffer_bytes - self._buffer_bytes
+            if room <= 0 or left <= 0:
                 return
+            count = min(room, max(1, left // per_entry))
             cursor = self._cursor
             block = self.read_block_ms if cursor == ">" and not self._buffer else None
-            def read(c: Any, cur: str = cursor, n: int = room, b: int | None = block) -> Any:
+            def read(c: Any, cur: str = cursor, n: int = count, b: int | None = block) -> Any:
                 return c.xreadgroup(GROUP, self.consumer, {self.keys.stream: cur}, count=n,
                                     block=b)
             res = self.redis.call("xreadgroup", read,
-                                  deadline_s=self.redis.deadline_s + (block or 0) / 1000.0)
+                                  deadline_s=self.redis.deadline_s + (block or 0) / 1000.0
+                                  + count * per_entry / READ_BYTES_PER_S)
             entries = res[0][1] if res else []
             if not entries:
                 if cursor != ">":
@@ -382,8 +393,8 @@ class BatchCommitter:
                     self._buffer[sid] = entry
                     self._buffer_bytes += len(entry.blob)
                     rep.read += 1
-            if cursor == ">":
-                return
+            if cursor == ">" and len(entries) < count:
+                return  # the stream holds no more new entries now
 
     def _check(self, sid: str, fields: dict[bytes, bytes] | None,
                rep: CommitterStep) -> StreamEntry | None:

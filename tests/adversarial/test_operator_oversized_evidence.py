@@ -25,8 +25,17 @@ import pytest
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import BlobTooLargeError
 from verinfer.da_client.local import LocalDAClient
+from verinfer.da_client.outbox import Outbox
+from verinfer.engine.engine import Engine, GenerationResult
+from verinfer.engine.loader import load_model
+from verinfer.engine.tiny import write_tiny_llama
 from verinfer.errors import ClientError
-from verinfer.operator.evidence import ReceiptIssuer
+from verinfer.operator.evidence import (
+    MAX_RESPONSE_EVIDENCE_BYTES,
+    EvidencePipeline,
+    Execution,
+    ReceiptIssuer,
+)
 from verinfer.protocol.exec_request import ExecRequest
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
@@ -56,3 +65,40 @@ def test_an_answer_too_large_for_da_is_never_signed(tmp_path: Path) -> None:
     with pytest.raises(ClientError) as e:
         issuer.issue(request, result, body, big)
     assert e.value.status_code == 400 and "DA" in e.value.message
+
+
+def test_one_request_multiplies_its_body_into_every_choices_evidence(tmp_path: Path) -> None:
+    """The same request, made quadratic: a body padded to the 4 MiB bound (``user`` has no
+    length bound) with 16 prompts and ``n: 8`` is 128 choices, each blob sealing the whole body:
+    512 MiB of ciphertext built, encrypted and handed to the stream in one publish (one Lua
+    call under a 2 s deadline, past Redis's 1 GiB query buffer with larger responses: a 503
+    that blocks the replica's readiness) for 128 tokens of compute. Now a response whose
+    evidence would pass MAX_RESPONSE_EVIDENCE_BYTES is refused before anything is sealed."""
+    v = json.loads(VECTORS.read_text(encoding="utf-8"))
+    request = ExecRequest.from_json(v["exec_requests"][0]["json"])
+    path = write_tiny_llama(tmp_path / "tiny.gguf", seed=0)
+    engine = Engine(load_model(path), "invariant", max_seqs=2, max_batch_tokens=32)
+    try:
+        gen = GenerationResult(prompt_ids=list(request.prompt_token_ids), token_ids=[5],
+                               text="a", finish_reason="length", step_digests=[b"\0" * 32],
+                               seed=request.seed)
+        _, pk = derive_epoch_keypair(hashlib.sha256(b"oversized epoch").digest(),
+                                     EnvelopeSuite.X25519)
+        recorded: list[object] = []
+        pipeline = EvidencePipeline(
+            engine, ReceiptSigner(hashlib.sha256(b"oversized operator").digest()),
+            Domain(31337, "0x" + "11" * 20), 1, pk, Outbox(tmp_path / "outbox"), "local",
+            record=lambda items, owner: recorded.extend(items))
+        body = json.dumps({"model": "m", "prompt": ["a"] * 16, "n": 8, "max_tokens": 1,
+                           "user": "x" * (4 * 1024 * 1024 - 200)}).encode()
+        response = b'{"choices": []}'
+        assert 128 * len(body) > MAX_RESPONSE_EVIDENCE_BYTES
+        with pytest.raises(ClientError) as e:
+            pipeline.publish([Execution(request, gen)] * 128, body, response)
+        assert e.value.status_code == 400 and not recorded
+        # an ordinary multi-choice answer is served
+        out = pipeline.publish([Execution(request, gen)] * 8, b'{"prompt": "a", "n": 8}',
+                               response)
+        assert len(out["choices"]) == 8 and len(recorded) == 8
+    finally:
+        engine.close()

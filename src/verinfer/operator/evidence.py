@@ -29,6 +29,11 @@ from verinfer.receipts.epoch_keys import EpochPublicKey
 from verinfer.receipts.signed import SignedReceipt
 
 VERIFICATION_VERSION = 1
+#: The most evidence (ciphertext) one response may make, all its choices together. Each choice's
+#: blob seals the request body and the whole response, so a response's evidence grows with
+#: choices x (body + response): 128 choices of a 4 MiB body are 512 MiB, built in memory and
+#: handed to the stream (or outbox) in one call. The committer's default buffer.
+MAX_RESPONSE_EVIDENCE_BYTES = 256 * 1024 * 1024
 
 
 class EvidenceTooLargeError(ClientError):
@@ -138,7 +143,15 @@ class EvidencePipeline:
                 response_body: bytes, *, owner: bytes | None = None) -> dict[str, Any]:
         """Seals, signs and durably enqueues every choice (one transaction); returns the
         ``verification`` object. Blocking: call it off the event loop. ``owner``: sha256 of
-        the paying API key (only it may read the receipts back)."""
+        the paying API key (only it may read the receipts back). A response whose evidence
+        would pass MAX_RESPONSE_EVIDENCE_BYTES is refused before anything is sealed."""
+        evidence = len(executions) * (len(request_body) + len(response_body))
+        if evidence > MAX_RESPONSE_EVIDENCE_BYTES:
+            raise EvidenceTooLargeError(
+                f"the answer's evidence would be {evidence} bytes ({len(executions)} choices, "
+                f"each sealing the {len(request_body)}-byte request body and the "
+                f"{len(response_body)}-byte response), more than {MAX_RESPONSE_EVIDENCE_BYTES}: "
+                "ask for fewer choices or prompts, or send a smaller body")
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
         items = [(signed.digest, signed.to_bytes(), blob) for signed, blob, _, _ in made]
         if self.record is not None:

@@ -99,3 +99,50 @@ def test_committer_reads_past_its_byte_budget_in_one_call(keys: StreamKeys,
         assert sum(b["leafCount"] for b in committed) == 16  # every receipt, once
     finally:
         rds.close()
+
+
+def test_a_standby_takes_over_a_dead_committers_big_pending_entries(keys: StreamKeys,
+                                                                     tmp_path: Path) -> None:
+    """A committer that dies holding a buffer of big entries leaves them pending under its
+    consumer name. The standby's take-over claimed them with XAUTOCLAIM 100 at a time, which
+    answers with every claimed entry's fields: the whole dead buffer (up to its budget, 256 MiB
+    by default, and more before reads were bounded) in one reply under the call deadline, only
+    to count them. A reply that cannot arrive in time fails the step, and every retry asks for
+    the same reply: the standby never takes over, and no batch is committed. Now it lists the
+    pending ids (XPENDING) and claims them by id (XCLAIM JUSTID): no entry's bytes move until
+    the bounded reads of the buffer fetch them."""
+    v = json.loads(VECTORS.read_text(encoding="utf-8"))
+    request = ExecRequest.from_json(v["exec_requests"][0]["json"])
+    result = ExecResult.from_json(v["exec_results"][0]["json"])
+    _, pk = derive_epoch_keypair(hashlib.sha256(b"read budget epoch").digest(),
+                                 EnvelopeSuite.X25519)
+    issuer = ReceiptIssuer(SIGNER, DOMAIN, 1, pk)
+    big = 8 * 1024 * 1024
+    items = []
+    for _ in range(12):  # 96 MiB pending for the dead committer
+        signed, blob = issuer.issue(request, result, b'{"prompt": "hi"}', b"x" * big)
+        items.append((signed.to_bytes(), blob))
+    slow = BoundedRedis(SHARED, deadline_s=10.0)
+    fast = BoundedRedis(SHARED, deadline_s=0.25)  # the standby's deadline: 96 MiB won't fit
+    try:
+        ReceiptStream(slow, keys, replica="r1").publish(items)
+        da = LocalDAClient(tmp_path / "da", max_blob_bytes=big + (1 << 20))
+        dead = BatchCommitter(slow, keys, da, JsonlBatchSink(tmp_path / "batches.jsonl"),
+                              Lease(slow, keys, "A", ttl_s=31.0), domain=DOMAIN, consumer="A",
+                              batch_max_entries=1024, batch_max_age_s=3600,
+                              max_buffer_bytes=1 << 30)
+        assert dead.step().read == 12  # read, not due: pending for A, then A is killed
+        redis.Redis.from_url(SHARED).delete(keys.lease)  # its lease lapses
+        standby = BatchCommitter(fast, keys, da, JsonlBatchSink(tmp_path / "batches.jsonl"),
+                                 Lease(fast, keys, "B", ttl_s=1.0), domain=DOMAIN,
+                                 consumer="B", batch_max_entries=1024, batch_max_age_s=3600,
+                                 max_buffer_bytes=2 * big)
+        for _ in range(40):
+            if not standby.step(flush=True).progressed:
+                break
+        committed = [json.loads(line) for line in
+                     (tmp_path / "batches.jsonl").read_text().splitlines()]
+        assert sum(b["leafCount"] for b in committed) == 12  # every receipt, once
+    finally:
+        slow.close()
+        fast.close()

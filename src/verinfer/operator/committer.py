@@ -324,18 +324,25 @@ class BatchCommitter:
                 if "BUSYGROUP" not in str(e):
                     raise
         self.redis.call("xgroup create", create)
-        start, claimed = "0-0", 0
+        # the pending ids (XPENDING: ids and consumers, never an entry's fields), then claimed
+        # by id (XCLAIM JUSTID): a dead committer's buffer may be hundreds of MiB, and its
+        # entries' bytes move only with the budgeted reads of _fill
+        start, claimed = "-", 0
         while True:
-            # (not JUSTID: redis-py then drops the cursor) ids and fields, 100 at a time
-            def claim(c: Any, s: str = start) -> Any:
-                return c.xautoclaim(self.keys.stream, GROUP, self.consumer, min_idle_time=0,
-                                    start_id=s, count=100)
-            res = self.redis.call("xautoclaim", claim)
-            nxt = _text(res[0])
-            claimed += len(res[1])
-            if nxt in ("0-0", "0"):
+            def pending(c: Any, s: str = start) -> Any:
+                return c.xpending_range(self.keys.stream, GROUP, min=s, max="+", count=100)
+            rows = self.redis.call("xpending", pending)
+            theirs = [_text(r["message_id"]) for r in rows
+                      if _text(r["consumer"]) != self.consumer]
+            if theirs:
+                def claim(c: Any, ids: list[str] = theirs) -> Any:
+                    return c.xclaim(self.keys.stream, GROUP, self.consumer, 0, ids,
+                                    justid=True)
+                self.redis.call("xclaim", claim)
+                claimed += len(theirs)
+            if len(rows) < 100:
                 break
-            start = nxt
+            start = "(" + _text(rows[-1]["message_id"])
         if claimed:
             log.warning("took over %d receipt(s) pending for other committers", claimed)
 

@@ -24,13 +24,15 @@ lease and takes over when the active one stops renewing it (crash, partition, SI
 
 A new lease holder first finishes every open batch (the same root, from the recorded manifest:
 re-sending it is idempotent on chain, where a second ``commitBatch`` of a root reverts), then
-claims every entry still pending for another consumer (``XAUTOCLAIM``: only the lease holder
-reads, so any other consumer's pending entry belongs to a dead or deposed committer), then
-reads its own pending entries before new ones. Receipts are thus assigned once, and committed
-in exactly the batch they were assigned to.
+claims every entry still pending for another consumer (``XPENDING``, then ``XCLAIM`` by id:
+only the lease holder reads, so any other consumer's pending entry belongs to a dead or
+deposed committer), then reads its own pending entries before new ones. Receipts are thus
+assigned once, and committed in exactly the batch they were assigned to.
 
 **Budgets.** The committer holds at most ``batch_max_entries`` entries and
-``max_buffer_bytes`` of ciphertext in memory; every Redis call has a whole-call deadline
+``max_buffer_bytes`` of ciphertext in memory, plus at most one entry (a read asks for no more
+entries than the budget left holds at the largest entry the DA takes, and for one when it holds
+none); every Redis call has a whole-call deadline
 (:class:`~verinfer.operator.stream.BoundedRedis`), every chain call the RPC provider's
 (``verinfer.chain.rpc``) and the sender's mining timeout; ``…:committed`` and ``…:rejected``
 are capped streams, and receipt assignments expire after ``retention_s``.

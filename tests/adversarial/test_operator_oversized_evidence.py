@@ -20,16 +20,20 @@ import hashlib
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from support.inproc import serving
 from verinfer.da_client.base import DEFAULT_MAX_BLOB_BYTES
 from verinfer.da_client.errors import BlobTooLargeError
 from verinfer.da_client.local import LocalDAClient
 from verinfer.da_client.outbox import Outbox
 from verinfer.engine.engine import Engine, GenerationResult
-from verinfer.engine.loader import load_model
+from verinfer.engine.loader import LoadedModel, load_model
 from verinfer.engine.tiny import write_tiny_llama
 from verinfer.errors import ClientError
+from verinfer.httpserve import ServeLimits
+from verinfer.operator.app import ServerConfig, create_app
 from verinfer.operator.evidence import (
     MAX_RESPONSE_EVIDENCE_BYTES,
     EvidencePipeline,
@@ -37,11 +41,13 @@ from verinfer.operator.evidence import (
     ReceiptIssuer,
 )
 from verinfer.protocol.exec_request import ExecRequest
+from verinfer.protocol.limits import MAX_BODY_BYTES
 from verinfer.receipts.canonical import ExecResult
 from verinfer.receipts.eip712 import Domain, ReceiptSigner
 from verinfer.receipts.epoch_keys import EnvelopeSuite, derive_epoch_keypair
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors" / "exec_requests.json"
+LIMITS = ServeLimits(max_body_bytes=MAX_BODY_BYTES)
 
 
 def test_an_answer_too_large_for_da_is_never_signed(tmp_path: Path) -> None:
@@ -100,5 +106,36 @@ def test_one_request_multiplies_its_body_into_every_choices_evidence(tmp_path: P
         out = pipeline.publish([Execution(request, gen)] * 8, b'{"prompt": "a", "n": 8}',
                                response)
         assert len(out["choices"]) == 8 and len(recorded) == 8
+    finally:
+        engine.close()
+
+
+def test_a_body_too_big_for_its_choices_evidence_is_refused_before_the_engine(
+        tiny_loaded: LoadedModel, tmp_path: Path) -> None:
+    """Over HTTP (the real server, evidence on): the padded 16-prompt, n 8 body is a 400
+    ``evidence_too_large`` before any job reaches the engine. Before, the 128 choices ran, and
+    their evidence (512 MiB) was refused only once generated: the compute spent, and a stream's
+    content sent without a receipt."""
+    engine = Engine(tiny_loaded, "invariant", max_seqs=4, max_batch_tokens=48)
+    try:
+        _, pk = derive_epoch_keypair(hashlib.sha256(b"oversized epoch").digest(),
+                                     EnvelopeSuite.X25519)
+        outbox = Outbox(tmp_path / "outbox.db")
+        evidence = EvidencePipeline(
+            engine, ReceiptSigner(hashlib.sha256(b"oversized operator").digest()),
+            Domain(31337, "0x" + "11" * 20), 1, pk, outbox, "local")
+        app = create_app(engine, "tiny", ServerConfig(evidence=evidence, http_limits=LIMITS))
+        body = {"model": "tiny", "prompt": ["a"] * 16, "n": 8, "max_tokens": 1,
+                "user": "x" * (4 * 1024 * 1024 - 200)}
+        with serving(app, LIMITS) as (host, port), \
+                httpx.Client(base_url=f"http://{host}:{port}", timeout=60) as c:
+            steps = engine.steps
+            for stream in (False, True):
+                r = c.post("/v1/completions", json={**body, "stream": stream})
+                assert r.status_code == 400, r.text[:300]
+                assert r.json()["error"]["code"] == "evidence_too_large"
+            assert engine.steps == steps  # nothing ran
+            ok = c.post("/v1/completions", json={**body, "user": "u", "max_tokens": 1})
+            assert ok.status_code == 200, ok.text[:300]
     finally:
         engine.close()

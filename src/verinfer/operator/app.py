@@ -35,7 +35,7 @@ from verinfer.operator.committer import StreamBatchIndex
 from verinfer.operator.completions.protocol import Completion, CompletionRequest
 from verinfer.operator.completions.serving import ServingCompletions
 from verinfer.operator.errors import error_payload, error_response, install_error_handlers
-from verinfer.operator.evidence import EvidencePipeline, Execution
+from verinfer.operator.evidence import EvidencePipeline, Execution, check_evidence_size
 from verinfer.operator.generation import Finalizer, Job, unless_client_leaves
 from verinfer.operator.metrics import OperatorMetrics
 from verinfer.operator.protocol import ModelCard, ModelList
@@ -421,8 +421,11 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         return Response(out, media_type="application/json",
                         headers={REQUEST_ID_HEADER: request_id})
 
-    def admit(jobs: list[Job]) -> Reservation:
-        """The request's share of the token budget, or 503 before any job reaches the engine."""
+    def admit(jobs: list[Job], body: bytes) -> Reservation:
+        """The request's share of the token budget, or 503 before any job reaches the engine;
+        a 400 first when its body alone would make more evidence than one response may."""
+        if evidence is not None:
+            check_evidence_size(len(jobs), len(body))
         return budget.reserve([len(j.prompt_ids) + j.params.max_tokens for j in jobs])
 
     def stream(make: Callable[[Finalizer | None], AsyncIterator[BaseModel]], jobs: list[Job],
@@ -450,7 +453,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: chat.prepare(r, body), req)
-        held = admit(jobs)
+        held = admit(jobs, body)
         if req.stream:
             rid = chat.new_id()
             return stream(lambda fin: chat.create_stream(req, jobs, fin, held, rid), jobs,
@@ -471,7 +474,7 @@ def create_app(engine: Engine | Mapping[str, Engine], model_name: str | None = N
         body = await request.body()
         owner = request.state.key_digest
         jobs = await tokenize(lambda r: completions.prepare(r, body), req)
-        held = admit(jobs)
+        held = admit(jobs, body)
         if req.stream:
             rid = completions.new_id()
             return stream(lambda fin: completions.create_stream(req, jobs, fin, held, rid),

@@ -42,6 +42,20 @@ class EvidenceTooLargeError(ClientError):
     code = "evidence_too_large"
 
 
+def check_evidence_size(choices: int, request_bytes: int, response_bytes: int = 0) -> None:
+    """Raises :class:`EvidenceTooLargeError` when a response of ``choices`` choices to a
+    ``request_bytes`` body (with a ``response_bytes`` response: 0 before it is generated, so
+    a body that alone passes the bound is refused before the engine) would make more than
+    MAX_RESPONSE_EVIDENCE_BYTES of evidence."""
+    evidence = choices * (request_bytes + response_bytes)
+    if evidence > MAX_RESPONSE_EVIDENCE_BYTES:
+        raise EvidenceTooLargeError(
+            f"the answer's evidence would be over {evidence} bytes ({choices} choices, each "
+            f"sealing the {request_bytes}-byte request body and the whole response), more "
+            f"than {MAX_RESPONSE_EVIDENCE_BYTES}: ask for fewer choices or prompts, or send "
+            "a smaller body")
+
+
 @dataclass(frozen=True)
 class Execution:
     """One choice as the engine ran it: the request rule's ExecRequest (the job's, never
@@ -145,13 +159,7 @@ class EvidencePipeline:
         ``verification`` object. Blocking: call it off the event loop. ``owner``: sha256 of
         the paying API key (only it may read the receipts back). A response whose evidence
         would pass MAX_RESPONSE_EVIDENCE_BYTES is refused before anything is sealed."""
-        evidence = len(executions) * (len(request_body) + len(response_body))
-        if evidence > MAX_RESPONSE_EVIDENCE_BYTES:
-            raise EvidenceTooLargeError(
-                f"the answer's evidence would be {evidence} bytes ({len(executions)} choices, "
-                f"each sealing the {len(request_body)}-byte request body and the "
-                f"{len(response_body)}-byte response), more than {MAX_RESPONSE_EVIDENCE_BYTES}: "
-                "ask for fewer choices or prompts, or send a smaller body")
+        check_evidence_size(len(executions), len(request_body), len(response_body))
         made = [self.seal_and_sign(ex, request_body, response_body) for ex in executions]
         items = [(signed.digest, signed.to_bytes(), blob) for signed, blob, _, _ in made]
         if self.record is not None:

@@ -110,20 +110,21 @@ def test_a_standby_takes_over_a_dead_committers_big_pending_entries(keys: Stream
     to count them. A reply that cannot arrive in time fails the step, and every retry asks for
     the same reply: the standby never takes over, and no batch is committed. Now it lists the
     pending ids (XPENDING) and claims them by id (XCLAIM JUSTID): no entry's bytes move until
-    the bounded reads of the buffer fetch them."""
+    the bounded reads of the buffer fetch them. Here: 96 entries of 1 MiB pending, a standby
+    whose call deadline (and socket timeout) is 0.3 s."""
     v = json.loads(VECTORS.read_text(encoding="utf-8"))
     request = ExecRequest.from_json(v["exec_requests"][0]["json"])
     result = ExecResult.from_json(v["exec_results"][0]["json"])
     _, pk = derive_epoch_keypair(hashlib.sha256(b"read budget epoch").digest(),
                                  EnvelopeSuite.X25519)
     issuer = ReceiptIssuer(SIGNER, DOMAIN, 1, pk)
-    big = 8 * 1024 * 1024
+    big = 1024 * 1024
     items = []
-    for _ in range(12):  # 96 MiB pending for the dead committer
+    for _ in range(96):  # 96 MiB pending for the dead committer, 1 MiB an entry
         signed, blob = issuer.issue(request, result, b'{"prompt": "hi"}', b"x" * big)
         items.append((signed.to_bytes(), blob))
     slow = BoundedRedis(SHARED, deadline_s=10.0)
-    fast = BoundedRedis(SHARED, deadline_s=0.25)  # the standby's deadline: 96 MiB won't fit
+    fast = BoundedRedis(SHARED, deadline_s=0.3)  # the standby's deadline: 96 MiB won't fit
     try:
         ReceiptStream(slow, keys, replica="r1").publish(items)
         da = LocalDAClient(tmp_path / "da", max_blob_bytes=big + (1 << 20))
@@ -131,18 +132,18 @@ def test_a_standby_takes_over_a_dead_committers_big_pending_entries(keys: Stream
                               Lease(slow, keys, "A", ttl_s=31.0), domain=DOMAIN, consumer="A",
                               batch_max_entries=1024, batch_max_age_s=3600,
                               max_buffer_bytes=1 << 30)
-        assert dead.step().read == 12  # read, not due: pending for A, then A is killed
+        assert dead.step().read == 96  # read, not due: pending for A, then A is killed
         redis.Redis.from_url(SHARED).delete(keys.lease)  # its lease lapses
         standby = BatchCommitter(fast, keys, da, JsonlBatchSink(tmp_path / "batches.jsonl"),
-                                 Lease(fast, keys, "B", ttl_s=1.0), domain=DOMAIN,
+                                 Lease(fast, keys, "B", ttl_s=5.0), domain=DOMAIN,
                                  consumer="B", batch_max_entries=1024, batch_max_age_s=3600,
                                  max_buffer_bytes=2 * big)
-        for _ in range(40):
+        for _ in range(200):
             if not standby.step(flush=True).progressed:
                 break
         committed = [json.loads(line) for line in
                      (tmp_path / "batches.jsonl").read_text().splitlines()]
-        assert sum(b["leafCount"] for b in committed) == 12  # every receipt, once
+        assert sum(b["leafCount"] for b in committed) == 96  # every receipt, once
     finally:
         slow.close()
         fast.close()

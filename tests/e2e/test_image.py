@@ -178,31 +178,43 @@ def operator_container(builds: Builds, tiny_path: Path,
     op = d / "op"
     operator_init(op)  # on the host; mounted at the same path (operator.json holds paths)
     shutil.copy(tiny_path, d / "tiny.gguf")
-    port = free_port()
     ref = f"{TAG}@{builds.a}"
     name = f"verinfer-test-operator-{os.getpid()}"
-    # --privileged: podman 4 states the image in /run/.containerenv only to such containers
-    podman("run", "-d", "--rm", "--privileged", "--name", name, "--network", "host",
-           "-v", f"{d}:{d}", ref, "serve", "--model", str(d / "tiny.gguf"), "--name", "tiny",
-           "--host", "127.0.0.1", "--port", str(port), "--max-context", "512",
-           "--operator-dir", str(op), "--unsafe-dev", timeout=120)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            state = podman("inspect", "-f", "{{.State.Status}}", name, check=False)
-            assert state.returncode == 0 and "running" in state.stdout, \
-                podman("logs", name, check=False).stderr[-3000:]
-            assert time.monotonic() < deadline, podman("logs", name, check=False).stderr[-3000:]
-            time.sleep(1)
+        for attempt in range(3):
+            port = free_port()  # host network: another process may take it before the operator
+            # --privileged: podman 4 states the image in /run/.containerenv only to such containers;
+            # no --rm, so that an exited container's log can still be read
+            podman("rm", "-f", "-t", "5", name, check=False)
+            podman("run", "-d", "--privileged", "--name", name, "--network", "host",
+                   "-v", f"{d}:{d}", ref, "serve", "--model", str(d / "tiny.gguf"), "--name",
+                   "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-context", "512",
+                   "--operator-dir", str(op), "--unsafe-dev", timeout=120)
+            base = f"http://127.0.0.1:{port}"
+            if _wait_healthy(name, base):
+                break
+            logs = podman("logs", name, check=False)
+            text = (logs.stdout + logs.stderr)[-3000:]
+            assert "address already in use" in text and attempt < 2, text
         yield base
     finally:
         podman("rm", "-f", "-t", "5", name, check=False)
+
+
+def _wait_healthy(name: str, base: str, timeout_s: float = 300.0) -> bool:
+    """True once the container's operator answers /health; False if the container exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(base + "/health", timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        state = podman("inspect", "-f", "{{.State.Status}}", name, check=False)
+        if state.returncode != 0 or "running" not in state.stdout:
+            return False
+        assert time.monotonic() < deadline, podman("logs", name, check=False).stderr[-3000:]
+        time.sleep(1)
 
 
 def test_operator_container_signs_under_the_printed_digest(builds: Builds,

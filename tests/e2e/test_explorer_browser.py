@@ -379,7 +379,11 @@ def test_unpublished_claim_is_upheld_on_its_page(browser: Browser, explorer: str
 
 
 def _served_name(devnet: Devnet) -> str:
-    return str(devnet.state["served"][0])
+    """The name the operator serves the devnet's model under, as the operator says it (the
+    devnet's state records the --model argument, a path for the tiny model; `verinfer serve`
+    names a model file by its own name, e.g. verinfer-tiny-llama-seed0)."""
+    models = httpx.get(devnet.operator_url + "/v1/models", timeout=10).json()["data"]
+    return str(models[0]["id"])
 
 
 def _wait_named(explorer: str, name: str, timeout_s: float = NAME_RETRY_S + 60.0

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from verinfer.chain.errors import RpcDeadlineError
+from verinfer.chain.rpc import call_within
 from verinfer.chain.structs import ClaimStatus
 from verinfer.client.keeper import (
     DA,
@@ -21,7 +22,6 @@ from verinfer.client.keeper import (
     KeeperPolicy,
     Observation,
     Terms,
-    bounded,
     decide,
     status_of,
 )
@@ -273,11 +273,11 @@ def test_status_counts_states_the_next_deadline_and_failures(tmp_path: Path) -> 
 def test_bounded_gives_up_at_its_deadline() -> None:
     release = threading.Event()
     with pytest.raises(RpcDeadlineError, match="no answer within"):
-        bounded("stuck", lambda: release.wait(30), 0.05)
+        call_within("stuck", lambda: release.wait(30), 0.05)
     release.set()
-    assert bounded("quick", lambda: 42, 5) == 42
+    assert call_within("quick", lambda: 42, 5) == 42
     with pytest.raises(ValueError, match="boom"):
-        bounded("fails", lambda: (_ for _ in ()).throw(ValueError("boom")), 5)
+        call_within("fails", lambda: (_ for _ in ()).throw(ValueError("boom")), 5)
 
 
 def test_the_policy_is_checked_once_at_the_boundary() -> None:

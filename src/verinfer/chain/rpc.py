@@ -25,8 +25,8 @@ import io
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -36,7 +36,7 @@ from urllib3.poolmanager import ProxyManager
 from web3 import Web3
 from web3.providers.rpc import HTTPProvider
 
-from verinfer.chain.errors import ChainError
+from verinfer.chain.errors import ChainError, RpcDeadlineError
 
 #: Blocks per eth_getLogs request, for every service that scans logs (the committee node, the
 #: operator's claim responder, the client's receipt keeper). Public RPCs refuse wider ranges
@@ -47,6 +47,33 @@ LOG_CHUNK_BLOCKS = 2_000
 #: Blocks re-read below a scan's cursor at each scan: an event moved by a shallow reorg is still
 #: seen (what is read is keyed by id, so reading it twice is harmless).
 REORG_OVERLAP_BLOCKS = 12
+
+T = TypeVar("T")
+
+
+def call_within(what: str, fn: Callable[[], T], deadline_s: float, *,
+                thread_name: str = "rpc") -> T:
+    """``fn()`` within a whole-call deadline, for a step made of several chain calls (a
+    provider's deadline bounds one call: a node trickling answers across calls, or a
+    transaction never mined, would still hold the step). Raises :class:`RpcDeadlineError`
+    after ``deadline_s``; the call is left to finish in a daemon thread. The operator's claim
+    responder and the client's receipt keeper use it."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller below
+            box["error"] = e
+
+    t = threading.Thread(target=run, name=f"{thread_name}-{what}", daemon=True)
+    t.start()
+    t.join(deadline_s)
+    if t.is_alive():
+        raise RpcDeadlineError(f"{what}: no answer within {deadline_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 #: Defaults (docs/budgets.md): a whole call within 30 s, an answer of at most 32 MiB.
 RPC_DEADLINE_S = 30.0

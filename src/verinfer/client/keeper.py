@@ -45,9 +45,14 @@ from web3 import Web3
 
 from verinfer.chain.bindings import Contracts, TxSender
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.errors import ContractRevertError, RpcDeadlineError
+from verinfer.chain.errors import ContractRevertError
 from verinfer.chain.events import batches_committed
-from verinfer.chain.rpc import LOG_CHUNK_BLOCKS, REORG_OVERLAP_BLOCKS, bounded_web3
+from verinfer.chain.rpc import (
+    LOG_CHUNK_BLOCKS,
+    REORG_OVERLAP_BLOCKS,
+    bounded_web3,
+    call_within,
+)
 from verinfer.chain.structs import ClaimStatus, Params, publication_deadline
 from verinfer.client.receipt_store import (
     TERMINAL,
@@ -246,30 +251,6 @@ def _move(k: Kept, state: State, note: str, **fields: Any) -> Decision:
                                     **fields))
 
 
-# ---- whole-call deadlines ------------------------------------------------------------------------
-def bounded(what: str, fn: Callable[[], T], deadline_s: float) -> T:
-    """``fn()`` within a whole-call deadline (an HTTP timeout bounds one request only: a node
-    trickling answers, or a transaction never mined, would hold the step). Raises
-    :class:`~verinfer.chain.errors.RpcDeadlineError` after ``deadline_s``; the call is left
-    to finish in a daemon thread."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the caller below
-            box["error"] = e
-
-    t = threading.Thread(target=run, name=f"keeper-{what}", daemon=True)
-    t.start()
-    t.join(deadline_s)
-    if t.is_alive():
-        raise RpcDeadlineError(f"{what}: no answer within {deadline_s:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 # ---- status --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KeeperStatus:
@@ -372,8 +353,8 @@ class Keeper:
 
     # ---- one step ----------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T], deadline_s: float | None = None) -> T:
-        return bounded(what, fn, self.policy.rpc_deadline_s if deadline_s is None
-                       else deadline_s)
+        return call_within(what, fn, self.policy.rpc_deadline_s if deadline_s is None
+                           else deadline_s, thread_name="keeper")
 
     def terms(self) -> Terms:
         """ProtocolConfig's parameters as the chain has them now, read at every step:
@@ -631,5 +612,5 @@ def _msg(e: BaseException) -> str:
 
 
 __all__ = ["DA", "Decision", "Keeper", "KeeperConfigError", "KeeperPolicy",
-           "KeeperStatus", "Observation", "StepReport", "Terms", "bounded", "decide",
+           "KeeperStatus", "Observation", "StepReport", "Terms", "decide",
            "status_of"]

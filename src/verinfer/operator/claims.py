@@ -53,8 +53,13 @@ from verinfer.chain.bindings import (
     TxSender,
 )
 from verinfer.chain.deploy import Deployment
-from verinfer.chain.errors import ContractRevertError, RpcDeadlineError
-from verinfer.chain.rpc import LOG_CHUNK_BLOCKS, REORG_OVERLAP_BLOCKS, bounded_web3
+from verinfer.chain.errors import ContractRevertError
+from verinfer.chain.rpc import (
+    LOG_CHUNK_BLOCKS,
+    REORG_OVERLAP_BLOCKS,
+    bounded_web3,
+    call_within,
+)
 from verinfer.chain.structs import ClaimStatus
 from verinfer.da_client.errors import ManifestError
 from verinfer.da_client.manifest import inclusion_proof
@@ -379,22 +384,7 @@ class ClaimResponder:
         """``fn()`` within a whole-call deadline (the HTTP timeout bounds one request only: a
         node trickling answers, or a transaction never mined, would hold the step)."""
         limit = self.rpc_deadline_s if deadline_s is None else deadline_s
-        box: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                box["value"] = fn()
-            except BaseException as e:  # handed to the caller below
-                box["error"] = e
-
-        t = threading.Thread(target=run, name=f"claims-rpc-{what}", daemon=True)
-        t.start()
-        t.join(limit)
-        if t.is_alive():
-            raise RpcDeadlineError(f"{what}: no answer within {limit:g} s")
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        return call_within(what, fn, limit, thread_name="claims-rpc")
 
     # ---- the loop --------------------------------------------------------------------------
     def start(self) -> ClaimResponder:
